@@ -1,0 +1,609 @@
+//! Text (JSON) messages. Every message is an object with a `type` and, except for connection-level
+//! errors, the request `id` the client chose. Many requests may be in flight on one connection; each
+//! gets exactly one terminal reply with its id (`hello`, `exec_result`, `upload_result`,
+//! `download_result`, `cancel_result` or `error`), possibly preceded by non-terminal ones
+//! (`exec_started`, `download_start`, binary chunks).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+/// The protocol version this crate speaks. A client offers the versions it knows in `hello`; the
+/// server picks the highest one it shares.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Messages from the client. Field docs are the wire docs; `protocol/README.md` shows each in JSON.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientMessage {
+    Hello(Hello),
+    Exec(ExecRequest),
+    Cancel(CancelRequest),
+    Upload(UploadRequest),
+    UploadEnd(UploadEnd),
+    Download(DownloadRequest),
+}
+
+impl ClientMessage {
+    /// The request id the message carries.
+    pub fn id(&self) -> u64 {
+        match self {
+            Self::Hello(m) => m.id,
+            Self::Exec(m) => m.id,
+            Self::Cancel(m) => m.id,
+            Self::Upload(m) => m.id,
+            Self::UploadEnd(m) => m.id,
+            Self::Download(m) => m.id,
+        }
+    }
+
+    /// Encodes the message as the JSON text the server expects.
+    pub fn to_json(&self) -> String {
+        let (kind, body) = match self {
+            Self::Hello(m) => ("hello", serde_json::to_string(m)),
+            Self::Exec(m) => ("exec", serde_json::to_string(m)),
+            Self::Cancel(m) => ("cancel", serde_json::to_string(m)),
+            Self::Upload(m) => ("upload", serde_json::to_string(m)),
+            Self::UploadEnd(m) => ("upload_end", serde_json::to_string(m)),
+            Self::Download(m) => ("download", serde_json::to_string(m)),
+        };
+        with_type(kind, body)
+    }
+}
+
+/// Opens a session: the first message on every connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hello {
+    pub id: u64,
+    /// Protocol versions the client can speak.
+    pub versions: Vec<u32>,
+}
+
+/// Runs `command` under `/bin/sh -c`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    pub id: u64,
+    /// POSIX shell text; may span lines and hold heredocs.
+    pub command: String,
+    /// Working directory; relative paths resolve against the workspace. Default: the workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Variables added to (or replacing) the child's inherited environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Seconds, fractions allowed. Absent: the server's default. `0`: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<f64>,
+    /// Bytes for the command's stdin, base64. Absent: stdin is `/dev/null`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin_base64: Option<String>,
+    /// Send output as binary chunks while the command runs (and `exec_started` first).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub stream: bool,
+    /// Cap of the capture file; output past it is counted and dropped. Default 10 MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_capture_bytes: Option<u64>,
+    /// Present: keep large output in a file and answer with a preview (the contract's offload).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<Offload>,
+}
+
+/// Where an offloaded exec keeps its output, and how much may come back inline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Offload {
+    /// Path of the capture file (relative: under the workspace). Parents are created.
+    pub capture_path: String,
+    /// Output of at most this many bytes comes back whole and the file is removed.
+    pub inline_budget: u64,
+}
+
+/// Stops a running exec (same kill ladder as a timeout) or aborts an upload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    pub id: u64,
+    /// The id of the request to cancel.
+    pub target: u64,
+}
+
+/// Starts an upload; the data follows as binary chunks with the same id, then `upload_end`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadRequest {
+    pub id: u64,
+    /// Absolute destination path. Missing parents are created; an existing file is replaced.
+    pub path: String,
+    /// File mode bits for a new file (default 0o644).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+}
+
+/// Ends an upload: the server checks the digest, then renames the data into place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UploadEnd {
+    pub id: u64,
+    /// Lower-case hex sha256 of all bytes sent.
+    pub sha256: String,
+}
+
+/// Asks for a file; it comes as `download_start`, binary chunks, then `download_result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DownloadRequest {
+    pub id: u64,
+    /// Absolute path of the file.
+    pub path: String,
+}
+
+/// Messages from the server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerMessage {
+    Hello(HelloReply),
+    ExecStarted(ExecStarted),
+    ExecResult(ExecResult),
+    CancelResult(CancelResult),
+    UploadResult(UploadResult),
+    DownloadStart(DownloadStart),
+    DownloadResult(DownloadResult),
+    Error(ErrorReply),
+}
+
+impl ServerMessage {
+    /// Encodes the message as JSON text.
+    pub fn to_json(&self) -> String {
+        let (kind, body) = match self {
+            Self::Hello(m) => ("hello", serde_json::to_string(m)),
+            Self::ExecStarted(m) => ("exec_started", serde_json::to_string(m)),
+            Self::ExecResult(m) => ("exec_result", serde_json::to_string(m)),
+            Self::CancelResult(m) => ("cancel_result", serde_json::to_string(m)),
+            Self::UploadResult(m) => ("upload_result", serde_json::to_string(m)),
+            Self::DownloadStart(m) => ("download_start", serde_json::to_string(m)),
+            Self::DownloadResult(m) => ("download_result", serde_json::to_string(m)),
+            Self::Error(m) => ("error", serde_json::to_string(m)),
+        };
+        with_type(kind, body)
+    }
+
+    /// Parses a server message (what a client does with each text frame).
+    pub fn from_json(text: &str) -> Result<Self, DecodeError> {
+        let (kind, id, value) = split_envelope(text)?;
+        let parsed = match kind.as_str() {
+            "hello" => from_value(value, id).map(Self::Hello),
+            "exec_started" => from_value(value, id).map(Self::ExecStarted),
+            "exec_result" => from_value(value, id).map(Self::ExecResult),
+            "cancel_result" => from_value(value, id).map(Self::CancelResult),
+            "upload_result" => from_value(value, id).map(Self::UploadResult),
+            "download_start" => from_value(value, id).map(Self::DownloadStart),
+            "download_result" => from_value(value, id).map(Self::DownloadResult),
+            "error" => from_value(value, id).map(Self::Error),
+            _ => Err(DecodeError::new(
+                id,
+                ErrorCode::UnknownType,
+                format!("unknown message type `{kind}`"),
+            )),
+        };
+        parsed
+    }
+
+    /// The request id the message answers, if any.
+    pub fn id(&self) -> Option<u64> {
+        match self {
+            Self::Hello(m) => Some(m.id),
+            Self::ExecStarted(m) => Some(m.id),
+            Self::ExecResult(m) => Some(m.id),
+            Self::CancelResult(m) => Some(m.id),
+            Self::UploadResult(m) => Some(m.id),
+            Self::DownloadStart(m) => Some(m.id),
+            Self::DownloadResult(m) => Some(m.id),
+            Self::Error(m) => m.id,
+        }
+    }
+}
+
+/// The server's answer to `hello`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HelloReply {
+    pub id: u64,
+    /// The version both sides now speak.
+    pub version: u32,
+    /// agentd's release, for logs.
+    pub agentd_version: String,
+    /// Absolute path of the workspace: the default cwd and the base of relative paths.
+    pub workspace: String,
+    /// Process id of agentd inside the sandbox.
+    pub pid: u32,
+    /// Largest text message accepted.
+    pub max_text_message: u64,
+    /// Largest binary message accepted (id header included).
+    pub max_binary_message: u64,
+}
+
+/// Sent before any output of a streamed exec.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecStarted {
+    pub id: u64,
+    /// Process id of the shell (also its process group and session id).
+    pub pid: u32,
+}
+
+/// The outcome of an exec. Output fields follow the capture rules in `protocol/README.md`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ExecResult {
+    pub id: u64,
+    /// The shell's exit status; a death by signal `n` is `128 + n`.
+    pub exit_code: i32,
+    /// Name of the signal that ended the shell (`"SIGKILL"`), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// The timeout fired and the process tree was killed.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// A `cancel` ended it.
+    #[serde(default)]
+    pub cancelled: bool,
+    /// Wall time from spawn to the reaping of the shell, in seconds.
+    pub duration: f64,
+    /// Output (stdout and stderr merged) when it is valid UTF-8: the whole capture, the inline
+    /// output or the preview.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The same bytes, base64, when they are not valid UTF-8 (then `output` is absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_base64: Option<String>,
+    /// Output was dropped: past the capture cap for a plain exec; `capped` for an offloaded one.
+    #[serde(default)]
+    pub truncated: bool,
+    /// Bytes the command wrote in all.
+    pub total_bytes: u64,
+    /// The capture stopped at `max_capture_bytes`.
+    #[serde(default)]
+    pub capped: bool,
+    /// The output stayed in the capture file and `output` is a preview of it.
+    #[serde(default)]
+    pub offloaded: bool,
+    /// Absolute path of the kept capture file (offloaded results only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_path: Option<String>,
+    /// Lines the head/tail preview left out (the number in its marker); 0 without that marker.
+    #[serde(default)]
+    pub omitted_lines: u64,
+}
+
+impl ExecResult {
+    /// The output bytes, whichever field carries them.
+    pub fn output_bytes(&self) -> Result<Vec<u8>, DecodeError> {
+        use base64::Engine as _;
+        match (&self.output, &self.output_base64) {
+            (Some(text), _) => Ok(text.as_bytes().to_vec()),
+            (None, Some(b64)) => base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| {
+                    DecodeError::new(
+                        Some(self.id),
+                        ErrorCode::InvalidField,
+                        format!("output_base64: {e}"),
+                    )
+                }),
+            (None, None) => Ok(Vec::new()),
+        }
+    }
+
+    /// Stores `bytes` in `output` when they are UTF-8, else in `output_base64`.
+    pub fn set_output(&mut self, bytes: Vec<u8>) {
+        use base64::Engine as _;
+        match String::from_utf8(bytes) {
+            Ok(text) => {
+                self.output = Some(text);
+                self.output_base64 = None;
+            }
+            Err(err) => {
+                self.output = None;
+                self.output_base64 =
+                    Some(base64::engine::general_purpose::STANDARD.encode(err.into_bytes()));
+            }
+        }
+    }
+}
+
+/// The answer to `cancel`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CancelResult {
+    pub id: u64,
+    pub target: u64,
+    /// The target was running (or uploading) and is being stopped.
+    pub found: bool,
+}
+
+/// The outcome of one upload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UploadResult {
+    pub id: u64,
+    pub path: String,
+    /// `None` on success, else a transfer error code or a message.
+    pub error: Option<String>,
+}
+
+/// A download is starting; `size` bytes follow as binary chunks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DownloadStart {
+    pub id: u64,
+    pub path: String,
+    pub size: u64,
+}
+
+/// The end of a download: success with the digest of what was sent, or an error.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DownloadResult {
+    pub id: u64,
+    pub path: String,
+    /// `None` on success, else a transfer error code or a message.
+    pub error: Option<String>,
+    /// Lower-case hex sha256 of the bytes sent (success only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Bytes sent (success only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+}
+
+/// A request (or message) that could not be served. Terminal for its id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorReply {
+    /// The request's id, when it could be read.
+    pub id: Option<u64>,
+    pub code: ErrorCode,
+    /// What was wrong, for a person.
+    pub message: String,
+}
+
+/// Machine-readable error codes of `error` replies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not JSON, or not a JSON object, or a binary message without its id header.
+    MalformedFrame,
+    /// A `type` this version does not know.
+    UnknownType,
+    /// A required field is absent.
+    MissingField,
+    /// A field has the wrong type or an impossible value, or is not known.
+    InvalidField,
+    /// A message above the size limits.
+    FrameTooLarge,
+    /// A request before a successful `hello`.
+    HandshakeRequired,
+    /// No protocol version in common.
+    UnsupportedVersion,
+    /// The id is already in flight on this connection.
+    DuplicateId,
+    /// A chunk or `upload_end` for an id with no open upload.
+    UnknownId,
+    /// Too many requests in flight on this connection.
+    TooManyRequests,
+    /// The command could not be started (missing cwd, shell not executable, …).
+    SpawnFailed,
+    /// A failure inside agentd that is not the client's fault.
+    Internal,
+}
+
+/// Why a client message could not be decoded; becomes an `error` reply.
+#[derive(Debug, Clone, PartialEq, Error)]
+#[error("{code:?}: {message}")]
+pub struct DecodeError {
+    pub id: Option<u64>,
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl DecodeError {
+    pub fn new(id: Option<u64>, code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            id,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The `error` reply for this failure.
+    pub fn into_reply(self) -> ServerMessage {
+        ServerMessage::Error(ErrorReply {
+            id: self.id,
+            code: self.code,
+            message: self.message,
+        })
+    }
+}
+
+/// Parses one client text message, naming exactly what is wrong when it can't.
+pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
+    let (kind, id, value) = split_envelope(text)?;
+    if id.is_none() {
+        let code = if value.get("id").is_some() {
+            ErrorCode::InvalidField
+        } else {
+            ErrorCode::MissingField
+        };
+        return Err(DecodeError::new(
+            None,
+            code,
+            "field `id` must be an unsigned integer",
+        ));
+    }
+    match kind.as_str() {
+        "hello" => from_value(value, id).map(ClientMessage::Hello),
+        "exec" => from_value(value, id).map(ClientMessage::Exec),
+        "cancel" => from_value(value, id).map(ClientMessage::Cancel),
+        "upload" => from_value(value, id).map(ClientMessage::Upload),
+        "upload_end" => from_value(value, id).map(ClientMessage::UploadEnd),
+        "download" => from_value(value, id).map(ClientMessage::Download),
+        _ => Err(DecodeError::new(
+            id,
+            ErrorCode::UnknownType,
+            format!("unknown message type `{kind}`"),
+        )),
+    }
+}
+
+/// Reads `type` and `id` and returns the object without `type`.
+fn split_envelope(text: &str) -> Result<(String, Option<u64>, Value), DecodeError> {
+    let value: Value = serde_json::from_str(text).map_err(|e| {
+        DecodeError::new(
+            None,
+            ErrorCode::MalformedFrame,
+            format!("not valid JSON: {e}"),
+        )
+    })?;
+    let Value::Object(mut object) = value else {
+        return Err(DecodeError::new(
+            None,
+            ErrorCode::MalformedFrame,
+            "a message must be a JSON object",
+        ));
+    };
+    let id = object.get("id").and_then(Value::as_u64);
+    let kind = match object.remove("type") {
+        Some(Value::String(kind)) => kind,
+        Some(_) => {
+            return Err(DecodeError::new(
+                id,
+                ErrorCode::InvalidField,
+                "field `type` must be a string",
+            ));
+        }
+        None => {
+            return Err(DecodeError::new(
+                id,
+                ErrorCode::MissingField,
+                "missing field `type`",
+            ));
+        }
+    };
+    Ok((kind, id, Value::Object(object)))
+}
+
+fn from_value<T: for<'de> Deserialize<'de>>(
+    value: Value,
+    id: Option<u64>,
+) -> Result<T, DecodeError> {
+    serde_json::from_value(value).map_err(|e| {
+        let message = e.to_string();
+        let code = if message.starts_with("missing field") {
+            ErrorCode::MissingField
+        } else {
+            ErrorCode::InvalidField
+        };
+        DecodeError::new(id, code, message)
+    })
+}
+
+fn with_type(kind: &str, body: Result<String, serde_json::Error>) -> String {
+    // Our message structs always serialize to a JSON object; put `type` first for readers of logs.
+    let body = body.unwrap_or_default();
+    let rest = body.strip_prefix('{').unwrap_or("}");
+    let separator = if rest.starts_with('}') { "" } else { "," };
+    format!("{{\"type\":\"{kind}\"{separator}{rest}")
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_round_trips_through_json() {
+        let msg = ClientMessage::Exec(ExecRequest {
+            id: 3,
+            command: "echo hi".into(),
+            timeout: Some(1.5),
+            env: BTreeMap::from([("A".into(), "b".into())]),
+            offload: Some(Offload {
+                capture_path: "/tmp/c".into(),
+                inline_budget: 100,
+            }),
+            ..ExecRequest::default()
+        });
+        let text = msg.to_json();
+        assert!(text.starts_with(r#"{"type":"exec","#), "{text}");
+        assert_eq!(decode_client(&text), Ok(msg));
+    }
+
+    #[test]
+    fn server_messages_round_trip() {
+        let mut result = ExecResult {
+            id: 9,
+            exit_code: 130,
+            signal: Some("SIGINT".into()),
+            ..ExecResult::default()
+        };
+        result.set_output(b"\xffbinary".to_vec());
+        let msg = ServerMessage::ExecResult(result);
+        assert_eq!(ServerMessage::from_json(&msg.to_json()), Ok(msg));
+    }
+
+    #[test]
+    fn output_is_text_when_utf8_else_base64() {
+        let mut result = ExecResult::default();
+        result.set_output(b"plain".to_vec());
+        assert_eq!(
+            (result.output.as_deref(), result.output_base64.as_deref()),
+            (Some("plain"), None)
+        );
+        result.set_output(vec![0xff, 0]);
+        assert_eq!(
+            (result.output.as_deref(), result.output_base64.as_deref()),
+            (None, Some("/wA="))
+        );
+        assert_eq!(result.output_bytes(), Ok(vec![0xff, 0]));
+    }
+
+    #[test]
+    fn decode_errors_name_the_problem() {
+        let cases = [
+            ("not json", None, ErrorCode::MalformedFrame),
+            ("[1,2]", None, ErrorCode::MalformedFrame),
+            (r#"{"id":1}"#, Some(1), ErrorCode::MissingField),
+            (r#"{"type":"exec"}"#, None, ErrorCode::MissingField),
+            (r#"{"type":"exec","id":"x"}"#, None, ErrorCode::InvalidField),
+            (
+                r#"{"type":"launch","id":4}"#,
+                Some(4),
+                ErrorCode::UnknownType,
+            ),
+            (
+                r#"{"type":"exec","id":5}"#,
+                Some(5),
+                ErrorCode::MissingField,
+            ),
+            (
+                r#"{"type":"exec","id":6,"command":1}"#,
+                Some(6),
+                ErrorCode::InvalidField,
+            ),
+            (
+                r#"{"type":"exec","id":7,"command":"x","bogus":1}"#,
+                Some(7),
+                ErrorCode::InvalidField,
+            ),
+        ];
+        for (text, id, code) in cases {
+            let err = decode_client(text).err();
+            assert_eq!(
+                err.as_ref().map(|e| (e.id, e.code)),
+                Some((id, code)),
+                "{text}: {err:?}"
+            );
+        }
+        let err = decode_client(r#"{"type":"exec","id":5}"#)
+            .err()
+            .map(|e| e.message);
+        assert_eq!(err.as_deref(), Some("missing field `command`"));
+    }
+}
