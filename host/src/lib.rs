@@ -1,1 +1,37 @@
-//! stub
+//! # agentd-host
+//!
+//! The host side of agentd: the `BaseSandbox` contract and its implementations.
+//!
+//! ## Layout
+//! - [`sandbox`]: the [`BaseSandbox`] trait (four required members plus `execute_with_offload`).
+//! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers.
+//! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default).
+//! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
+//! - Result types are the protocol crate's ([`agentd_protocol::contract`]), re-exported here.
+//!
+//! The binary `agentctl` (in `src/bin/`) is the command line over the same pieces.
+//!
+//! ## Example
+//! ```no_run
+//! use agentd_host::{BaseSandbox, LocalSandbox};
+//!
+//! # async fn demo() -> agentd_host::Result<()> {
+//! let sandbox = LocalSandbox::start().await?;
+//! let result = sandbox.execute("echo hello; exit 3", None).await?;
+//! assert_eq!((result.output.as_str(), result.exit_code), ("hello\n", Some(3)));
+//! # Ok(()) }
+//! ```
+
+pub mod adapters;
+pub mod error;
+pub mod link;
+pub mod sandbox;
+
+pub use adapters::agentd::AgentdSandbox;
+pub use adapters::local::LocalSandbox;
+pub use agentd_protocol::{
+    ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
+};
+pub use error::{Result, SandboxError};
+pub use link::Link;
+pub use sandbox::BaseSandbox;

@@ -1,1 +1,457 @@
-fn main() {}
+//! `agentctl`: run commands and move files in a sandbox from the shell.
+//!
+//! Which sandbox: `--url` (a running agentd), else the session `agentctl up` started, else a private
+//! local agentd that lives for this one command.
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentd_host::adapters::local::{Lifetime, Started, spawn_agentd};
+use agentd_host::{AgentdSandbox, BaseSandbox as _, LocalSandbox, SandboxError};
+use agentd_protocol::ExecRequest;
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
+
+/// Exit status for agentctl's own failures (unreachable sandbox, bad arguments, spawn failure).
+const AGENTCTL_FAILED: u8 = 125;
+
+/// Files above this size get a progress bar (on a terminal).
+const PROGRESS_BYTES: u64 = 8 << 20;
+
+#[derive(Parser)]
+#[command(
+    name = "agentctl",
+    version,
+    about = "Run commands and move files in an agentd sandbox."
+)]
+#[command(
+    after_help = "Without --url, commands use the session started by `agentctl up`, or else a \
+private local agentd that lives for that one command.\nExit status: the command's own for `exec`; \
+125 when agentctl itself fails."
+)]
+struct Cli {
+    /// agentd to attach to, e.g. ws://127.0.0.1:7700.
+    #[arg(long, global = true, env = "AGENTD_URL")]
+    url: Option<String>,
+    /// Bearer token for --url (prefer the AGENTD_TOKEN variable: arguments are visible in ps).
+    #[arg(long, global = true, env = "AGENTD_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Print results as JSON (the protocol's result types) for scripts.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run a shell command; prints its output and exits with its exit code.
+    Exec(ExecArgs),
+    /// Copy a local file into the sandbox (REMOTE relative to the workspace unless absolute).
+    Upload { local: PathBuf, remote: String },
+    /// Copy a file out of the sandbox (REMOTE relative to the workspace unless absolute).
+    Download { remote: String, local: PathBuf },
+    /// Start a local agentd that stays up for later commands (until `agentctl down`).
+    Up {
+        /// Workspace directory (default: a new temporary directory, removed by `down`).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+    /// Stop the agentd started by `agentctl up`.
+    Down,
+    /// Show the sandbox commands would use.
+    Status,
+}
+
+#[derive(Args)]
+struct ExecArgs {
+    /// Seconds before the command's process tree is killed (fractions allowed; 0: no limit).
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Working directory (relative to the workspace unless absolute).
+    #[arg(long)]
+    cwd: Option<String>,
+    /// Extra environment variable, KEY=VALUE (repeatable).
+    #[arg(long = "env", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// The command; several words are joined with spaces and run by /bin/sh -c.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+fn parse_env(raw: &str) -> Result<(String, String), String> {
+    match raw.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got `{raw}`")),
+    }
+}
+
+/// What `agentctl up` leaves for later commands.
+#[derive(Serialize, Deserialize)]
+struct SessionFile {
+    url: String,
+    token: String,
+    pid: u32,
+    workspace: PathBuf,
+    /// The workspace was created by `up`, so `down` removes it.
+    owns_workspace: bool,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("agentctl: {err}");
+            ExitCode::from(AGENTCTL_FAILED)
+        }
+    }
+}
+
+/// The sandbox a command talks to; keeps a private agentd alive while needed.
+enum Target {
+    Remote(AgentdSandbox),
+    Private(LocalSandbox),
+}
+
+impl Target {
+    fn sandbox(&self) -> &AgentdSandbox {
+        match self {
+            Self::Remote(sandbox) => sandbox,
+            Self::Private(local) => local.agentd(),
+        }
+    }
+}
+
+async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
+    if let Some(url) = &cli.url {
+        return Ok(Target::Remote(
+            AgentdSandbox::connect(url, cli.token.as_deref()).await?,
+        ));
+    }
+    if let Some(session) = read_session()? {
+        return Ok(Target::Remote(
+            AgentdSandbox::connect(&session.url, Some(&session.token)).await?,
+        ));
+    }
+    Ok(Target::Private(LocalSandbox::start().await?))
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match &cli.command {
+        Cmd::Exec(args) => exec(&cli, args).await,
+        Cmd::Upload { local, remote } => upload(&cli, local, remote).await,
+        Cmd::Download { remote, local } => download(&cli, remote, local).await,
+        Cmd::Up { workspace } => up(&cli, workspace.as_deref()),
+        Cmd::Down => down(),
+        Cmd::Status => {
+            let target = target(&cli).await?;
+            let hello = target.sandbox().link().await?.hello().clone();
+            let kind = match &target {
+                Target::Remote(_) => "attached",
+                Target::Private(_) => "private (no `agentctl up` session)",
+            };
+            println!(
+                "{kind}: {} pid {} workspace {} (agentd {})",
+                target.sandbox().id(),
+                hello.pid,
+                hello.workspace,
+                hello.agentd_version
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn exec(cli: &Cli, args: &ExecArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let target = target(cli).await?;
+    let request = ExecRequest {
+        command: args.command.join(" "),
+        cwd: args.cwd.clone(),
+        env: args.env.iter().cloned().collect(),
+        timeout: args.timeout,
+        ..ExecRequest::default()
+    };
+    let mut stdout = std::io::stdout();
+    let mut print = |data: &[u8]| {
+        let _ = stdout.write_all(data);
+        let _ = stdout.flush();
+    };
+    let live: Option<&mut (dyn FnMut(&[u8]) + Send)> =
+        if cli.json { None } else { Some(&mut print) };
+    let result = match target.sandbox().exec(request, live).await {
+        Ok(result) => result,
+        Err(SandboxError::Refused { message, .. }) => return Err(message.into()),
+        Err(err) => return Err(err.into()),
+    };
+    if cli.json {
+        println!(
+            "{}",
+            agentd_protocol::ServerMessage::ExecResult(result.clone()).to_json()
+        );
+    } else if result.timed_out {
+        eprintln!(
+            "agentctl: timed out after {:.1}s; the process tree was killed",
+            result.duration
+        );
+    } else if result.truncated {
+        eprintln!(
+            "agentctl: output truncated: {} bytes in all",
+            result.total_bytes
+        );
+    }
+    Ok(ExitCode::from(
+        u8::try_from(result.exit_code).unwrap_or(AGENTCTL_FAILED),
+    ))
+}
+
+/// REMOTE relative to the workspace unless absolute.
+async fn remote_path(sandbox: &AgentdSandbox, remote: &str) -> Result<String, SandboxError> {
+    if remote.starts_with('/') {
+        return Ok(remote.to_owned());
+    }
+    Ok(format!(
+        "{}/{remote}",
+        sandbox.workspace().await?.trim_end_matches('/')
+    ))
+}
+
+fn progress_bar(len: u64) -> ProgressBar {
+    if len < PROGRESS_BYTES {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(len);
+    if let Ok(style) =
+        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+    {
+        bar.set_style(style);
+    }
+    bar
+}
+
+async fn upload(
+    cli: &Cli,
+    local: &Path,
+    remote: &str,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let file = tokio::fs::File::open(local)
+        .await
+        .map_err(|e| format!("{}: {e}", local.display()))?;
+    let len = file.metadata().await?.len();
+    let target = target(cli).await?;
+    let remote = remote_path(target.sandbox(), remote).await?;
+    let bar = progress_bar(len);
+    let error = target
+        .sandbox()
+        .link()
+        .await?
+        .upload(&remote, file, |n| bar.inc(n))
+        .await?;
+    bar.finish_and_clear();
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::to_string(&agentd_protocol::FileUploadResponse {
+                path: remote.clone(),
+                error: error.clone()
+            })?
+        );
+    }
+    match error {
+        None => Ok(ExitCode::SUCCESS),
+        Some(error) => {
+            if !cli.json {
+                eprintln!("agentctl: upload to {remote} failed: {error}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+async fn download(
+    cli: &Cli,
+    remote: &str,
+    local: &Path,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let target = target(cli).await?;
+    let remote = remote_path(target.sandbox(), remote).await?;
+    // Written beside the destination and renamed, so a failed download leaves nothing half-written.
+    let dir = local
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let partial = tempfile::NamedTempFile::new_in(dir)?;
+    let file = tokio::fs::File::from_std(partial.reopen()?);
+    let bar = ProgressBar::hidden();
+    let outcome = target
+        .sandbox()
+        .link()
+        .await?
+        .download(&remote, file, |done, total| {
+            if bar.is_hidden() && total >= PROGRESS_BYTES {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                bar.set_length(total);
+                if let Ok(style) = ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                ) {
+                    bar.set_style(style);
+                }
+            }
+            bar.set_position(done);
+        })
+        .await?;
+    bar.finish_and_clear();
+    match outcome {
+        Ok(done) => {
+            partial.persist(local)?;
+            if cli.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"path": remote, "size": done.size, "sha256": done.sha256, "error": null})
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            if cli.json {
+                println!("{}", serde_json::json!({"path": remote, "error": error}));
+            } else {
+                eprintln!("agentctl: download of {remote} failed: {error}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn session_path() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("AGENTCTL_SESSION") {
+        return Ok(PathBuf::from(path));
+    }
+    let home =
+        std::env::var_os("HOME").ok_or("HOME is not set; set AGENTCTL_SESSION to a file path")?;
+    Ok(PathBuf::from(home).join(".agentd").join("session.json"))
+}
+
+/// The `up` session, if one is recorded and its agentd is alive.
+fn read_session() -> Result<Option<SessionFile>, Box<dyn std::error::Error>> {
+    let path = session_path()?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(format!("{}: {err}", path.display()).into()),
+    };
+    let session: SessionFile =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !Path::new(&format!("/proc/{}", session.pid)).exists() {
+        eprintln!(
+            "agentctl: the `up` session (pid {}) is gone; removing {}",
+            session.pid,
+            path.display()
+        );
+        let _ = std::fs::remove_file(&path);
+        return Ok(None);
+    }
+    Ok(Some(session))
+}
+
+fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    if let Some(session) = read_session()? {
+        return Err(format!(
+            "a session is already up ({} pid {}); run `agentctl down` first",
+            session.url, session.pid
+        )
+        .into());
+    }
+    let path = session_path()?;
+    let (workspace, owns_workspace) = match workspace {
+        Some(dir) => (
+            std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?,
+            false,
+        ),
+        None => (
+            tempfile::Builder::new()
+                .prefix("agentd-session-")
+                .tempdir()?
+                .keep(),
+            true,
+        ),
+    };
+    let log_path = path.with_extension("log");
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let (_child, Started { url, token, pid }) =
+        spawn_agentd(&workspace, Lifetime::Detached { log })?;
+    let session = SessionFile {
+        url: url.clone(),
+        token,
+        pid,
+        workspace: workspace.clone(),
+        owns_workspace,
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // The file holds the token: readable by this user only.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)?;
+    file.write_all(serde_json::to_string_pretty(&session)?.as_bytes())?;
+    if cli.json {
+        println!(
+            "{}",
+            serde_json::json!({"url": url, "pid": pid, "workspace": workspace})
+        );
+    } else {
+        println!(
+            "agentd up: {url} (pid {pid}), workspace {}",
+            workspace.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let path = session_path()?;
+    let Some(session) = read_session()? else {
+        eprintln!("agentctl: no session is up");
+        return Ok(ExitCode::SUCCESS);
+    };
+    let pid = nix::unistd::Pid::from_raw(session.pid as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let alive = || Path::new(&format!("/proc/{}", session.pid)).exists() && !is_zombie(session.pid);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while alive() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if alive() {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    }
+    if session.owns_workspace {
+        let _ = std::fs::remove_dir_all(&session.workspace);
+    }
+    std::fs::remove_file(&path)?;
+    println!("agentd down (pid {})", session.pid);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}

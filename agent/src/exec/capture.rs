@@ -1,0 +1,341 @@
+//! Capture at the source: the command's merged output goes to a [`CaptureFile`] up to its cap, and
+//! the rest is counted and dropped without passing through user space.
+//!
+//! Small outputs stay in memory (most commands print little, and a file per exec would cost a create
+//! and an unlink); past [`SPILL_BYTES`] they move to the file. So output is never held whole in memory,
+//! and what is held is bounded by the cap.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use nix::errno::Errno;
+use nix::fcntl::{SpliceFFlags, splice};
+use tokio::net::unix::pipe::Receiver;
+use tokio::sync::{mpsc, oneshot};
+
+/// Output up to this size stays in memory; beyond it the capture moves to its file.
+pub const SPILL_BYTES: usize = 64 * 1024;
+
+/// Read size from the pipe: one full pipe buffer (agentd raises pipes to 1 MiB, see `spawn`).
+const READ_BYTES: usize = 256 * 1024;
+
+/// The stored head of an exec's output.
+#[derive(Debug)]
+pub struct CaptureFile {
+    path: PathBuf,
+    cap: u64,
+    memory: Vec<u8>,
+    file: Option<File>,
+    captured: u64,
+    newlines: u64,
+    total: u64,
+}
+
+impl CaptureFile {
+    /// A capture that will use `path` once it spills, storing at most `cap` bytes.
+    pub fn new(path: PathBuf, cap: u64) -> Self {
+        Self {
+            path,
+            cap,
+            memory: Vec::new(),
+            file: None,
+            captured: 0,
+            newlines: 0,
+            total: 0,
+        }
+    }
+
+    /// Bytes stored.
+    pub fn captured(&self) -> u64 {
+        self.captured
+    }
+
+    /// Bytes the command wrote in all.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// LF bytes among the stored bytes.
+    pub fn newlines(&self) -> u64 {
+        self.newlines
+    }
+
+    /// The capture reached its cap: more output is only counted.
+    pub fn is_full(&self) -> bool {
+        self.captured >= self.cap
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stores what fits under the cap and counts all of `data`.
+    pub fn accept(&mut self, data: &[u8]) -> io::Result<()> {
+        self.total += data.len() as u64;
+        let room = usize::try_from(self.cap - self.captured.min(self.cap)).unwrap_or(usize::MAX);
+        let kept = &data[..data.len().min(room)];
+        if kept.is_empty() {
+            return Ok(());
+        }
+        self.newlines += memchr::memchr_iter(b'\n', kept).count() as u64;
+        self.captured += kept.len() as u64;
+        match &mut self.file {
+            Some(file) => file.write_all(kept)?,
+            None if self.memory.len() + kept.len() <= SPILL_BYTES => {
+                self.memory.extend_from_slice(kept)
+            }
+            None => {
+                let mut file = create(&self.path)?;
+                file.write_all(&self.memory)?;
+                file.write_all(kept)?;
+                self.memory = Vec::new();
+                self.file = Some(file);
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts bytes that were dropped without being read.
+    pub fn count_dropped(&mut self, n: u64) {
+        self.total += n;
+    }
+
+    /// `len` stored bytes from `offset` (fewer at the end).
+    pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let end = self.captured.min(offset.saturating_add(len as u64));
+        let len = usize::try_from(end.saturating_sub(offset)).unwrap_or(0);
+        match &self.file {
+            None => Ok(self
+                .memory
+                .get(offset as usize..offset as usize + len)
+                .unwrap_or_default()
+                .to_vec()),
+            Some(file) => {
+                let mut buf = vec![0; len];
+                file.read_exact_at(&mut buf, offset)?;
+                Ok(buf)
+            }
+        }
+    }
+
+    /// Everything stored; the file, if any, is removed.
+    pub fn into_bytes(self) -> io::Result<Vec<u8>> {
+        let bytes = match self.file {
+            None => return Ok(self.memory),
+            Some(ref file) => {
+                let mut buf = vec![0; usize::try_from(self.captured).unwrap_or(0)];
+                file.read_exact_at(&mut buf, 0)?;
+                buf
+            }
+        };
+        self.discard();
+        Ok(bytes)
+    }
+
+    /// Makes sure the stored bytes are in the file at [`Self::path`], which is kept.
+    pub fn persist(&mut self) -> io::Result<()> {
+        if self.file.is_none() {
+            let mut file = create(&self.path)?;
+            file.write_all(&self.memory)?;
+            self.memory = Vec::new();
+            self.file = Some(file);
+        }
+        Ok(())
+    }
+
+    /// Removes the file, if it exists (a file left at the path from before included).
+    pub fn discard(self) {
+        if let Err(err) = std::fs::remove_file(&self.path) {
+            if err.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.path.display(), "cannot remove capture file: {err}");
+            }
+        }
+    }
+}
+
+fn create(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+}
+
+/// What the drain did when it stopped.
+pub enum DrainEnd {
+    /// The pipe reached EOF: every writer is gone.
+    Eof,
+    /// Stopped on request; the rest of the pipe is discarded in the background.
+    Stopped,
+}
+
+/// Reads the command's output pipe into `capture` until EOF or until `stop` fires, sending each
+/// stored chunk to `live` as well. After `stop`, any writer still holding the pipe (a background
+/// grandchild) keeps being drained to nowhere, so it never blocks or gets SIGPIPE.
+pub async fn drain(
+    pipe: OwnedFd,
+    mut capture: CaptureFile,
+    live: Option<mpsc::Sender<Vec<u8>>>,
+    mut stop: oneshot::Receiver<()>,
+) -> (CaptureFile, DrainEnd, io::Result<()>) {
+    let pipe = match Receiver::from_owned_fd(pipe) {
+        Ok(pipe) => pipe,
+        Err(err) => return (capture, DrainEnd::Eof, Err(err)),
+    };
+    let mut buf = vec![0u8; READ_BYTES];
+    loop {
+        let step = tokio::select! {
+            biased;
+            step = read_step(&pipe, &mut capture, &mut buf, live.as_ref()) => step,
+            _ = &mut stop => {
+                tokio::spawn(discard_rest(pipe));
+                return (capture, DrainEnd::Stopped, Ok(()));
+            }
+        };
+        match step {
+            Ok(true) => continue,
+            Ok(false) => return (capture, DrainEnd::Eof, Ok(())),
+            Err(err) => return (capture, DrainEnd::Eof, Err(err)),
+        }
+    }
+}
+
+/// One read (or, once the capture is full, one splice to /dev/null). `Ok(false)` at EOF.
+async fn read_step(
+    pipe: &Receiver,
+    capture: &mut CaptureFile,
+    buf: &mut [u8],
+    live: Option<&mpsc::Sender<Vec<u8>>>,
+) -> io::Result<bool> {
+    pipe.readable().await?;
+    if capture.is_full() {
+        return match pipe.try_io(|| splice_to_null(pipe)) {
+            Ok(0) => Ok(false),
+            Ok(n) => {
+                capture.count_dropped(n as u64);
+                Ok(true)
+            }
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(true),
+            Err(err) => Err(err),
+        };
+    }
+    match pipe.try_read(buf) {
+        Ok(0) => Ok(false),
+        Ok(n) => {
+            capture.accept(&buf[..n])?;
+            if let Some(live) = live {
+                // A client that went away must not stop the capture.
+                let _ = live.send(buf[..n].to_vec()).await;
+            }
+            Ok(true)
+        }
+        Err(err)
+            if matches!(
+                err.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) =>
+        {
+            Ok(true)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Moves up to 1 MiB from the pipe to /dev/null inside the kernel.
+fn splice_to_null(pipe: &impl AsFd) -> io::Result<usize> {
+    let null = dev_null()?;
+    match splice(
+        pipe.as_fd(),
+        None,
+        null.as_fd(),
+        None,
+        1 << 20,
+        SpliceFFlags::SPLICE_F_NONBLOCK,
+    ) {
+        Ok(n) => Ok(n),
+        Err(Errno::EAGAIN) => Err(io::ErrorKind::WouldBlock.into()),
+        Err(Errno::EINVAL) => read_to_nowhere(pipe),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// Fallback for kernels whose /dev/null cannot be spliced to.
+fn read_to_nowhere(pipe: &impl AsFd) -> io::Result<usize> {
+    let mut buf = [0u8; 64 * 1024];
+    match nix::unistd::read(pipe, &mut buf) {
+        Ok(n) => Ok(n),
+        Err(Errno::EAGAIN) => Err(io::ErrorKind::WouldBlock.into()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn dev_null() -> io::Result<&'static File> {
+    static NULL: OnceLock<File> = OnceLock::new();
+    if let Some(null) = NULL.get() {
+        return Ok(null);
+    }
+    let file = OpenOptions::new().write(true).open("/dev/null")?;
+    Ok(NULL.get_or_init(|| file))
+}
+
+async fn discard_rest(pipe: Receiver) {
+    loop {
+        if pipe.readable().await.is_err() {
+            return;
+        }
+        match pipe.try_io(|| splice_to_null(&pipe)) {
+            Ok(0) => return,
+            Ok(_) => continue,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_up_to_the_cap_and_counts_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut capture = CaptureFile::new(dir.path().join("c"), 100_000);
+        for _ in 0..30 {
+            capture.accept(&[b'x'; 9_999]).unwrap();
+            capture.accept(b"\n").unwrap();
+        }
+        capture.count_dropped(5);
+        assert_eq!(
+            (capture.captured(), capture.total(), capture.newlines()),
+            (100_000, 300_005, 10)
+        );
+        assert!(capture.is_full());
+        assert!(
+            dir.path().join("c").exists(),
+            "past SPILL_BYTES the capture is a file"
+        );
+        assert_eq!(capture.read_at(99_998, 10).unwrap(), b"x\n");
+        let bytes = capture.into_bytes().unwrap();
+        assert_eq!(bytes.len(), 100_000);
+        assert!(!dir.path().join("c").exists());
+    }
+
+    #[test]
+    fn small_output_never_touches_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut capture = CaptureFile::new(dir.path().join("c"), 10);
+        capture.accept(b"hello\nworld\n").unwrap();
+        assert_eq!(
+            (capture.captured(), capture.total(), capture.newlines()),
+            (10, 12, 1)
+        );
+        assert!(!dir.path().join("c").exists());
+        capture.persist().unwrap();
+        assert_eq!(std::fs::read(dir.path().join("c")).unwrap(), b"hello\nworl");
+    }
+}

@@ -1,0 +1,356 @@
+//! Running one command: spawn under `/bin/sh -c` in its own session, capture its merged output at the
+//! source, enforce the timeout with the kill ladder, and report exactly how it ended.
+//!
+//! - [`reaper`]: the single owner of exit statuses (agentd is a subreaper, maybe PID 1).
+//! - [`tree`]: which processes belong to an exec, and the SIGTERM → grace → SIGKILL ladder.
+//! - [`capture`]: the capture file, the pipe drain, splice of the dropped tail to /dev/null.
+//! - [`preview`]: the head/tail preview of offloaded output.
+//!
+//! Invariants: the result is reported as soon as the shell is reaped and the pipe is drained, or
+//! [`DRAIN_AFTER_EXIT`] after the reaping if a background process still holds the pipe; a timed-out or
+//! cancelled exec returns only after its whole tree is gone.
+
+pub mod capture;
+pub mod preview;
+pub mod reaper;
+pub mod tree;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use agentd_protocol::ExecResult;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use thiserror::Error;
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use capture::{CaptureFile, DrainEnd};
+use reaper::{Exit, Reaper};
+use tree::{TAG_VAR, TimeoutLadder};
+
+/// How long the pipe is still read after the shell was reaped, for output a background process
+/// writes late. Past it the result goes out and the pipe is drained to nowhere.
+pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
+
+/// Pipe buffer agentd asks for: fewer wakeups per megabyte (the kernel's default maximum).
+const PIPE_BYTES: i32 = 1 << 20;
+
+/// What to run and how.
+#[derive(Debug)]
+pub struct ExecSpec {
+    pub command: String,
+    /// Absolute, or relative to the workspace.
+    pub cwd: Option<String>,
+    pub env: BTreeMap<String, String>,
+    /// `None`: no limit.
+    pub timeout: Option<Duration>,
+    pub stdin: Option<Vec<u8>>,
+    pub max_capture_bytes: u64,
+    pub mode: CaptureMode,
+}
+
+/// What happens to the captured output.
+#[derive(Debug, Clone)]
+pub enum CaptureMode {
+    /// All captured bytes come back inline; the capture file is temporary.
+    Inline,
+    /// Output above `inline_budget` stays in the file at `path` and a preview comes back.
+    Offload { path: String, inline_budget: u64 },
+}
+
+/// A command that could not be started: reported as such, never as a made-up exit code.
+#[derive(Debug, Error)]
+pub enum SpawnError {
+    #[error("working directory `{path}` is not usable: {source}")]
+    Cwd { path: PathBuf, source: io::Error },
+    #[error("capture file `{path}` cannot be created: {source}")]
+    CapturePath { path: PathBuf, source: io::Error },
+    #[error("cannot create the output pipe: {0}")]
+    Pipe(io::Error),
+    #[error("cannot start /bin/sh: {0}")]
+    Shell(io::Error),
+}
+
+/// Runs commands for every connection of this agentd.
+pub struct Executor {
+    reaper: Arc<Reaper>,
+    ladder: TimeoutLadder,
+    workspace: PathBuf,
+    /// Where temporary capture files of inline execs live.
+    scratch: PathBuf,
+    /// Prefix of every exec tag: agentd's pid, so two agentd in one sandbox never share tags.
+    tag_prefix: String,
+    next_seq: AtomicU64,
+    /// Running execs by sequence number (root pid, tag), so shutdown can end them all.
+    running: Mutex<HashMap<u64, (u32, String)>>,
+}
+
+/// Stops one exec early (a `cancel` request).
+#[derive(Debug, Default)]
+pub struct CancelHandle(Notify);
+
+impl CancelHandle {
+    pub fn cancel(&self) {
+        self.0.notify_one();
+    }
+}
+
+impl Executor {
+    pub fn new(reaper: Arc<Reaper>, workspace: PathBuf, scratch: PathBuf, grace: Duration) -> Self {
+        Self {
+            reaper,
+            ladder: TimeoutLadder { grace },
+            workspace,
+            scratch,
+            tag_prefix: std::process::id().to_string(),
+            next_seq: AtomicU64::new(0),
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// Resolves a request path against the workspace.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        self.workspace.join(path)
+    }
+
+    /// Runs `spec` to completion. `started` hears the shell's pid; `live` gets output as it comes.
+    pub async fn run(
+        &self,
+        spec: ExecSpec,
+        cancel: &CancelHandle,
+        started: Option<oneshot::Sender<u32>>,
+        live: Option<mpsc::Sender<Vec<u8>>>,
+    ) -> Result<ExecResult, SpawnError> {
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{}.{seq}", self.tag_prefix);
+        let cwd = match &spec.cwd {
+            Some(cwd) => self.resolve(cwd),
+            None => self.workspace.clone(),
+        };
+        // chdir failing in the child would be indistinguishable from a missing shell.
+        match std::fs::metadata(&cwd) {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(SpawnError::Cwd {
+                    path: cwd,
+                    source: io::Error::from_raw_os_error(libc::ENOTDIR),
+                });
+            }
+            Err(source) => return Err(SpawnError::Cwd { path: cwd, source }),
+        }
+        let capture = self.capture_for(&spec, seq)?;
+
+        let (reader, writer) =
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| SpawnError::Pipe(e.into()))?;
+        // A bigger pipe means fewer wakeups; failure only costs speed.
+        let _ = fcntl(reader.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
+        fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+            .map_err(|e| SpawnError::Pipe(e.into()))?;
+        let stderr = writer.try_clone().map_err(SpawnError::Pipe)?;
+
+        let mut command = Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(&spec.command)
+            .current_dir(&cwd)
+            .envs(&spec.env)
+            .env(TAG_VAR, &tag)
+            .stdin(if spec.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::from(writer))
+            .stderr(Stdio::from(stderr));
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
+        }
+        let start = Instant::now();
+        let (pid, exited, stdin_pipe) = {
+            // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
+            let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            let spawned = self.reaper.spawn(&mut command).map_err(SpawnError::Shell)?;
+            running.insert(seq, (spawned.0, tag.clone()));
+            spawned
+        };
+        // Our copies of the pipe's write end must close, or EOF never comes.
+        drop(command);
+        if let Some(started) = started {
+            let _ = started.send(pid);
+        }
+        if let (Some(stdin), Some(bytes)) = (stdin_pipe, spec.stdin) {
+            tokio::spawn(feed_stdin(stdin, bytes));
+        }
+
+        let (stop_drain, stop) = oneshot::channel();
+        let mut drain = tokio::spawn(capture::drain(reader, capture, live, stop));
+        let mut timed_out = false;
+        let mut cancelled = false;
+        let sleep = async {
+            match spec.timeout {
+                Some(timeout) => tokio::time::sleep(timeout).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(exited);
+        let exit = tokio::select! {
+            exit = &mut exited => exit,
+            () = sleep => {
+                timed_out = true;
+                self.ladder.kill(pid, &tag).await;
+                (&mut exited).await
+            }
+            () = cancel.0.notified() => {
+                cancelled = true;
+                self.ladder.kill(pid, &tag).await;
+                (&mut exited).await
+            }
+        };
+        let duration = start.elapsed();
+        self.running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&seq);
+        // The receiver only fails if the reaper is gone, which ends agentd anyway.
+        let exit = exit.unwrap_or(Exit::Code(-1));
+
+        let drained = match tokio::time::timeout(DRAIN_AFTER_EXIT, &mut drain).await {
+            Ok(drained) => drained,
+            Err(_) => {
+                let _ = stop_drain.send(());
+                drain.await
+            }
+        };
+        let (capture, end, read_result) =
+            drained.map_err(|e| SpawnError::Pipe(io::Error::other(e)))?;
+        if let Err(err) = read_result {
+            tracing::warn!(pid, "reading exec output failed: {err}");
+        }
+        if matches!(end, DrainEnd::Stopped) {
+            tracing::debug!(pid, "a background process still holds the output pipe");
+        }
+
+        let mut result = ExecResult {
+            exit_code: exit.code(),
+            signal: match exit {
+                Exit::Signal(signal) => Some(signal.as_str().to_owned()),
+                Exit::Code(_) => None,
+            },
+            timed_out,
+            cancelled,
+            duration: duration.as_secs_f64(),
+            total_bytes: capture.total(),
+            capped: capture.is_full(),
+            ..ExecResult::default()
+        };
+        finish_capture(capture, &spec.mode, &mut result).map_err(|e| SpawnError::CapturePath {
+            path: PathBuf::from(match &spec.mode {
+                CaptureMode::Offload { path, .. } => path.as_str(),
+                CaptureMode::Inline => "(temporary)",
+            }),
+            source: e,
+        })?;
+        Ok(result)
+    }
+
+    /// Ends every running exec (agentd is shutting down).
+    pub async fn kill_all(&self) {
+        let running: Vec<(u32, String)> = self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect();
+        let kills = running.iter().map(|(pid, tag)| self.ladder.kill(*pid, tag));
+        futures_util::future::join_all(kills).await;
+    }
+
+    fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<CaptureFile, SpawnError> {
+        match &spec.mode {
+            CaptureMode::Inline => {
+                let cap = spec.max_capture_bytes.clamp(
+                    agentd_protocol::limits::MIN_INLINE_CAPTURE_BYTES,
+                    MAX_INLINE_CAPTURE,
+                );
+                Ok(CaptureFile::new(
+                    self.scratch.join(format!("capture-{seq}")),
+                    cap,
+                ))
+            }
+            CaptureMode::Offload { path, .. } => {
+                let path = self.resolve(path);
+                if let Some(parent) = path.parent() {
+                    std::fs::create_dir_all(parent).map_err(|source| SpawnError::CapturePath {
+                        path: path.clone(),
+                        source,
+                    })?;
+                }
+                Ok(CaptureFile::new(path, spec.max_capture_bytes))
+            }
+        }
+    }
+}
+
+/// Largest capture a plain exec returns inline: it travels in one JSON message.
+pub const MAX_INLINE_CAPTURE: u64 = 32 * 1024 * 1024;
+
+/// Fills the output fields of `result` from the finished capture.
+fn finish_capture(
+    mut capture: CaptureFile,
+    mode: &CaptureMode,
+    result: &mut ExecResult,
+) -> io::Result<()> {
+    match mode {
+        CaptureMode::Inline => {
+            result.truncated = capture.total() > capture.captured();
+            result.set_output(capture.into_bytes()?);
+        }
+        CaptureMode::Offload { inline_budget, .. } if capture.captured() <= *inline_budget => {
+            // The contract's quirk: inline output cut at the cap is not reported as truncated.
+            result.capped = false;
+            result.set_output(capture.into_bytes()?);
+        }
+        CaptureMode::Offload { .. } => {
+            capture.persist()?;
+            let len = capture.captured();
+            let head = capture.read_at(0, preview::BYTE_EXCERPT)?;
+            let tail_len = preview::EXCERPT_BYTES + 1;
+            let tail = capture.read_at(len.saturating_sub(tail_len as u64), tail_len)?;
+            let stored = preview::Stored {
+                head: &head,
+                tail: &tail,
+                len,
+                newlines: capture.newlines(),
+                capped: capture.is_full(),
+            };
+            let (text, omitted) = preview::render(&stored);
+            result.offloaded = true;
+            result.truncated = result.capped;
+            result.omitted_lines = omitted;
+            result.capture_path = Some(capture.path().to_string_lossy().into_owned());
+            result.set_output(text);
+        }
+    }
+    Ok(())
+}
+
+async fn feed_stdin(stdin: OwnedFd, bytes: Vec<u8>) {
+    let Ok(mut pipe) = tokio::net::unix::pipe::Sender::from_owned_fd(stdin) else {
+        return;
+    };
+    // A command that exits without reading its stdin closes the pipe: not an error.
+    let _ = pipe.write_all(&bytes).await;
+}

@@ -1,0 +1,101 @@
+//! The one owner of every exit status in agentd.
+//!
+//! agentd is a child subreaper (and may be PID 1 in a container), so orphans of every exec are
+//! re-parented to it and must be reaped here, or they stay zombies. A library wait on a single pid
+//! would race this loop for the same statuses, so no other code in agentd waits: execs are spawned
+//! through [`Reaper::spawn`] and receive their shell's status from here.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::process::Command;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use nix::errno::Errno;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::oneshot;
+
+/// How a tracked process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Code(i32),
+    Signal(nix::sys::signal::Signal),
+}
+
+impl Exit {
+    /// The shell convention: a death by signal `n` is `128 + n`.
+    pub fn code(self) -> i32 {
+        match self {
+            Self::Code(code) => code,
+            Self::Signal(signal) => 128 + signal as i32,
+        }
+    }
+}
+
+/// Receives the exit of one spawned process.
+pub type ExitReceiver = oneshot::Receiver<Exit>;
+
+#[derive(Default)]
+pub struct Reaper {
+    /// Processes whose exit someone awaits. Held while spawning and while reaping, so a child that
+    /// exits before it is registered cannot be reaped unseen.
+    waiters: Mutex<HashMap<i32, oneshot::Sender<Exit>>>,
+}
+
+impl Reaper {
+    /// Makes agentd a subreaper and starts the reaping task (needs a tokio runtime).
+    pub fn start() -> io::Result<Arc<Self>> {
+        // Orphans of an exec must come to us, so a timeout can find them and no zombie outlives them.
+        nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)?;
+        let mut sigchld = signal(SignalKind::child())?;
+        let reaper = Arc::new(Self::default());
+        let task_reaper = Arc::clone(&reaper);
+        tokio::spawn(async move {
+            loop {
+                task_reaper.reap_all();
+                if sigchld.recv().await.is_none() {
+                    break;
+                }
+            }
+        });
+        Ok(reaper)
+    }
+
+    /// Spawns `command` and registers its pid before anyone can reap it. Returns the pid, the exit
+    /// receiver and the write end of the child's stdin when `command` asked for a piped stdin.
+    pub fn spawn(&self, command: &mut Command) -> io::Result<(u32, ExitReceiver, Option<OwnedFd>)> {
+        let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut child = command.spawn()?;
+        let pid = child.id();
+        let stdin = child.stdin.take().map(OwnedFd::from);
+        // The std handle is dropped without waiting: the status belongs to `reap_all`.
+        drop(child);
+        let (tx, rx) = oneshot::channel();
+        waiters.insert(pid as i32, tx);
+        Ok((pid, rx, stdin))
+    }
+
+    /// Reaps every exited child; hands tracked statuses to their waiters, drops orphans' statuses.
+    fn reap_all(&self) {
+        let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            let (pid, exit) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) => (pid, Exit::Code(code)),
+                Ok(WaitStatus::Signaled(pid, signal, _core)) => (pid, Exit::Signal(signal)),
+                Ok(WaitStatus::StillAlive) | Err(Errno::ECHILD) => return,
+                Ok(_) => continue,
+                Err(Errno::EINTR) => continue,
+                Err(err) => {
+                    tracing::warn!("waitpid failed: {err}");
+                    return;
+                }
+            };
+            if let Some(waiter) = waiters.remove(&pid.as_raw()) {
+                // The exec may have given up waiting (connection gone); nothing to tell then.
+                let _ = waiter.send(exit);
+            }
+        }
+    }
+}

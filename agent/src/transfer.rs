@@ -1,0 +1,239 @@
+//! Uploads and downloads, streamed in chunks with a sha256 over every byte.
+//!
+//! An upload is written to a hidden temporary file in the destination directory and renamed into
+//! place only after the digest matched, so the destination never holds a partial file: an interrupted
+//! or failed upload leaves nothing behind (the temporary file is removed).
+
+use std::io;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use agentd_protocol::limits::CHUNK_SIZE;
+use agentd_protocol::{DownloadResult, DownloadStart, ServerMessage, TransferError, chunk};
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::{Notify, mpsc};
+use tokio_tungstenite::tungstenite::Message;
+
+/// What the connection hands an upload in progress.
+#[derive(Debug)]
+pub enum UploadEvent {
+    Data(Vec<u8>),
+    End {
+        sha256: String,
+    },
+    /// The upload cannot succeed (cancel, oversized chunk, connection gone).
+    Abort(String),
+}
+
+/// The contract's text for an IO failure: a transfer code where one applies, else the message.
+pub fn error_text(err: &io::Error) -> String {
+    match err.raw_os_error().and_then(TransferError::from_errno) {
+        Some(code) => code.as_str().to_owned(),
+        None => err.to_string(),
+    }
+}
+
+/// Receives one upload; returns its error, `None` on success.
+pub async fn upload(
+    path: &str,
+    mode: Option<u32>,
+    mut events: mpsc::Receiver<UploadEvent>,
+) -> Option<String> {
+    let mut target = match UploadTarget::open(path, mode).await {
+        Ok(target) => Some(target),
+        Err(error) => {
+            // Keep consuming the chunks already on their way; answer once, at the end.
+            while let Some(event) = events.recv().await {
+                if matches!(event, UploadEvent::End { .. } | UploadEvent::Abort(_)) {
+                    break;
+                }
+            }
+            return Some(error);
+        }
+    };
+    let mut hasher = Sha256::new();
+    let mut failure = None;
+    while let Some(event) = events.recv().await {
+        match event {
+            UploadEvent::Data(data) => {
+                hasher.update(&data);
+                if let Some(t) = target.as_mut() {
+                    if let Err(err) = t.file.write_all(&data).await {
+                        failure = Some(format!("write failed: {err}"));
+                        if let Some(t) = target.take() {
+                            t.remove().await;
+                        }
+                    }
+                }
+            }
+            UploadEvent::End { sha256 } => {
+                let Some(t) = target.take() else {
+                    return failure;
+                };
+                let received = format!("{:x}", hasher.finalize());
+                if !received.eq_ignore_ascii_case(&sha256) {
+                    t.remove().await;
+                    return Some(format!(
+                        "sha256 mismatch: expected {sha256}, received {received}"
+                    ));
+                }
+                return t.commit().await.err();
+            }
+            UploadEvent::Abort(reason) => {
+                if let Some(t) = target.take() {
+                    t.remove().await;
+                }
+                return Some(reason);
+            }
+        }
+    }
+    if let Some(t) = target.take() {
+        t.remove().await;
+    }
+    Some("connection closed before upload_end".to_owned())
+}
+
+struct UploadTarget {
+    dest: PathBuf,
+    temp: PathBuf,
+    file: tokio::fs::File,
+    mode: u32,
+}
+
+impl UploadTarget {
+    async fn open(path: &str, mode: Option<u32>) -> Result<Self, String> {
+        TransferError::check_path(path).map_err(|e| e.as_str().to_owned())?;
+        let dest = PathBuf::from(path);
+        let existing_mode = match tokio::fs::metadata(&dest).await {
+            Ok(meta) if meta.is_dir() => {
+                return Err(TransferError::IsDirectory.as_str().to_owned());
+            }
+            Ok(meta) => Some(meta.permissions().mode() & 0o7777),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(err) => return Err(error_text(&err)),
+        };
+        let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
+            return Err(TransferError::InvalidPath.as_str().to_owned());
+        };
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| error_text(&e))?;
+        let temp = parent.join(format!(
+            ".{}.agentd-{:016x}.part",
+            name.to_string_lossy(),
+            rand::random::<u64>()
+        ));
+        let file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .await
+            .map_err(|e| error_text(&e))?;
+        Ok(Self {
+            dest,
+            temp,
+            file,
+            mode: mode.or(existing_mode).unwrap_or(0o644),
+        })
+    }
+
+    async fn commit(mut self) -> Result<(), String> {
+        let done = async {
+            self.file.flush().await?;
+            self.file
+                .set_permissions(std::fs::Permissions::from_mode(self.mode))
+                .await?;
+            tokio::fs::rename(&self.temp, &self.dest).await
+        };
+        match done.await {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                let _ = tokio::fs::remove_file(&self.temp).await;
+                Err(error_text(&err))
+            }
+        }
+    }
+
+    async fn remove(self) {
+        drop(self.file);
+        let _ = tokio::fs::remove_file(&self.temp).await;
+    }
+}
+
+/// Sends one file as `download_start`, chunks and the final result.
+pub async fn download(
+    id: u64,
+    path: String,
+    out: mpsc::Sender<Message>,
+    cancel: Arc<Notify>,
+) -> DownloadResult {
+    let failed = |error: String| DownloadResult {
+        id,
+        path: path.clone(),
+        error: Some(error),
+        sha256: None,
+        size: None,
+    };
+    if let Err(code) = TransferError::check_path(&path) {
+        return failed(code.as_str().to_owned());
+    }
+    let mut file = match open_for_download(Path::new(&path)).await {
+        Ok(file) => file,
+        Err(error) => return failed(error),
+    };
+    let size = match file.metadata().await {
+        Ok(meta) => meta.len(),
+        Err(err) => return failed(error_text(&err)),
+    };
+    let start = ServerMessage::DownloadStart(DownloadStart {
+        id,
+        path: path.clone(),
+        size,
+    });
+    if out.send(Message::text(start.to_json())).await.is_err() {
+        return failed("connection closed".to_owned());
+    }
+    let mut hasher = Sha256::new();
+    let mut sent = 0u64;
+    let mut buf = vec![0u8; CHUNK_SIZE];
+    loop {
+        let n = tokio::select! {
+            read = file.read(&mut buf) => match read {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(err) => return failed(format!("read failed: {err}")),
+            },
+            () = cancel.notified() => return failed("cancelled".to_owned()),
+        };
+        hasher.update(&buf[..n]);
+        sent += n as u64;
+        if out
+            .send(Message::binary(chunk::encode(id, &buf[..n])))
+            .await
+            .is_err()
+        {
+            return failed("connection closed".to_owned());
+        }
+    }
+    DownloadResult {
+        id,
+        path,
+        error: None,
+        sha256: Some(format!("{:x}", hasher.finalize())),
+        size: Some(sent),
+    }
+}
+
+async fn open_for_download(path: &Path) -> Result<tokio::fs::File, String> {
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| error_text(&e))?;
+    let meta = file.metadata().await.map_err(|e| error_text(&e))?;
+    if meta.is_dir() {
+        return Err(TransferError::IsDirectory.as_str().to_owned());
+    }
+    Ok(file)
+}

@@ -1,0 +1,178 @@
+//! [`AgentdSandbox`]: the contract over a websocket link to a running agentd, reconnecting when the
+//! link dropped between calls.
+
+use std::time::Duration;
+
+use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
+use agentd_protocol::{
+    ExecRequest, ExecResult, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse,
+    FileUploadResponse, Offload,
+};
+use async_trait::async_trait;
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+use crate::error::{Result, SandboxError};
+use crate::link::Link;
+use crate::sandbox::BaseSandbox;
+
+/// A sandbox reached through agentd's websocket.
+pub struct AgentdSandbox {
+    url: String,
+    token: Option<String>,
+    id: String,
+    link: Mutex<Arc<Link>>,
+}
+
+impl AgentdSandbox {
+    /// Connects to the agentd at `url` (`ws://host:port`).
+    pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
+        let link = Link::connect(url, token).await?;
+        let id = format!("agentd:{}#{}", url, link.hello().pid);
+        Ok(Self {
+            url: url.to_owned(),
+            token: token.map(str::to_owned),
+            id,
+            link: Mutex::new(Arc::new(link)),
+        })
+    }
+
+    /// The current link, reconnected first if the previous one closed.
+    pub async fn link(&self) -> Result<Arc<Link>> {
+        let mut link = self.link.lock().await;
+        if link.is_closed() {
+            *link = Arc::new(Link::connect(&self.url, self.token.as_deref()).await?);
+        }
+        Ok(Arc::clone(&link))
+    }
+
+    /// Runs a request with every option of the protocol (cwd, env, stdin, streaming, offload).
+    pub async fn exec(
+        &self,
+        request: ExecRequest,
+        on_output: Option<&mut (dyn FnMut(&[u8]) + Send)>,
+    ) -> Result<ExecResult> {
+        self.link().await?.exec(request, on_output).await
+    }
+
+    /// The workspace agentd runs in (default cwd of commands).
+    pub async fn workspace(&self) -> Result<String> {
+        Ok(self.link().await?.hello().workspace.clone())
+    }
+}
+
+/// Seconds for the wire: `None` leaves agentd's default, zero is "no limit".
+fn wire_timeout(timeout: Option<Duration>) -> Option<f64> {
+    timeout.map(|t| t.as_secs_f64())
+}
+
+/// The contract's view of a native result. A timeout reads as exit code 124 with a note, the
+/// convention of `timeout(1)` that models and harnesses already know.
+pub fn execute_response(result: &ExecResult) -> Result<ExecuteResponse> {
+    let bytes = result
+        .output_bytes()
+        .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+    let mut output = String::from_utf8_lossy(&bytes).into_owned();
+    let mut exit_code = result.exit_code;
+    if result.timed_out {
+        if !output.is_empty() && !output.ends_with('\n') {
+            output.push('\n');
+        }
+        output.push_str(&format!(
+            "[Command timed out after {:.1}s; its process tree was killed]",
+            result.duration
+        ));
+        exit_code = 124;
+    }
+    Ok(ExecuteResponse {
+        output,
+        exit_code: Some(exit_code),
+        truncated: result.truncated,
+    })
+}
+
+#[async_trait]
+impl BaseSandbox for AgentdSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
+        let request = ExecRequest {
+            command: command.to_owned(),
+            timeout: wire_timeout(timeout),
+            ..ExecRequest::default()
+        };
+        execute_response(&self.exec(request, None).await?)
+    }
+
+    async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+        let link = self.link().await?;
+        let uploads = files.iter().map(|(path, bytes)| {
+            let link = Arc::clone(&link);
+            async move {
+                let error = link.upload(path, bytes.as_slice(), |_| {}).await?;
+                Ok(FileUploadResponse {
+                    path: path.clone(),
+                    error,
+                })
+            }
+        });
+        futures_util::future::join_all(uploads)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+        let link = self.link().await?;
+        let downloads = paths.iter().map(|path| {
+            let link = Arc::clone(&link);
+            async move {
+                let mut content = Vec::new();
+                Ok(match link.download(path, &mut content, |_, _| {}).await? {
+                    Ok(_) => FileDownloadResponse {
+                        path: path.clone(),
+                        content: Some(content),
+                        error: None,
+                    },
+                    Err(error) => FileDownloadResponse {
+                        path: path.clone(),
+                        content: None,
+                        error: Some(error),
+                    },
+                })
+            }
+        });
+        futures_util::future::join_all(downloads)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    async fn execute_with_offload(
+        &self,
+        command: &str,
+        capture_path: &str,
+        inline_budget: u64,
+        max_capture_bytes: Option<u64>,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteOffloadResult> {
+        let request = ExecRequest {
+            command: command.to_owned(),
+            timeout: wire_timeout(timeout),
+            max_capture_bytes: Some(max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES)),
+            offload: Some(Offload {
+                capture_path: capture_path.to_owned(),
+                inline_budget,
+            }),
+            ..ExecRequest::default()
+        };
+        let result = self.exec(request, None).await?;
+        Ok(ExecuteOffloadResult {
+            offloaded: result.offloaded,
+            preview_has_truncation_marker: result.offloaded && result.omitted_lines > 0,
+            response: execute_response(&result)?,
+        })
+    }
+}

@@ -1,0 +1,255 @@
+//! [`LocalSandbox`]: the embedded default. It starts `agentd serve` as a child on 127.0.0.1 with a
+//! random token and a temporary workspace, links to it, and on drop stops it (agentd kills every
+//! running command's tree on SIGTERM) and removes the workspace.
+
+use std::io::{BufRead as _, BufReader};
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agentd_protocol::{
+    ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
+};
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+use crate::adapters::agentd::AgentdSandbox;
+use crate::error::{Result, SandboxError};
+use crate::sandbox::BaseSandbox;
+
+/// Variable naming the agentd binary to run (overrides the search).
+pub const AGENTD_BIN_ENV: &str = "AGENTD_BIN";
+
+/// How long agentd may take to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a stopping agentd gets after SIGTERM before SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A private agentd on loopback, alive as long as this value.
+pub struct LocalSandbox {
+    sandbox: AgentdSandbox,
+    child: Child,
+    workspace: tempfile::TempDir,
+}
+
+/// Where a started agentd listens and with which secret.
+#[derive(Debug, Clone)]
+pub struct Started {
+    pub url: String,
+    pub token: String,
+    pub pid: u32,
+}
+
+impl LocalSandbox {
+    /// Starts agentd with a fresh temporary workspace.
+    pub async fn start() -> Result<Self> {
+        let workspace = tempfile::Builder::new()
+            .prefix("agentd-workspace-")
+            .tempdir()?;
+        let (child, started) = spawn_agentd(workspace.path(), Lifetime::TiedToParent)?;
+        let mut guard = ChildGuard(Some(child));
+        let sandbox = AgentdSandbox::connect(&started.url, Some(&started.token)).await?;
+        let child = guard
+            .0
+            .take()
+            .ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
+        Ok(Self {
+            sandbox,
+            child,
+            workspace,
+        })
+    }
+
+    /// The workspace directory on this machine (the default cwd of commands).
+    pub fn workspace(&self) -> &Path {
+        self.workspace.path()
+    }
+
+    /// The underlying link, for the protocol's full exec options.
+    pub fn agentd(&self) -> &AgentdSandbox {
+        &self.sandbox
+    }
+
+    /// Process id of the agentd child.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for LocalSandbox {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+/// Stops a child agentd if construction fails halfway.
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            stop(child);
+        }
+    }
+}
+
+/// SIGTERM, wait, then SIGKILL: agentd ends its commands' trees on SIGTERM before exiting.
+fn stop(child: &mut Child) {
+    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    while Instant::now() < deadline {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// How long a started agentd lives.
+#[derive(Debug)]
+pub enum Lifetime {
+    /// Until its owner drops it; the kernel sends it SIGTERM if this process dies first.
+    TiedToParent,
+    /// Until it is stopped explicitly (`agentctl up`); its log goes to `log`, not to our terminal
+    /// (an inherited pipe would keep a caller that reads our output waiting forever).
+    Detached { log: std::fs::File },
+}
+
+/// Starts `agentd serve` on a free loopback port with a random token, in `workspace`.
+pub fn spawn_agentd(workspace: &Path, lifetime: Lifetime) -> Result<(Child, Started)> {
+    let binary = agentd_binary()?;
+    let token = random_token();
+    let mut command = Command::new(&binary);
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+        .arg(workspace)
+        .env("AGENTD_TOKEN", &token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    match lifetime {
+        Lifetime::TiedToParent => {
+            command.stderr(Stdio::inherit());
+            // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+            unsafe {
+                command.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(std::io::Error::from)
+                });
+            }
+        }
+        Lifetime::Detached { log } => {
+            // Its own process group: a Ctrl-C in the terminal that ran `up` must not reach it.
+            command.stderr(Stdio::from(log)).process_group(0);
+        }
+    }
+    let mut child = command
+        .spawn()
+        .map_err(|e| SandboxError::Start(format!("cannot run {}: {e}", binary.display())))?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err(SandboxError::Start(
+            "agentd's stdout is not piped".to_owned(),
+        ));
+    };
+    // agentd prints one line once it listens; read it on a thread so a hung child cannot hang us.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = match rx.recv_timeout(START_TIMEOUT) {
+        Ok(line) => line,
+        Err(_) => {
+            stop(&mut child);
+            return Err(SandboxError::Start(format!(
+                "agentd did not report its address within {START_TIMEOUT:?}"
+            )));
+        }
+    };
+    let Some(url) = line
+        .trim()
+        .strip_prefix("agentd listening on ")
+        .map(str::to_owned)
+    else {
+        stop(&mut child);
+        return Err(SandboxError::Start(format!(
+            "agentd exited before listening (printed {:?})",
+            line.trim()
+        )));
+    };
+    let pid = child.id();
+    Ok((child, Started { url, token, pid }))
+}
+
+/// Finds the agentd executable: `$AGENTD_BIN`, next to this program (or one level up, where test
+/// binaries live), then `$PATH`.
+pub fn agentd_binary() -> Result<PathBuf> {
+    if let Some(path) = std::env::var_os(AGENTD_BIN_ENV) {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe()?;
+    let beside = exe
+        .parent()
+        .into_iter()
+        .flat_map(|dir| [dir.join("agentd"), dir.join("../agentd")]);
+    let on_path = std::env::var_os("PATH")
+        .map(|path| {
+            std::env::split_paths(&path)
+                .map(|dir| dir.join("agentd"))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    beside.chain(on_path).find(|candidate| candidate.is_file()).ok_or_else(|| {
+        SandboxError::Start(
+            "cannot find the agentd binary: build it with `cargo build --workspace` or set AGENTD_BIN".to_owned(),
+        )
+    })
+}
+
+/// 256 random bits, hex.
+fn random_token() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[async_trait]
+impl BaseSandbox for LocalSandbox {
+    fn id(&self) -> &str {
+        self.sandbox.id()
+    }
+
+    async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
+        self.sandbox.execute(command, timeout).await
+    }
+
+    async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+        self.sandbox.upload_files(files).await
+    }
+
+    async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+        self.sandbox.download_files(paths).await
+    }
+
+    async fn execute_with_offload(
+        &self,
+        command: &str,
+        capture_path: &str,
+        inline_budget: u64,
+        max_capture_bytes: Option<u64>,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteOffloadResult> {
+        self.sandbox
+            .execute_with_offload(
+                command,
+                capture_path,
+                inline_budget,
+                max_capture_bytes,
+                timeout,
+            )
+            .await
+    }
+}

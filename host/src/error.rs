@@ -1,0 +1,32 @@
+//! Transport failures. Model-facing failures (a missing file, a failing command) are values in the
+//! result types instead; an `Err` means the sandbox could not be asked at all.
+
+use agentd_protocol::ErrorCode;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    #[error("cannot connect to agentd at {url}: {reason}")]
+    Connect { url: String, reason: String },
+    #[error("agentd refused the token (HTTP 401) at {url}")]
+    Unauthorized { url: String },
+    #[error("the link to agentd closed before the answer came")]
+    LinkClosed,
+    #[error("agentd sent something this client does not understand: {0}")]
+    Protocol(String),
+    #[error("agentd refused the request ({code:?}): {message}")]
+    Refused { code: ErrorCode, message: String },
+    #[error("sha256 mismatch on download of {path}: agentd sent {expected}, received {actual}")]
+    DigestMismatch {
+        path: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("cannot start the local agentd: {0}")]
+    Start(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = SandboxError> = std::result::Result<T, E>;

@@ -1,0 +1,428 @@
+//! The websocket client: one connection to agentd, many requests in flight on it.
+//!
+//! A reader task routes every incoming message to the request that owns its id; a writer task owns
+//! the socket's sending half. Each request gets a bounded route, so a caller that reads slowly (a large
+//! download) slows the socket rather than growing memory.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agentd_protocol::limits::CHUNK_SIZE;
+use agentd_protocol::{
+    CancelRequest, ClientMessage, DownloadRequest, ErrorReply, ExecRequest, ExecResult, Hello,
+    HelloReply, PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, chunk,
+};
+use futures_util::{SinkExt as _, StreamExt as _};
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use crate::error::{Result, SandboxError};
+
+/// What a request's route receives.
+#[derive(Debug)]
+enum Incoming {
+    Message(ServerMessage),
+    Chunk(Vec<u8>),
+}
+
+/// Messages routed to one request before the reader waits for it.
+const ROUTE_QUEUE: usize = 64;
+
+type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<Incoming>>>>;
+
+/// A live connection to one agentd.
+pub struct Link {
+    url: String,
+    out: mpsc::Sender<Message>,
+    routes: Routes,
+    next_id: AtomicU64,
+    closed: Arc<AtomicBool>,
+    hello: HelloReply,
+    tasks: [JoinHandle<()>; 2],
+}
+
+/// A finished download.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Downloaded {
+    pub size: u64,
+    pub sha256: String,
+}
+
+impl Link {
+    /// Connects, authenticates with `token` (if any) and completes the `hello` handshake.
+    pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
+        let connect_error = |reason: String| SandboxError::Connect {
+            url: url.to_owned(),
+            reason,
+        };
+        let mut request = url
+            .into_client_request()
+            .map_err(|e| connect_error(e.to_string()))?;
+        if let Some(token) = token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|e| connect_error(e.to_string()))?;
+            request.headers_mut().insert("authorization", value);
+        }
+        // Inline outputs travel as one JSON message; their size is bounded by agentd's capture cap.
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(512 << 20))
+            .max_frame_size(Some(512 << 20));
+        let (ws, _) =
+            match tokio_tungstenite::connect_async_with_config(request, Some(config), true).await {
+                Ok(connected) => connected,
+                Err(tungstenite::Error::Http(response))
+                    if response.status() == StatusCode::UNAUTHORIZED =>
+                {
+                    return Err(SandboxError::Unauthorized {
+                        url: url.to_owned(),
+                    });
+                }
+                Err(err) => return Err(connect_error(err.to_string())),
+            };
+        let (mut sink, mut source) = ws.split();
+        let (out, mut outgoing) = mpsc::channel::<Message>(ROUTE_QUEUE);
+        let writer = tokio::spawn(async move {
+            while let Some(message) = outgoing.recv().await {
+                let mut batch = Some(message);
+                while let Some(message) = batch.take() {
+                    if sink.feed(message).await.is_err() {
+                        return;
+                    }
+                    batch = outgoing.try_recv().ok();
+                }
+                if sink.flush().await.is_err() {
+                    return;
+                }
+            }
+            let _ = sink.close().await;
+        });
+        let routes: Routes = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let (routes, closed) = (Arc::clone(&routes), Arc::clone(&closed));
+            tokio::spawn(async move {
+                while let Some(Ok(frame)) = source.next().await {
+                    match frame {
+                        Message::Text(text) => match ServerMessage::from_json(text.as_str()) {
+                            Ok(message) => route_message(&routes, message).await,
+                            Err(err) => tracing::warn!("unreadable message from agentd: {err}"),
+                        },
+                        Message::Binary(data) => match chunk::decode(&data) {
+                            Ok((id, payload)) => {
+                                route(&routes, id, Incoming::Chunk(payload.to_vec()), false).await
+                            }
+                            Err(err) => tracing::warn!("unreadable chunk from agentd: {err}"),
+                        },
+                        Message::Close(_) => break,
+                        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                    }
+                }
+                closed.store(true, Ordering::Release);
+                // Dropping every route wakes every waiting request with `LinkClosed`.
+                routes
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clear();
+            })
+        };
+        let mut link = Self {
+            url: url.to_owned(),
+            out,
+            routes,
+            next_id: AtomicU64::new(1),
+            closed,
+            hello: HelloReply {
+                id: 0,
+                version: 0,
+                agentd_version: String::new(),
+                workspace: String::new(),
+                pid: 0,
+                max_text_message: 0,
+                max_binary_message: 0,
+            },
+            tasks: [reader, writer],
+        };
+        let (id, mut route) = link.open_route();
+        link.send(ClientMessage::Hello(Hello {
+            id,
+            versions: vec![PROTOCOL_VERSION],
+        }))
+        .await?;
+        match link.terminal(&mut route).await? {
+            ServerMessage::Hello(hello) => link.hello = hello,
+            other => return Err(unexpected(&other)),
+        }
+        Ok(link)
+    }
+
+    /// agentd's answer to `hello`: version, workspace, pid, limits.
+    pub fn hello(&self) -> &HelloReply {
+        &self.hello
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The connection is gone; a new `Link` is needed.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire) || self.out.is_closed()
+    }
+
+    /// Runs a command; `request.id` is assigned here. With `on_output`, output is streamed to it as it
+    /// comes (and still returned whole in the result).
+    pub async fn exec(
+        &self,
+        mut request: ExecRequest,
+        mut on_output: Option<&mut (dyn FnMut(&[u8]) + Send)>,
+    ) -> Result<ExecResult> {
+        let (id, mut route) = self.open_route();
+        request.id = id;
+        request.stream = on_output.is_some();
+        self.send(ClientMessage::Exec(request)).await?;
+        // Dropping this future mid-exec cancels the command instead of leaving it running.
+        let guard = CancelOnDrop {
+            out: self.out.clone(),
+            target: id,
+            armed: true,
+            next_id: &self.next_id,
+        };
+        loop {
+            match route.recv().await.ok_or(SandboxError::LinkClosed)? {
+                Incoming::Chunk(data) => {
+                    if let Some(on_output) = on_output.as_mut() {
+                        on_output(&data);
+                    }
+                }
+                Incoming::Message(ServerMessage::ExecStarted(_)) => {}
+                Incoming::Message(ServerMessage::ExecResult(result)) => {
+                    guard.disarm();
+                    return Ok(result);
+                }
+                Incoming::Message(ServerMessage::Error(err)) => {
+                    guard.disarm();
+                    return Err(refused(err));
+                }
+                Incoming::Message(other) => return Err(unexpected(&other)),
+            }
+        }
+    }
+
+    /// Asks agentd to stop request `target`; returns whether it was running.
+    pub async fn cancel(&self, target: u64) -> Result<bool> {
+        let (id, mut route) = self.open_route();
+        self.send(ClientMessage::Cancel(CancelRequest { id, target }))
+            .await?;
+        match self.terminal(&mut route).await? {
+            ServerMessage::CancelResult(result) => Ok(result.found),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Streams `data` to `path` in chunks; returns the per-file error (`None`: written).
+    pub async fn upload(
+        &self,
+        path: &str,
+        mut data: impl AsyncRead + Unpin,
+        mut progress: impl FnMut(u64),
+    ) -> Result<Option<String>> {
+        let (id, mut route) = self.open_route();
+        self.send(ClientMessage::Upload(UploadRequest {
+            id,
+            path: path.to_owned(),
+            mode: None,
+        }))
+        .await?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; CHUNK_SIZE];
+        loop {
+            let n = data.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            self.out
+                .send(Message::binary(chunk::encode(id, &buf[..n])))
+                .await
+                .map_err(|_| SandboxError::LinkClosed)?;
+            progress(n as u64);
+            // agentd answers early only when the upload failed; stop sending then.
+            if let Ok(Incoming::Message(message)) = route.try_recv() {
+                return upload_outcome(message);
+            }
+        }
+        let sha256 = format!("{:x}", hasher.finalize());
+        self.send(ClientMessage::UploadEnd(UploadEnd { id, sha256 }))
+            .await?;
+        upload_outcome(self.terminal(&mut route).await?)
+    }
+
+    /// Streams the file at `path` into `sink`, checking its sha256. `Ok(Err(error))` is a per-file
+    /// error (`file_not_found`, …) with nothing written to `sink`.
+    pub async fn download(
+        &self,
+        path: &str,
+        mut sink: impl AsyncWrite + Unpin,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<Result<Downloaded, String>> {
+        let (id, mut route) = self.open_route();
+        self.send(ClientMessage::Download(DownloadRequest {
+            id,
+            path: path.to_owned(),
+        }))
+        .await?;
+        let mut hasher = Sha256::new();
+        let mut received = 0u64;
+        let mut size = 0u64;
+        loop {
+            match route.recv().await.ok_or(SandboxError::LinkClosed)? {
+                Incoming::Message(ServerMessage::DownloadStart(start)) => size = start.size,
+                Incoming::Chunk(data) => {
+                    hasher.update(&data);
+                    sink.write_all(&data).await?;
+                    received += data.len() as u64;
+                    progress(received, size);
+                }
+                Incoming::Message(ServerMessage::DownloadResult(result)) => {
+                    sink.flush().await?;
+                    if let Some(error) = result.error {
+                        return Ok(Err(error));
+                    }
+                    let actual = format!("{:x}", hasher.finalize());
+                    let expected = result.sha256.unwrap_or_default();
+                    if actual != expected || result.size != Some(received) {
+                        return Err(SandboxError::DigestMismatch {
+                            path: path.to_owned(),
+                            expected,
+                            actual,
+                        });
+                    }
+                    return Ok(Ok(Downloaded {
+                        size: received,
+                        sha256: actual,
+                    }));
+                }
+                Incoming::Message(ServerMessage::Error(err)) => return Err(refused(err)),
+                Incoming::Message(other) => return Err(unexpected(&other)),
+            }
+        }
+    }
+
+    fn open_route(&self) -> (u64, mpsc::Receiver<Incoming>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(ROUTE_QUEUE);
+        self.routes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, tx);
+        (id, rx)
+    }
+
+    async fn send(&self, message: ClientMessage) -> Result<()> {
+        self.out
+            .send(Message::text(message.to_json()))
+            .await
+            .map_err(|_| SandboxError::LinkClosed)
+    }
+
+    /// Waits for the request's terminal message, skipping nothing: anything else is a protocol error.
+    async fn terminal(&self, route: &mut mpsc::Receiver<Incoming>) -> Result<ServerMessage> {
+        match route.recv().await.ok_or(SandboxError::LinkClosed)? {
+            Incoming::Message(ServerMessage::Error(err)) => Err(refused(err)),
+            Incoming::Message(message) => Ok(message),
+            Incoming::Chunk(_) => Err(SandboxError::Protocol("unexpected binary chunk".to_owned())),
+        }
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// Sends `cancel` for an exec whose caller stopped waiting.
+struct CancelOnDrop<'a> {
+    out: mpsc::Sender<Message>,
+    target: u64,
+    armed: bool,
+    next_id: &'a AtomicU64,
+}
+
+impl CancelOnDrop<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+            let cancel = ClientMessage::Cancel(CancelRequest {
+                id,
+                target: self.target,
+            });
+            let _ = self.out.try_send(Message::text(cancel.to_json()));
+        }
+    }
+}
+
+async fn route_message(routes: &Routes, message: ServerMessage) {
+    let terminal = match &message {
+        ServerMessage::ExecStarted(_) | ServerMessage::DownloadStart(_) => false,
+        ServerMessage::Hello(_)
+        | ServerMessage::ExecResult(_)
+        | ServerMessage::CancelResult(_)
+        | ServerMessage::UploadResult(_)
+        | ServerMessage::DownloadResult(_)
+        | ServerMessage::Error(_) => true,
+    };
+    match message.id() {
+        Some(id) => route(routes, id, Incoming::Message(message), terminal).await,
+        None => tracing::warn!("agentd reported a connection-level error: {message:?}"),
+    }
+}
+
+async fn route(routes: &Routes, id: u64, incoming: Incoming, terminal: bool) {
+    let sender = {
+        let mut routes = routes.lock().unwrap_or_else(PoisonError::into_inner);
+        if terminal {
+            routes.remove(&id)
+        } else {
+            routes.get(&id).cloned()
+        }
+    };
+    if let Some(sender) = sender {
+        // The caller may have stopped waiting; then the message has nobody to go to.
+        let _ = sender.send(incoming).await;
+    }
+}
+
+fn upload_outcome(message: ServerMessage) -> Result<Option<String>> {
+    match message {
+        ServerMessage::UploadResult(result) => Ok(result.error),
+        ServerMessage::Error(err) => Err(refused(err)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn refused(err: ErrorReply) -> SandboxError {
+    SandboxError::Refused {
+        code: err.code,
+        message: err.message,
+    }
+}
+
+fn unexpected(message: &ServerMessage) -> SandboxError {
+    SandboxError::Protocol(format!("unexpected message {}", message.to_json()))
+}
