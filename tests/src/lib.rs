@@ -1,1 +1,217 @@
-//! stub
+//! Support for the end-to-end tests and benchmarks: a real agentd (started through
+//! [`agentd_host::LocalSandbox`]), a raw websocket client for malformed input, and `/proc` helpers
+//! to check that nothing is left running.
+//!
+//! The tests need the `agentd` and `agentctl` binaries built: `cargo build --workspace` (the README's
+//! test command does it first).
+
+// Test support: a failed setup step should abort the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::{Message, http::HeaderValue};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// A started agentd with its address and token, for tests that speak the protocol by hand.
+pub struct Daemon {
+    pub child: std::process::Child,
+    pub url: String,
+    pub token: String,
+    pub workspace: tempfile::TempDir,
+}
+
+impl Daemon {
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts agentd with extra `serve` arguments.
+    pub fn start_with(extra: &[&str]) -> Self {
+        let workspace = tempfile::tempdir().expect("tempdir");
+        let token = format!("test-token-{}", rand::random::<u64>());
+        let mut child = std::process::Command::new(binary("agentd"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
+            .arg(workspace.path())
+            .args(extra)
+            .env("AGENTD_TOKEN", &token)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn agentd");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("read address");
+        let url = line
+            .trim()
+            .strip_prefix("agentd listening on ")
+            .expect("address line")
+            .to_owned();
+        Self {
+            child,
+            url,
+            token,
+            workspace,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = self.child.wait();
+    }
+}
+
+/// Path of a workspace binary built next to the test executable (`target/<profile>/NAME`).
+pub fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace` first",
+        path.display()
+    );
+    path
+}
+
+/// Opens a websocket with an optional bearer token, without the protocol handshake.
+pub async fn raw_connect(
+    url: &str,
+    token: Option<&str>,
+) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
+    let mut request = url.into_client_request()?;
+    if let Some(token) = token {
+        request.headers_mut().insert(
+            "authorization",
+            HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
+        );
+    }
+    Ok(tokio_tungstenite::connect_async(request).await?.0)
+}
+
+pub async fn send_text(ws: &mut Ws, text: impl Into<String>) {
+    ws.send(Message::text(text.into())).await.expect("send");
+}
+
+/// The next text message as JSON (binary messages are skipped), within 30 s.
+pub async fn recv_json(ws: &mut Ws) -> serde_json::Value {
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(30), ws.next())
+            .await
+            .expect("reply in time");
+        match frame.expect("open").expect("frame") {
+            Message::Text(text) => return serde_json::from_str(text.as_str()).expect("json"),
+            _ => continue,
+        }
+    }
+}
+
+/// Live processes below `pid` (by parent pid), as (pid, cmdline with spaces).
+pub fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(p) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("");
+        let ppid: u32 = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
+        if state != "Z" {
+            parent_of.push((p, ppid));
+        }
+    }
+    let mut found = Vec::new();
+    let mut queue = vec![pid];
+    while let Some(current) = queue.pop() {
+        for &(child, parent) in &parent_of {
+            if parent == current {
+                queue.push(child);
+                let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+                found.push((
+                    child,
+                    String::from_utf8_lossy(&cmdline)
+                        .replace('\0', " ")
+                        .trim()
+                        .to_owned(),
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// Live processes anywhere whose command line is exactly `cmdline` (words joined by spaces).
+pub fn processes_named(cmdline: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat
+                .rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            !zombie && String::from_utf8_lossy(&raw).replace('\0', " ").trim() == cmdline
+        })
+        .collect()
+}
+
+/// A `/proc/<pid>/status` field in kB (`VmRSS`, `VmHWM`).
+pub fn status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix(field)?
+                .strip_prefix(':')?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .expect("field")
+}
+
+/// Waits up to `within` for `check` to hold.
+pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
+}

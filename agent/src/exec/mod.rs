@@ -265,7 +265,8 @@ impl Executor {
         Ok(result)
     }
 
-    /// Ends every running exec (agentd is shutting down).
+    /// Ends every running exec with the kill ladder, then every other process agentd started
+    /// (background processes of finished execs): agentd is shutting down.
     pub async fn kill_all(&self) {
         let running: Vec<(u32, String)> = self
             .running
@@ -276,6 +277,7 @@ impl Executor {
             .collect();
         let kills = running.iter().map(|(pid, tag)| self.ladder.kill(*pid, tag));
         futures_util::future::join_all(kills).await;
+        tree::kill_every_descendant().await;
     }
 
     fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<CaptureFile, SpawnError> {

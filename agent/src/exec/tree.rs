@@ -46,38 +46,70 @@ fn has_tag(pid: i32, tag_entry: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
-/// The live processes of the exec whose shell is `root` and whose tag is `tag`.
-pub fn members(root: u32, tag: &str) -> Vec<i32> {
-    let processes = live_processes();
-    let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
-    for process in &processes {
-        children.entry(process.ppid).or_default().push(process.pid);
+/// Parent pid → live children, from one scan of `/proc`.
+struct ProcessTree {
+    children: HashMap<i32, Vec<i32>>,
+}
+
+impl ProcessTree {
+    fn scan() -> Self {
+        let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        for process in live_processes() {
+            children.entry(process.ppid).or_default().push(process.pid);
+        }
+        Self { children }
     }
-    let descendants = |start: i32| {
+
+    /// Every live process below `root`.
+    fn descendants(&self, root: i32) -> Vec<i32> {
         let mut found = Vec::new();
-        let mut queue = vec![start];
+        let mut queue = vec![root];
         while let Some(pid) = queue.pop() {
-            if let Some(kids) = children.get(&pid) {
+            if let Some(kids) = self.children.get(&pid) {
                 found.extend_from_slice(kids);
                 queue.extend_from_slice(kids);
             }
         }
         found
-    };
+    }
+
+    fn is_live(&self, pid: i32) -> bool {
+        self.children.values().any(|kids| kids.contains(&pid))
+    }
+}
+
+/// The live processes of the exec whose shell is `root` and whose tag is `tag`.
+pub fn members(root: u32, tag: &str) -> Vec<i32> {
+    let tree = ProcessTree::scan();
     let root = root as i32;
-    let mut out: HashSet<i32> = descendants(root).into_iter().collect();
-    if processes.iter().any(|p| p.pid == root) {
+    let mut out: HashSet<i32> = tree.descendants(root).into_iter().collect();
+    if tree.is_live(root) {
         out.insert(root);
     }
     // Orphans that escaped the tree were re-parented to agentd: look for the tag among its other
     // descendants only, which keeps the environ reads few.
     let tag_entry = format!("{TAG_VAR}={tag}").into_bytes();
-    for pid in descendants(std::process::id() as i32) {
+    for pid in tree.descendants(std::process::id() as i32) {
         if !out.contains(&pid) && has_tag(pid, &tag_entry) {
             out.insert(pid);
         }
     }
     out.into_iter().collect()
+}
+
+/// SIGKILLs every process below agentd, until none is left: the last step of shutdown, so nothing
+/// agentd started (a finished exec's background daemon included) outlives it.
+pub async fn kill_every_descendant() {
+    for _ in 0..KILL_ROUNDS {
+        let all = ProcessTree::scan().descendants(std::process::id() as i32);
+        if all.is_empty() {
+            return;
+        }
+        for pid in all {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        sleep(Duration::from_millis(2)).await;
+    }
 }
 
 /// SIGTERM to the whole exec, a grace period, then SIGKILL until nothing is left.
