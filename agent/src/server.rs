@@ -68,18 +68,9 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
 
 async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
-    let auth = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
-        let Some(token) = &shared.token else {
-            return Ok(response);
-        };
-        let header = request.headers().get("authorization").map(|v| v.as_bytes());
-        if token.accepts(header) {
-            return Ok(response);
-        }
-        let mut reject = ErrorResponse::new(Some("invalid or missing bearer token\n".to_owned()));
-        *reject.status_mut() = StatusCode::UNAUTHORIZED;
-        Err(reject)
-    };
+    #[allow(clippy::result_large_err)] // tungstenite's `Callback` signature
+    let auth =
+        |request: &Request, response: Response| authorize(shared.token.as_ref(), request, response);
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_WEBSOCKET_MESSAGE))
         .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE));
@@ -133,6 +124,26 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     drop(session);
     let _ = writer.await;
     tracing::debug!(%peer, "disconnected");
+}
+
+/// Accepts the upgrade only with the right bearer token (when agentd has one); else HTTP 401.
+// The error type is tungstenite's `Callback` signature, not ours to box.
+#[allow(clippy::result_large_err)]
+fn authorize(
+    token: Option<&Token>,
+    request: &Request,
+    response: Response,
+) -> Result<Response, ErrorResponse> {
+    let Some(token) = token else {
+        return Ok(response);
+    };
+    let header = request.headers().get("authorization").map(|v| v.as_bytes());
+    if token.accepts(header) {
+        return Ok(response);
+    }
+    let mut reject = ErrorResponse::new(Some("invalid or missing bearer token\n".to_owned()));
+    *reject.status_mut() = StatusCode::UNAUTHORIZED;
+    Err(reject)
 }
 
 /// A request in flight, as far as the connection must reach it again.
@@ -366,12 +377,12 @@ impl Session {
             |message: &str| DecodeError::new(Some(request.id), ErrorCode::InvalidField, message);
         let timeout = match request.timeout {
             None => self.shared.default_timeout,
-            Some(t) if !t.is_finite() || t < 0.0 || t > 1e9 => {
+            Some(t) if !t.is_finite() || !(0.0..=1e9).contains(&t) => {
                 return Err(invalid(
                     "`timeout` must be a number of seconds between 0 and 1e9 (0: no limit)",
                 ));
             }
-            Some(t) if t == 0.0 => None,
+            Some(0.0) => None,
             Some(t) => Some(Duration::from_secs_f64(t)),
         };
         let stdin = match &request.stdin_base64 {

@@ -59,12 +59,12 @@ pub async fn upload(
         match event {
             UploadEvent::Data(data) => {
                 hasher.update(&data);
-                if let Some(t) = target.as_mut() {
-                    if let Err(err) = t.file.write_all(&data).await {
-                        failure = Some(format!("write failed: {err}"));
-                        if let Some(t) = target.take() {
-                            t.remove().await;
-                        }
+                if let Some(t) = target.as_mut()
+                    && let Err(err) = t.file.write_all(&data).await
+                {
+                    failure = Some(format!("write failed: {err}"));
+                    if let Some(t) = target.take() {
+                        t.remove().await;
                     }
                 }
             }

@@ -32,6 +32,9 @@ enum Incoming {
     Chunk(Vec<u8>),
 }
 
+/// Receives live output of a streamed exec, chunk by chunk.
+pub type OutputSink<'a> = &'a mut (dyn FnMut(&[u8]) + Send);
+
 /// Messages routed to one request before the reader waits for it.
 const ROUTE_QUEUE: usize = 64;
 
@@ -181,7 +184,7 @@ impl Link {
     pub async fn exec(
         &self,
         mut request: ExecRequest,
-        mut on_output: Option<&mut (dyn FnMut(&[u8]) + Send)>,
+        mut on_output: Option<OutputSink<'_>>,
     ) -> Result<ExecResult> {
         let (id, mut route) = self.open_route();
         request.id = id;

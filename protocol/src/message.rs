@@ -172,7 +172,7 @@ impl ServerMessage {
     /// Parses a server message (what a client does with each text frame).
     pub fn from_json(text: &str) -> Result<Self, DecodeError> {
         let (kind, id, value) = split_envelope(text)?;
-        let parsed = match kind.as_str() {
+        match kind.as_str() {
             "hello" => from_value(value, id).map(Self::Hello),
             "exec_started" => from_value(value, id).map(Self::ExecStarted),
             "exec_result" => from_value(value, id).map(Self::ExecResult),
@@ -186,8 +186,7 @@ impl ServerMessage {
                 ErrorCode::UnknownType,
                 format!("unknown message type `{kind}`"),
             )),
-        };
-        parsed
+        }
     }
 
     /// The request id the message answers, if any.

@@ -1,6 +1,9 @@
 //! agentctl from the shell: a one-shot exec on the embedded default, and a multi-step session
 //! (up, upload, exec, download, down) against one local agentd.
 
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::process::Command;
 
 use agentd_tests::binary;

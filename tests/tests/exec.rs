@@ -1,5 +1,8 @@
 //! exec over a real websocket to a real agentd.
 
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,9 @@
 //! The wire protocol spoken by hand: auth, handshake, bad input, in-flight isolation, interrupted
 //! uploads. A real agentd, a raw websocket.
 
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use agentd_host::{AgentdSandbox, SandboxError};
@@ -295,7 +298,7 @@ async fn a_wrong_digest_or_cancel_keeps_the_destination_untouched() {
         json!({"type": "cancel", "id": 3, "target": 2}).to_string(),
     )
     .await;
-    let mut replies = vec![recv_json(&mut ws).await, recv_json(&mut ws).await];
+    let mut replies = [recv_json(&mut ws).await, recv_json(&mut ws).await];
     replies.sort_by_key(|r| r["id"].as_u64());
     assert_eq!(
         (replies[0]["type"].as_str(), replies[0]["error"].as_str()),
@@ -324,7 +327,7 @@ async fn cancel_by_id_reports_cancelled() {
         json!({"type": "cancel", "id": 2, "target": 1}).to_string(),
     )
     .await;
-    let mut replies = vec![recv_json(&mut ws).await, recv_json(&mut ws).await];
+    let mut replies = [recv_json(&mut ws).await, recv_json(&mut ws).await];
     replies.sort_by_key(|r| r["id"].as_u64());
     assert_eq!(
         (

@@ -1,5 +1,8 @@
 //! upload_files / download_files through a real agentd: per-file codes, order, exact bytes, 100 MiB.
 
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use agentd_host::{BaseSandbox, LocalSandbox};
 use sha2::{Digest as _, Sha256};
 

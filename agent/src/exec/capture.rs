@@ -149,10 +149,10 @@ impl CaptureFile {
 
     /// Removes the file, if it exists (a file left at the path from before included).
     pub fn discard(self) {
-        if let Err(err) = std::fs::remove_file(&self.path) {
-            if err.kind() != io::ErrorKind::NotFound {
-                tracing::warn!(path = %self.path.display(), "cannot remove capture file: {err}");
-            }
+        if let Err(err) = std::fs::remove_file(&self.path)
+            && err.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %self.path.display(), "cannot remove capture file: {err}");
         }
     }
 }

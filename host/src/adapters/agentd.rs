@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 
 use crate::error::{Result, SandboxError};
-use crate::link::Link;
+use crate::link::{Link, OutputSink};
 use crate::sandbox::BaseSandbox;
 
 /// A sandbox reached through agentd's websocket.
@@ -50,7 +50,7 @@ impl AgentdSandbox {
     pub async fn exec(
         &self,
         request: ExecRequest,
-        on_output: Option<&mut (dyn FnMut(&[u8]) + Send)>,
+        on_output: Option<OutputSink<'_>>,
     ) -> Result<ExecResult> {
         self.link().await?.exec(request, on_output).await
     }

@@ -182,7 +182,7 @@ async fn exec(cli: &Cli, args: &ExecArgs) -> Result<ExitCode, Box<dyn std::error
         let _ = stdout.write_all(data);
         let _ = stdout.flush();
     };
-    let live: Option<&mut (dyn FnMut(&[u8]) + Send)> =
+    let live: Option<agentd_host::link::OutputSink<'_>> =
         if cli.json { None } else { Some(&mut print) };
     let result = match target.sandbox().exec(request, live).await {
         Ok(result) => result,
