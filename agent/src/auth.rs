@@ -19,7 +19,7 @@ pub enum AuthError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("the token is empty; use at least 16 characters")]
+    #[error("the token is empty")]
     EmptyToken,
     #[error(
         "refusing to listen on {0} without a token: anyone who can reach it could run commands. \

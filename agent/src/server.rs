@@ -219,9 +219,16 @@ impl Session {
                         cancel.cancel();
                         true
                     }
-                    Some(InFlight::Upload(events)) => events
-                        .try_send(UploadEvent::Abort("cancelled".to_owned()))
-                        .is_ok(),
+                    Some(InFlight::Upload(events)) => {
+                        // Queued behind chunks if need be; the reader must not wait for the disk here.
+                        let events = events.clone();
+                        tokio::spawn(async move {
+                            events
+                                .send(UploadEvent::Abort("cancelled".to_owned()))
+                                .await
+                        });
+                        true
+                    }
                     Some(InFlight::Download(cancel)) => {
                         cancel.notify_one();
                         true

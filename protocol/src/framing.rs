@@ -29,8 +29,8 @@ pub fn delimiter_for<R: RngCore + ?Sized>(command: &str, rng: &mut R) -> String 
 ///
 /// ```
 /// let mut rng = rand::rng();
-/// let script = agentd_protocol::framing::frame("agentd exec", "echo 'EOF'\n", &mut rng);
-/// assert!(script.starts_with("agentd exec <<'AGENTD_CMD_"));
+/// let script = agentd_protocol::framing::frame("sh -s", "echo 'EOF'\n", &mut rng);
+/// assert!(script.starts_with("sh -s <<'AGENTD_CMD_"));
 /// assert!(script.contains("\necho 'EOF'\n\n"));
 /// ```
 pub fn frame<R: RngCore + ?Sized>(head: &str, command: &str, rng: &mut R) -> String {

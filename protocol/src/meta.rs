@@ -2,8 +2,8 @@
 //! path): `<sentinel> <exit_code> <offloaded> <capped> <omitted>` + LF, then the output.
 //!
 //! The reference uses a fixed sentinel, so a command whose output starts with a look-alike line can
-//! forge its own result. Here the caller draws a fresh random sentinel per call and tells agentd, and
-//! accepts only a first line carrying exactly that sentinel. The parse rules are the contract's
+//! forge its own result. Here the caller draws a fresh random sentinel per call, passes it along with
+//! the command, and accepts only a first line carrying exactly that sentinel. The parse rules are the contract's
 //! (`backend-contract.md` §4): on anything invalid the original response is returned unchanged.
 
 use rand::RngCore;

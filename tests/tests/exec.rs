@@ -291,7 +291,8 @@ async fn half_a_megabyte_comes_back_untruncated() {
 async fn offload_golden_cases() {
     let sb = sandbox().await;
     let path = |name: &str| sb.workspace().join(name).to_string_lossy().into_owned();
-    // 54: inline, no file; one byte over the budget: offloaded, file kept.
+    // 54: inline, no file (a stale one at the path is removed); one byte over the budget: offloaded, file kept.
+    std::fs::write(sb.workspace().join("c54a"), b"stale").unwrap();
     let r = sb
         .execute_with_offload(
             "echo hi; echo err >&2; exit 3",

@@ -122,11 +122,12 @@ impl CaptureFile {
         }
     }
 
-    /// Everything stored; the file, if any, is removed.
-    pub fn into_bytes(self) -> io::Result<Vec<u8>> {
-        let bytes = match self.file {
-            None => return Ok(self.memory),
-            Some(ref file) => {
+    /// Everything stored. The file at the path is removed, even one that was there before the
+    /// exec (the contract deletes the capture file of inline output).
+    pub fn into_bytes(mut self) -> io::Result<Vec<u8>> {
+        let bytes = match &self.file {
+            None => std::mem::take(&mut self.memory),
+            Some(file) => {
                 let mut buf = vec![0; usize::try_from(self.captured).unwrap_or(0)];
                 file.read_exact_at(&mut buf, 0)?;
                 buf
