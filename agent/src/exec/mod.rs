@@ -4,6 +4,7 @@
 //! - [`reaper`]: the single owner of exit statuses (agentd is a subreaper, maybe PID 1).
 //! - [`tree`]: which processes belong to an exec, and the SIGTERM → grace → SIGKILL ladder.
 //! - [`capture`]: the capture file, the pipe drain, splice of the dropped tail to /dev/null.
+//! - [`spawn`]: `posix_spawn` of `/bin/sh -c` in a new session.
 //! - [`preview`]: the head/tail preview of offloaded output.
 //!
 //! Invariants: the result is reported as soon as the shell is reaped and the pipe is drained, or
@@ -13,14 +14,13 @@
 pub mod capture;
 pub mod preview;
 pub mod reaper;
+pub mod spawn;
 pub mod tree;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -157,41 +157,39 @@ impl Executor {
         let _ = fcntl(reader.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
         fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
             .map_err(|e| SpawnError::Pipe(e.into()))?;
-        let stderr = writer.try_clone().map_err(SpawnError::Pipe)?;
-
-        let mut command = Command::new("/bin/sh");
-        command
-            .arg("-c")
-            .arg(&spec.command)
-            .current_dir(&cwd)
-            .envs(&spec.env)
-            .env(TAG_VAR, &tag)
-            .stdin(if spec.stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::from(writer))
-            .stderr(Stdio::from(stderr));
-        // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            command.pre_exec(|| nix::unistd::setsid().map(drop).map_err(io::Error::from));
-        }
+        let stdin_pipe = match spec.stdin {
+            Some(_) => {
+                Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| SpawnError::Pipe(e.into()))?)
+            }
+            None => None,
+        };
+        let shell = spawn::Shell {
+            command: &spec.command,
+            cwd: &cwd,
+            env: &spec.env,
+            tag: (TAG_VAR, &tag),
+            stdin: stdin_pipe.as_ref().map(|(read, _)| read),
+            output: &writer,
+        };
         let start = Instant::now();
-        let (pid, exited, stdin_pipe) = {
+        let (pid, exited) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-            let spawned = self.reaper.spawn(&mut command).map_err(SpawnError::Shell)?;
+            let spawned = self
+                .reaper
+                .spawn(|| spawn::spawn(&shell))
+                .map_err(SpawnError::Shell)?;
             running.insert(seq, (spawned.0, tag.clone()));
             spawned
         };
-        // Our copies of the pipe's write end must close, or EOF never comes.
-        drop(command);
+        // Our copies of the child's ends must close, or EOF never comes.
+        drop(writer);
         if let Some(started) = started {
             let _ = started.send(pid);
         }
-        if let (Some(stdin), Some(bytes)) = (stdin_pipe, spec.stdin) {
-            tokio::spawn(feed_stdin(stdin, bytes));
+        if let (Some((read, write)), Some(bytes)) = (stdin_pipe, spec.stdin) {
+            drop(read);
+            tokio::spawn(feed_stdin(write, bytes));
         }
 
         let (stop_drain, stop) = oneshot::channel();

@@ -7,8 +7,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::OwnedFd;
-use std::process::Command;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::errno::Errno;
@@ -63,18 +61,17 @@ impl Reaper {
         Ok(reaper)
     }
 
-    /// Spawns `command` and registers its pid before anyone can reap it. Returns the pid, the exit
-    /// receiver and the write end of the child's stdin when `command` asked for a piped stdin.
-    pub fn spawn(&self, command: &mut Command) -> io::Result<(u32, ExitReceiver, Option<OwnedFd>)> {
+    /// Runs `start` (which spawns a child and returns its pid) and registers the pid before anyone
+    /// can reap it.
+    pub fn spawn(
+        &self,
+        start: impl FnOnce() -> io::Result<u32>,
+    ) -> io::Result<(u32, ExitReceiver)> {
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut child = command.spawn()?;
-        let pid = child.id();
-        let stdin = child.stdin.take().map(OwnedFd::from);
-        // The std handle is dropped without waiting: the status belongs to `reap_all`.
-        drop(child);
+        let pid = start()?;
         let (tx, rx) = oneshot::channel();
         waiters.insert(pid as i32, tx);
-        Ok((pid, rx, stdin))
+        Ok((pid, rx))
     }
 
     /// Reaps every exited child; hands tracked statuses to their waiters, drops orphans' statuses.

@@ -1,0 +1,145 @@
+//! Starting `/bin/sh -c COMMAND` in a new session with `posix_spawn`.
+//!
+//! glibc's `posix_spawn` uses `clone(CLONE_VM | CLONE_VFORK)`: no page tables are copied and no
+//! copy-on-write faults follow, which measured about 60–200 µs faster per exec than std's `fork` path
+//! (std must fork here: its `posix_spawn` path has no `setsid`, and in a static binary it cannot find
+//! `posix_spawn_file_actions_addchdir_np`). Everything the child needs is set up declaratively: new
+//! session, default signal dispositions (Rust ignores SIGPIPE, and ignored signals survive `exec`),
+//! an empty signal mask, stdio, working directory and environment.
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsString};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::path::Path;
+
+/// What to start.
+pub struct Shell<'a> {
+    pub command: &'a str,
+    pub cwd: &'a Path,
+    /// Added to agentd's own environment (which no longer holds the token).
+    pub env: &'a BTreeMap<String, String>,
+    /// `(name, value)` of the exec tag.
+    pub tag: (&'a str, &'a str),
+    /// Read end for the child's stdin; `None`: `/dev/null`.
+    pub stdin: Option<&'a OwnedFd>,
+    /// Write end the child's stdout and stderr both go to.
+    pub output: &'a OwnedFd,
+}
+
+fn cstring(bytes: impl Into<Vec<u8>>) -> io::Result<CString> {
+    CString::new(bytes).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "NUL byte in a command, path or variable",
+        )
+    })
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(rc))
+    }
+}
+
+/// Starts the shell; returns its pid (also its session and process group id).
+pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
+    let program = cstring("/bin/sh")?;
+    let argv_owned = [cstring("/bin/sh")?, cstring("-c")?, cstring(shell.command)?];
+    let mut argv: Vec<*mut libc::c_char> =
+        argv_owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    argv.push(std::ptr::null_mut());
+
+    let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    for (key, value) in shell.env {
+        vars.insert(key.into(), value.into());
+    }
+    vars.insert(shell.tag.0.into(), shell.tag.1.into());
+    let envp_owned = vars
+        .into_iter()
+        .map(|(key, value)| {
+            let mut entry = key.into_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            cstring(entry)
+        })
+        .collect::<io::Result<Vec<CString>>>()?;
+    let mut envp: Vec<*mut libc::c_char> =
+        envp_owned.iter().map(|e| e.as_ptr().cast_mut()).collect();
+    envp.push(std::ptr::null_mut());
+    let cwd = cstring(shell.cwd.as_os_str().as_bytes())?;
+    let dev_null = cstring("/dev/null")?;
+
+    let mut actions = MaybeUninit::<libc::posix_spawn_file_actions_t>::uninit();
+    let mut attr = MaybeUninit::<libc::posix_spawnattr_t>::uninit();
+    // SAFETY: `actions` and `attr` are initialised by their `_init` calls before any other use and
+    // destroyed exactly once below; every pointer handed to glibc (argv, envp, paths) points into
+    // owned `CString`s that outlive the `posix_spawn` call; the fds are open for the whole call.
+    unsafe {
+        check(libc::posix_spawn_file_actions_init(actions.as_mut_ptr()))?;
+        if let Err(err) = check(libc::posix_spawnattr_init(attr.as_mut_ptr())) {
+            libc::posix_spawn_file_actions_destroy(actions.as_mut_ptr());
+            return Err(err);
+        }
+        let result = (|| {
+            let actions = actions.as_mut_ptr();
+            let attr = attr.as_mut_ptr();
+            match shell.stdin {
+                Some(stdin) => check(libc::posix_spawn_file_actions_adddup2(
+                    actions,
+                    stdin.as_raw_fd(),
+                    0,
+                ))?,
+                None => check(libc::posix_spawn_file_actions_addopen(
+                    actions,
+                    0,
+                    dev_null.as_ptr(),
+                    libc::O_RDONLY,
+                    0,
+                ))?,
+            }
+            check(libc::posix_spawn_file_actions_adddup2(
+                actions,
+                shell.output.as_raw_fd(),
+                1,
+            ))?;
+            check(libc::posix_spawn_file_actions_adddup2(
+                actions,
+                shell.output.as_raw_fd(),
+                2,
+            ))?;
+            check(libc::posix_spawn_file_actions_addchdir_np(
+                actions,
+                cwd.as_ptr(),
+            ))?;
+            let mut all = MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigfillset(all.as_mut_ptr());
+            check(libc::posix_spawnattr_setsigdefault(attr, all.as_ptr()))?;
+            let mut none = MaybeUninit::<libc::sigset_t>::uninit();
+            libc::sigemptyset(none.as_mut_ptr());
+            check(libc::posix_spawnattr_setsigmask(attr, none.as_ptr()))?;
+            // The flags are 128 | 4 | 8: they fit the `short` glibc takes.
+            let flags = libc::c_int::from(libc::POSIX_SPAWN_SETSID)
+                | libc::POSIX_SPAWN_SETSIGDEF
+                | libc::POSIX_SPAWN_SETSIGMASK;
+            check(libc::posix_spawnattr_setflags(attr, flags as libc::c_short))?;
+            let mut pid: libc::pid_t = 0;
+            check(libc::posix_spawn(
+                &mut pid,
+                program.as_ptr(),
+                actions,
+                attr,
+                argv.as_ptr(),
+                envp.as_ptr(),
+            ))?;
+            Ok(pid as u32)
+        })();
+        libc::posix_spawn_file_actions_destroy(actions.as_mut_ptr());
+        libc::posix_spawnattr_destroy(attr.as_mut_ptr());
+        result
+    }
+}
