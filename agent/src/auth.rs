@@ -15,10 +15,7 @@ pub const TOKEN_ENV: &str = "AGENTD_TOKEN";
 #[derive(Debug, Error)]
 pub enum AuthError {
     #[error("cannot read the token file `{path}`: {source}")]
-    TokenFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    TokenFile { path: PathBuf, source: std::io::Error },
     #[error("the token is empty")]
     EmptyToken,
     #[error(
@@ -35,10 +32,8 @@ impl Token {
     /// Reads the token from `file`, else takes `from_env` (the value `AGENTD_TOKEN` had).
     pub fn load(file: Option<&Path>, from_env: Option<String>) -> Result<Option<Self>, AuthError> {
         let raw = match file {
-            Some(path) => std::fs::read_to_string(path).map_err(|source| AuthError::TokenFile {
-                path: path.to_owned(),
-                source,
-            })?,
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|source| AuthError::TokenFile { path: path.to_owned(), source })?,
             None => match from_env {
                 Some(value) => value,
                 None => return Ok(None),
@@ -53,9 +48,7 @@ impl Token {
 
     /// Whether an `Authorization` header value presents this token.
     pub fn accepts(&self, authorization: Option<&[u8]>) -> bool {
-        let presented = authorization
-            .and_then(|value| value.strip_prefix(b"Bearer "))
-            .unwrap_or_default();
+        let presented = authorization.and_then(|value| value.strip_prefix(b"Bearer ")).unwrap_or_default();
         constant_time_eq(presented, &self.0)
     }
 }
@@ -101,17 +94,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t");
         std::fs::write(&path, "abc\n").unwrap();
-        assert!(
-            Token::load(Some(&path), None)
-                .unwrap()
-                .unwrap()
-                .accepts(Some(b"Bearer abc"))
-        );
+        assert!(Token::load(Some(&path), None).unwrap().unwrap().accepts(Some(b"Bearer abc")));
         std::fs::write(&path, "\n").unwrap();
-        assert!(matches!(
-            Token::load(Some(&path), None),
-            Err(AuthError::EmptyToken)
-        ));
+        assert!(matches!(Token::load(Some(&path), None), Err(AuthError::EmptyToken)));
         assert!(Token::load(None, None).unwrap().is_none());
     }
 }

@@ -86,15 +86,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG")
-                .unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG").unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("agentd: cannot start the runtime: {err}");
@@ -113,10 +109,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn serve(
-    args: ServeArgs,
-    env_token: Option<String>,
-) -> Result<(), Box<dyn std::error::Error>> {
+async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
     let token = Token::load(args.token_file.as_deref(), env_token)?;
     auth::check_listen(args.listen, token.as_ref())?;
     let workspace = match args.root {
@@ -126,8 +119,7 @@ async fn serve(
     let workspace = std::fs::canonicalize(&workspace)
         .map_err(|e| format!("workspace `{}` is not usable: {e}", workspace.display()))?;
     let scratch = std::env::temp_dir().join(format!("agentd-{}", std::process::id()));
-    std::fs::create_dir_all(&scratch)
-        .map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
+    std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
     let seconds = |s: f64, name: &str| {
         if s.is_finite() && s >= 0.0 {
             Ok(s)

@@ -12,12 +12,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agentd_protocol::limits::{
-    DEFAULT_MAX_CAPTURE_BYTES, MAX_BINARY_MESSAGE, MAX_IN_FLIGHT, MAX_TEXT_MESSAGE,
-    MAX_WEBSOCKET_MESSAGE,
+    DEFAULT_MAX_CAPTURE_BYTES, MAX_BINARY_MESSAGE, MAX_IN_FLIGHT, MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE,
 };
 use agentd_protocol::{
-    CancelResult, ClientMessage, DecodeError, ErrorCode, ErrorReply, ExecRequest, ExecStarted,
-    HelloReply, PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
+    CancelResult, ClientMessage, DecodeError, ErrorCode, ErrorReply, ExecRequest, ExecStarted, HelloReply,
+    PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
 };
 use base64::Engine as _;
 use futures_util::{SinkExt as _, StreamExt as _};
@@ -69,13 +68,11 @@ pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
 async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     #[allow(clippy::result_large_err)] // tungstenite's `Callback` signature
-    let auth =
-        |request: &Request, response: Response| authorize(shared.token.as_ref(), request, response);
+    let auth = |request: &Request, response: Response| authorize(shared.token.as_ref(), request, response);
     let config = WebSocketConfig::default()
         .max_message_size(Some(MAX_WEBSOCKET_MESSAGE))
         .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE));
-    let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, auth, Some(config)).await
-    {
+    let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, auth, Some(config)).await {
         Ok(ws) => ws,
         Err(err) => {
             tracing::info!(%peer, "websocket upgrade refused: {err}");
@@ -102,12 +99,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         let _ = sink.close().await;
     });
 
-    let mut session = Session {
-        shared,
-        out,
-        in_flight: Arc::default(),
-        greeted: false,
-    };
+    let mut session = Session { shared, out, in_flight: Arc::default(), greeted: false };
     while let Some(frame) = source.next().await {
         match frame {
             Ok(Message::Text(text)) => session.on_text(text.as_str()).await,
@@ -166,13 +158,9 @@ struct Session {
 impl Session {
     async fn on_text(&mut self, text: &str) {
         if text.len() > MAX_TEXT_MESSAGE {
-            let message = format!(
-                "text message of {} bytes exceeds the limit of {MAX_TEXT_MESSAGE}",
-                text.len()
-            );
-            return self
-                .reply_error(None, ErrorCode::FrameTooLarge, message)
-                .await;
+            let message =
+                format!("text message of {} bytes exceeds the limit of {MAX_TEXT_MESSAGE}", text.len());
+            return self.reply_error(None, ErrorCode::FrameTooLarge, message).await;
         }
         let message = match decode_client(text) {
             Ok(message) => message,
@@ -180,9 +168,7 @@ impl Session {
         };
         let id = message.id();
         if !self.greeted && !matches!(message, ClientMessage::Hello(_)) {
-            return self
-                .reply_error(Some(id), ErrorCode::HandshakeRequired, "send `hello` first")
-                .await;
+            return self.reply_error(Some(id), ErrorCode::HandshakeRequired, "send `hello` first").await;
         }
         match message {
             ClientMessage::Hello(hello) => {
@@ -191,21 +177,14 @@ impl Session {
                         "this agentd speaks protocol version {PROTOCOL_VERSION}, offered {:?}",
                         hello.versions
                     );
-                    return self
-                        .reply_error(Some(id), ErrorCode::UnsupportedVersion, message)
-                        .await;
+                    return self.reply_error(Some(id), ErrorCode::UnsupportedVersion, message).await;
                 }
                 self.greeted = true;
                 let reply = HelloReply {
                     id,
                     version: PROTOCOL_VERSION,
                     agentd_version: env!("CARGO_PKG_VERSION").to_owned(),
-                    workspace: self
-                        .shared
-                        .executor
-                        .workspace()
-                        .to_string_lossy()
-                        .into_owned(),
+                    workspace: self.shared.executor.workspace().to_string_lossy().into_owned(),
                     pid: std::process::id(),
                     max_text_message: MAX_TEXT_MESSAGE as u64,
                     max_binary_message: MAX_BINARY_MESSAGE as u64,
@@ -222,11 +201,9 @@ impl Session {
                     Some(InFlight::Upload(events)) => {
                         // Queued behind chunks if need be; the reader must not wait for the disk here.
                         let events = events.clone();
-                        tokio::spawn(async move {
-                            events
-                                .send(UploadEvent::Abort("cancelled".to_owned()))
-                                .await
-                        });
+                        tokio::spawn(
+                            async move { events.send(UploadEvent::Abort("cancelled".to_owned())).await },
+                        );
                         true
                     }
                     Some(InFlight::Download(cancel)) => {
@@ -235,12 +212,8 @@ impl Session {
                     }
                     None => false,
                 };
-                self.send(ServerMessage::CancelResult(CancelResult {
-                    id,
-                    target: request.target,
-                    found,
-                }))
-                .await;
+                self.send(ServerMessage::CancelResult(CancelResult { id, target: request.target, found }))
+                    .await;
             }
             ClientMessage::Upload(request) => {
                 let (events, rx) = mpsc::channel(UPLOAD_QUEUE);
@@ -251,11 +224,7 @@ impl Session {
                 tokio::spawn(async move {
                     let error = transfer::upload(&request.path, request.mode, rx).await;
                     finish(&in_flight, id);
-                    let reply = ServerMessage::UploadResult(UploadResult {
-                        id,
-                        path: request.path,
-                        error,
-                    });
+                    let reply = ServerMessage::UploadResult(UploadResult { id, path: request.path, error });
                     let _ = out.send(Message::text(reply.to_json())).await;
                 });
             }
@@ -269,32 +238,21 @@ impl Session {
                         let _ = events.send(UploadEvent::End { sha256: end.sha256 }).await;
                     }
                     None => {
-                        self.reply_error(
-                            Some(id),
-                            ErrorCode::UnknownId,
-                            "no upload in progress with this id",
-                        )
-                        .await
+                        self.reply_error(Some(id), ErrorCode::UnknownId, "no upload in progress with this id")
+                            .await
                     }
                 }
             }
             ClientMessage::Download(request) => {
                 let cancel = Arc::new(Notify::new());
-                if !self
-                    .register(id, InFlight::Download(Arc::clone(&cancel)))
-                    .await
-                {
+                if !self.register(id, InFlight::Download(Arc::clone(&cancel))).await {
                     return;
                 }
                 let (out, in_flight) = (self.out.clone(), Arc::clone(&self.in_flight));
                 tokio::spawn(async move {
                     let result = transfer::download(id, request.path, out.clone(), cancel).await;
                     finish(&in_flight, id);
-                    let _ = out
-                        .send(Message::text(
-                            ServerMessage::DownloadResult(result).to_json(),
-                        ))
-                        .await;
+                    let _ = out.send(Message::text(ServerMessage::DownloadResult(result).to_json())).await;
                 });
             }
         }
@@ -304,9 +262,7 @@ impl Session {
         let (id, payload) = match chunk::decode(&data) {
             Ok(decoded) => decoded,
             Err(err) => {
-                return self
-                    .reply_error(None, ErrorCode::MalformedFrame, err.to_string())
-                    .await;
+                return self.reply_error(None, ErrorCode::MalformedFrame, err.to_string()).await;
             }
         };
         let events = match self.lock().get(&id) {
@@ -344,11 +300,8 @@ impl Session {
         if !self.register(id, InFlight::Exec(Arc::clone(&cancel))).await {
             return;
         }
-        let (out, in_flight, shared) = (
-            self.out.clone(),
-            Arc::clone(&self.in_flight),
-            Arc::clone(&self.shared),
-        );
+        let (out, in_flight, shared) =
+            (self.out.clone(), Arc::clone(&self.in_flight), Arc::clone(&self.shared));
         tokio::spawn(async move {
             let (started, live, forwarder) = if request.stream {
                 let (started_tx, started_rx) = oneshot::channel();
@@ -380,14 +333,11 @@ impl Session {
     }
 
     fn exec_spec(&self, request: ExecRequest) -> Result<ExecSpec, DecodeError> {
-        let invalid =
-            |message: &str| DecodeError::new(Some(request.id), ErrorCode::InvalidField, message);
+        let invalid = |message: &str| DecodeError::new(Some(request.id), ErrorCode::InvalidField, message);
         let timeout = match request.timeout {
             None => self.shared.default_timeout,
             Some(t) if !t.is_finite() || !(0.0..=1e9).contains(&t) => {
-                return Err(invalid(
-                    "`timeout` must be a number of seconds between 0 and 1e9 (0: no limit)",
-                ));
+                return Err(invalid("`timeout` must be a number of seconds between 0 and 1e9 (0: no limit)"));
             }
             Some(0.0) => None,
             Some(t) => Some(Duration::from_secs_f64(t)),
@@ -400,31 +350,21 @@ impl Session {
                     .map_err(|e| invalid(&format!("`stdin_base64` is not valid base64: {e}")))?,
             ),
         };
-        let max_capture_bytes = request
-            .max_capture_bytes
-            .unwrap_or(DEFAULT_MAX_CAPTURE_BYTES);
+        let max_capture_bytes = request.max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES);
         if max_capture_bytes == 0 {
             return Err(invalid("`max_capture_bytes` must be at least 1"));
         }
         let mode = match request.offload {
             None => CaptureMode::Inline,
-            Some(offload)
-                if offload.capture_path.is_empty() || offload.capture_path.contains('\0') =>
-            {
-                return Err(invalid(
-                    "`offload.capture_path` must be a non-empty path without NUL",
-                ));
+            Some(offload) if offload.capture_path.is_empty() || offload.capture_path.contains('\0') => {
+                return Err(invalid("`offload.capture_path` must be a non-empty path without NUL"));
             }
-            Some(offload) => CaptureMode::Offload {
-                path: offload.capture_path,
-                inline_budget: offload.inline_budget,
-            },
+            Some(offload) => {
+                CaptureMode::Offload { path: offload.capture_path, inline_budget: offload.inline_budget }
+            }
         };
         if request.command.contains('\0')
-            || request
-                .env
-                .iter()
-                .any(|(k, v)| k.contains(['\0', '=']) || k.is_empty() || v.contains('\0'))
+            || request.env.iter().any(|(k, v)| k.contains(['\0', '=']) || k.is_empty() || v.contains('\0'))
         {
             return Err(invalid(
                 "`command` and `env` must not contain NUL, and env names must not be empty or contain `=`",
@@ -446,10 +386,7 @@ impl Session {
         let refusal = {
             let mut in_flight = self.lock();
             if in_flight.contains_key(&id) {
-                Some((
-                    ErrorCode::DuplicateId,
-                    format!("request id {id} is already in flight"),
-                ))
+                Some((ErrorCode::DuplicateId, format!("request id {id} is already in flight")))
             } else if in_flight.len() >= MAX_IN_FLIGHT {
                 Some((
                     ErrorCode::TooManyRequests,
@@ -470,18 +407,11 @@ impl Session {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     async fn reply_error(&self, id: Option<u64>, code: ErrorCode, message: impl Into<String>) {
-        self.send(ServerMessage::Error(ErrorReply {
-            id,
-            code,
-            message: message.into(),
-        }))
-        .await;
+        self.send(ServerMessage::Error(ErrorReply { id, code, message: message.into() })).await;
     }
 
     async fn send(&self, message: ServerMessage) {
@@ -504,10 +434,7 @@ impl Session {
 
 /// Removes a finished request before its terminal reply goes out, so the client may reuse the id.
 fn finish(in_flight: &InFlightMap, id: u64) {
-    in_flight
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .remove(&id);
+    in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
 }
 
 /// Sends `exec_started`, then each live chunk, of a streamed exec.
@@ -518,11 +445,7 @@ async fn forward_live(
     out: mpsc::Sender<Message>,
 ) {
     if let Ok(pid) = started.await {
-        let _ = out
-            .send(Message::text(
-                ServerMessage::ExecStarted(ExecStarted { id, pid }).to_json(),
-            ))
-            .await;
+        let _ = out.send(Message::text(ServerMessage::ExecStarted(ExecStarted { id, pid }).to_json())).await;
     }
     while let Some(data) = live.recv().await {
         let _ = out.send(Message::binary(chunk::encode(id, &data))).await;

@@ -75,9 +75,7 @@ pub async fn upload(
                 let received = format!("{:x}", hasher.finalize());
                 if !received.eq_ignore_ascii_case(&sha256) {
                     t.remove().await;
-                    return Some(format!(
-                        "sha256 mismatch: expected {sha256}, received {received}"
-                    ));
+                    return Some(format!("sha256 mismatch: expected {sha256}, received {received}"));
                 }
                 return t.commit().await.err();
             }
@@ -117,14 +115,9 @@ impl UploadTarget {
         let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
             return Err(TransferError::InvalidPath.as_str().to_owned());
         };
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| error_text(&e))?;
-        let temp = parent.join(format!(
-            ".{}.agentd-{:016x}.part",
-            name.to_string_lossy(),
-            rand::random::<u64>()
-        ));
+        tokio::fs::create_dir_all(parent).await.map_err(|e| error_text(&e))?;
+        let temp =
+            parent.join(format!(".{}.agentd-{:016x}.part", name.to_string_lossy(), rand::random::<u64>()));
         let file = tokio::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -132,20 +125,13 @@ impl UploadTarget {
             .open(&temp)
             .await
             .map_err(|e| error_text(&e))?;
-        Ok(Self {
-            dest,
-            temp,
-            file,
-            mode: mode.or(existing_mode).unwrap_or(0o644),
-        })
+        Ok(Self { dest, temp, file, mode: mode.or(existing_mode).unwrap_or(0o644) })
     }
 
     async fn commit(mut self) -> Result<(), String> {
         let done = async {
             self.file.flush().await?;
-            self.file
-                .set_permissions(std::fs::Permissions::from_mode(self.mode))
-                .await?;
+            self.file.set_permissions(std::fs::Permissions::from_mode(self.mode)).await?;
             tokio::fs::rename(&self.temp, &self.dest).await
         };
         match done.await {
@@ -188,11 +174,7 @@ pub async fn download(
         Ok(meta) => meta.len(),
         Err(err) => return failed(error_text(&err)),
     };
-    let start = ServerMessage::DownloadStart(DownloadStart {
-        id,
-        path: path.clone(),
-        size,
-    });
+    let start = ServerMessage::DownloadStart(DownloadStart { id, path: path.clone(), size });
     if out.send(Message::text(start.to_json())).await.is_err() {
         return failed("connection closed".to_owned());
     }
@@ -210,11 +192,7 @@ pub async fn download(
         };
         hasher.update(&buf[..n]);
         sent += n as u64;
-        if out
-            .send(Message::binary(chunk::encode(id, &buf[..n])))
-            .await
-            .is_err()
-        {
+        if out.send(Message::binary(chunk::encode(id, &buf[..n]))).await.is_err() {
             return failed("connection closed".to_owned());
         }
     }
@@ -228,9 +206,7 @@ pub async fn download(
 }
 
 async fn open_for_download(path: &Path) -> Result<tokio::fs::File, String> {
-    let file = tokio::fs::File::open(path)
-        .await
-        .map_err(|e| error_text(&e))?;
+    let file = tokio::fs::File::open(path).await.map_err(|e| error_text(&e))?;
     let meta = file.metadata().await.map_err(|e| error_text(&e))?;
     if meta.is_dir() {
         return Err(TransferError::IsDirectory.as_str().to_owned());

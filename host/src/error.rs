@@ -18,11 +18,7 @@ pub enum SandboxError {
     #[error("agentd refused the request ({code:?}): {message}")]
     Refused { code: ErrorCode, message: String },
     #[error("sha256 mismatch on download of {path}: agentd sent {expected}, received {actual}")]
-    DigestMismatch {
-        path: String,
-        expected: String,
-        actual: String,
-    },
+    DigestMismatch { path: String, expected: String, actual: String },
     #[error("cannot start the local agentd: {0}")]
     Start(String),
     #[error(transparent)]

@@ -29,9 +29,7 @@ pub mod sandbox;
 
 pub use adapters::agentd::AgentdSandbox;
 pub use adapters::local::LocalSandbox;
-pub use agentd_protocol::{
-    ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
-};
+pub use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 pub use error::{Result, SandboxError};
 pub use link::Link;
 pub use sandbox::BaseSandbox;

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agentd_protocol::limits::CHUNK_SIZE;
 use agentd_protocol::{
-    CancelRequest, ClientMessage, DownloadRequest, ErrorReply, ExecRequest, ExecResult, Hello,
-    HelloReply, PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, chunk,
+    CancelRequest, ClientMessage, DownloadRequest, ErrorReply, ExecRequest, ExecResult, Hello, HelloReply,
+    PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, chunk,
 };
 use futures_util::{SinkExt as _, StreamExt as _};
 use sha2::{Digest as _, Sha256};
@@ -61,34 +61,23 @@ pub struct Downloaded {
 impl Link {
     /// Connects, authenticates with `token` (if any) and completes the `hello` handshake.
     pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
-        let connect_error = |reason: String| SandboxError::Connect {
-            url: url.to_owned(),
-            reason,
-        };
-        let mut request = url
-            .into_client_request()
-            .map_err(|e| connect_error(e.to_string()))?;
+        let connect_error = |reason: String| SandboxError::Connect { url: url.to_owned(), reason };
+        let mut request = url.into_client_request().map_err(|e| connect_error(e.to_string()))?;
         if let Some(token) = token {
             let value = HeaderValue::from_str(&format!("Bearer {token}"))
                 .map_err(|e| connect_error(e.to_string()))?;
             request.headers_mut().insert("authorization", value);
         }
         // Inline outputs travel as one JSON message; their size is bounded by agentd's capture cap.
-        let config = WebSocketConfig::default()
-            .max_message_size(Some(512 << 20))
-            .max_frame_size(Some(512 << 20));
-        let (ws, _) =
-            match tokio_tungstenite::connect_async_with_config(request, Some(config), true).await {
-                Ok(connected) => connected,
-                Err(tungstenite::Error::Http(response))
-                    if response.status() == StatusCode::UNAUTHORIZED =>
-                {
-                    return Err(SandboxError::Unauthorized {
-                        url: url.to_owned(),
-                    });
-                }
-                Err(err) => return Err(connect_error(err.to_string())),
-            };
+        let config =
+            WebSocketConfig::default().max_message_size(Some(512 << 20)).max_frame_size(Some(512 << 20));
+        let (ws, _) = match tokio_tungstenite::connect_async_with_config(request, Some(config), true).await {
+            Ok(connected) => connected,
+            Err(tungstenite::Error::Http(response)) if response.status() == StatusCode::UNAUTHORIZED => {
+                return Err(SandboxError::Unauthorized { url: url.to_owned() });
+            }
+            Err(err) => return Err(connect_error(err.to_string())),
+        };
         let (mut sink, mut source) = ws.split();
         let (out, mut outgoing) = mpsc::channel::<Message>(ROUTE_QUEUE);
         let writer = tokio::spawn(async move {
@@ -129,10 +118,7 @@ impl Link {
                 }
                 closed.store(true, Ordering::Release);
                 // Dropping every route wakes every waiting request with `LinkClosed`.
-                routes
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clear();
+                routes.lock().unwrap_or_else(PoisonError::into_inner).clear();
             })
         };
         let mut link = Self {
@@ -153,11 +139,7 @@ impl Link {
             tasks: [reader, writer],
         };
         let (id, mut route) = link.open_route();
-        link.send(ClientMessage::Hello(Hello {
-            id,
-            versions: vec![PROTOCOL_VERSION],
-        }))
-        .await?;
+        link.send(ClientMessage::Hello(Hello { id, versions: vec![PROTOCOL_VERSION] })).await?;
         match link.terminal(&mut route).await? {
             ServerMessage::Hello(hello) => link.hello = hello,
             other => return Err(unexpected(&other)),
@@ -191,12 +173,7 @@ impl Link {
         request.stream = on_output.is_some();
         self.send(ClientMessage::Exec(request)).await?;
         // Dropping this future mid-exec cancels the command instead of leaving it running.
-        let guard = CancelOnDrop {
-            out: self.out.clone(),
-            target: id,
-            armed: true,
-            next_id: &self.next_id,
-        };
+        let guard = CancelOnDrop { out: self.out.clone(), target: id, armed: true, next_id: &self.next_id };
         loop {
             match route.recv().await.ok_or(SandboxError::LinkClosed)? {
                 Incoming::Chunk(data) => {
@@ -221,8 +198,7 @@ impl Link {
     /// Asks agentd to stop request `target`; returns whether it was running.
     pub async fn cancel(&self, target: u64) -> Result<bool> {
         let (id, mut route) = self.open_route();
-        self.send(ClientMessage::Cancel(CancelRequest { id, target }))
-            .await?;
+        self.send(ClientMessage::Cancel(CancelRequest { id, target })).await?;
         match self.terminal(&mut route).await? {
             ServerMessage::CancelResult(result) => Ok(result.found),
             other => Err(unexpected(&other)),
@@ -237,12 +213,7 @@ impl Link {
         mut progress: impl FnMut(u64),
     ) -> Result<Option<String>> {
         let (id, mut route) = self.open_route();
-        self.send(ClientMessage::Upload(UploadRequest {
-            id,
-            path: path.to_owned(),
-            mode: None,
-        }))
-        .await?;
+        self.send(ClientMessage::Upload(UploadRequest { id, path: path.to_owned(), mode: None })).await?;
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; CHUNK_SIZE];
         loop {
@@ -262,8 +233,7 @@ impl Link {
             }
         }
         let sha256 = format!("{:x}", hasher.finalize());
-        self.send(ClientMessage::UploadEnd(UploadEnd { id, sha256 }))
-            .await?;
+        self.send(ClientMessage::UploadEnd(UploadEnd { id, sha256 })).await?;
         upload_outcome(self.terminal(&mut route).await?)
     }
 
@@ -276,11 +246,7 @@ impl Link {
         mut progress: impl FnMut(u64, u64),
     ) -> Result<Result<Downloaded, String>> {
         let (id, mut route) = self.open_route();
-        self.send(ClientMessage::Download(DownloadRequest {
-            id,
-            path: path.to_owned(),
-        }))
-        .await?;
+        self.send(ClientMessage::Download(DownloadRequest { id, path: path.to_owned() })).await?;
         let mut hasher = Sha256::new();
         let mut received = 0u64;
         let mut size = 0u64;
@@ -301,16 +267,9 @@ impl Link {
                     let actual = format!("{:x}", hasher.finalize());
                     let expected = result.sha256.unwrap_or_default();
                     if actual != expected || result.size != Some(received) {
-                        return Err(SandboxError::DigestMismatch {
-                            path: path.to_owned(),
-                            expected,
-                            actual,
-                        });
+                        return Err(SandboxError::DigestMismatch { path: path.to_owned(), expected, actual });
                     }
-                    return Ok(Ok(Downloaded {
-                        size: received,
-                        sha256: actual,
-                    }));
+                    return Ok(Ok(Downloaded { size: received, sha256: actual }));
                 }
                 Incoming::Message(ServerMessage::Error(err)) => return Err(refused(err)),
                 Incoming::Message(other) => return Err(unexpected(&other)),
@@ -321,18 +280,12 @@ impl Link {
     fn open_route(&self) -> (u64, mpsc::Receiver<Incoming>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(ROUTE_QUEUE);
-        self.routes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, tx);
+        self.routes.lock().unwrap_or_else(PoisonError::into_inner).insert(id, tx);
         (id, rx)
     }
 
     async fn send(&self, message: ClientMessage) -> Result<()> {
-        self.out
-            .send(Message::text(message.to_json()))
-            .await
-            .map_err(|_| SandboxError::LinkClosed)
+        self.out.send(Message::text(message.to_json())).await.map_err(|_| SandboxError::LinkClosed)
     }
 
     /// Waits for the request's terminal message, skipping nothing: anything else is a protocol error.
@@ -371,10 +324,7 @@ impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
         if self.armed {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            let cancel = ClientMessage::Cancel(CancelRequest {
-                id,
-                target: self.target,
-            });
+            let cancel = ClientMessage::Cancel(CancelRequest { id, target: self.target });
             let _ = self.out.try_send(Message::text(cancel.to_json()));
         }
     }
@@ -399,11 +349,7 @@ async fn route_message(routes: &Routes, message: ServerMessage) {
 async fn route(routes: &Routes, id: u64, incoming: Incoming, terminal: bool) {
     let sender = {
         let mut routes = routes.lock().unwrap_or_else(PoisonError::into_inner);
-        if terminal {
-            routes.remove(&id)
-        } else {
-            routes.get(&id).cloned()
-        }
+        if terminal { routes.remove(&id) } else { routes.get(&id).cloned() }
     };
     if let Some(sender) = sender {
         // The caller may have stopped waiting; then the message has nobody to go to.
@@ -420,10 +366,7 @@ fn upload_outcome(message: ServerMessage) -> Result<Option<String>> {
 }
 
 fn refused(err: ErrorReply) -> SandboxError {
-    SandboxError::Refused {
-        code: err.code,
-        message: err.message,
-    }
+    SandboxError::Refused { code: err.code, message: err.message }
 }
 
 fn unexpected(message: &ServerMessage) -> SandboxError {

@@ -3,9 +3,7 @@
 
 use std::time::Duration;
 
-use agentd_protocol::{
-    ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
-};
+use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use async_trait::async_trait;
 
 use crate::error::Result;
@@ -40,10 +38,6 @@ pub trait BaseSandbox: Send + Sync {
     ) -> Result<ExecuteOffloadResult> {
         let _ = (capture_path, inline_budget, max_capture_bytes);
         let response = self.execute(command, timeout).await?;
-        Ok(ExecuteOffloadResult {
-            offloaded: false,
-            response,
-            preview_has_truncation_marker: false,
-        })
+        Ok(ExecuteOffloadResult { offloaded: false, response, preview_has_truncation_marker: false })
     }
 }

@@ -38,10 +38,7 @@ mod tests {
     fn round_trip() {
         let msg = encode(0x0102_0304_0506_0708, b"\0data\xff");
         assert_eq!(&msg[..8], &[1, 2, 3, 4, 5, 6, 7, 8]);
-        assert_eq!(
-            decode(&msg),
-            Ok((0x0102_0304_0506_0708, &b"\0data\xff"[..]))
-        );
+        assert_eq!(decode(&msg), Ok((0x0102_0304_0506_0708, &b"\0data\xff"[..])));
         assert_eq!(decode(&encode(9, b"")), Ok((9, &b""[..])));
     }
 

@@ -84,11 +84,7 @@ impl TransferError {
 
     /// The first check of every transfer, made without IO: an absolute path without NUL.
     pub fn check_path(path: &str) -> Result<(), Self> {
-        if path.starts_with('/') && !path.contains('\0') {
-            Ok(())
-        } else {
-            Err(Self::InvalidPath)
-        }
+        if path.starts_with('/') && !path.contains('\0') { Ok(()) } else { Err(Self::InvalidPath) }
     }
 }
 
@@ -104,45 +100,22 @@ mod tests {
 
     #[test]
     fn codes_are_the_contract_strings() {
-        assert_eq!(
-            TransferError::from_errno(2).map(TransferError::as_str),
-            Some("file_not_found")
-        );
-        assert_eq!(
-            TransferError::from_errno(21).map(TransferError::as_str),
-            Some("is_directory")
-        );
-        assert_eq!(
-            TransferError::from_errno(13).map(TransferError::as_str),
-            Some("permission_denied")
-        );
-        assert_eq!(
-            TransferError::from_errno(20).map(TransferError::as_str),
-            Some("invalid_path")
-        );
+        assert_eq!(TransferError::from_errno(2).map(TransferError::as_str), Some("file_not_found"));
+        assert_eq!(TransferError::from_errno(21).map(TransferError::as_str), Some("is_directory"));
+        assert_eq!(TransferError::from_errno(13).map(TransferError::as_str), Some("permission_denied"));
+        assert_eq!(TransferError::from_errno(20).map(TransferError::as_str), Some("invalid_path"));
         assert_eq!(TransferError::from_errno(28), None);
         assert_eq!(
-            serde_json::to_string(&TransferError::IsDirectory)
-                .ok()
-                .as_deref(),
+            serde_json::to_string(&TransferError::IsDirectory).ok().as_deref(),
             Some("\"is_directory\"")
         );
     }
 
     #[test]
     fn relative_and_nul_paths_are_invalid() {
-        assert_eq!(
-            TransferError::check_path("rel.txt"),
-            Err(TransferError::InvalidPath)
-        );
-        assert_eq!(
-            TransferError::check_path("/a\0b"),
-            Err(TransferError::InvalidPath)
-        );
-        assert_eq!(
-            TransferError::check_path(""),
-            Err(TransferError::InvalidPath)
-        );
+        assert_eq!(TransferError::check_path("rel.txt"), Err(TransferError::InvalidPath));
+        assert_eq!(TransferError::check_path("/a\0b"), Err(TransferError::InvalidPath));
+        assert_eq!(TransferError::check_path(""), Err(TransferError::InvalidPath));
         assert_eq!(TransferError::check_path("/ok"), Ok(()));
     }
 }

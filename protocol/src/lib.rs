@@ -41,8 +41,7 @@ pub use contract::{
     ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse, TransferError,
 };
 pub use message::{
-    CancelRequest, CancelResult, ClientMessage, DecodeError, DownloadRequest, DownloadResult,
-    DownloadStart, ErrorCode, ErrorReply, ExecRequest, ExecResult, ExecStarted, Hello, HelloReply,
-    Offload, PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, UploadResult,
-    decode_client,
+    CancelRequest, CancelResult, ClientMessage, DecodeError, DownloadRequest, DownloadResult, DownloadStart,
+    ErrorCode, ErrorReply, ExecRequest, ExecResult, ExecStarted, Hello, HelloReply, Offload,
+    PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, UploadResult, decode_client,
 };

@@ -181,11 +181,7 @@ impl ServerMessage {
             "download_start" => from_value(value, id).map(Self::DownloadStart),
             "download_result" => from_value(value, id).map(Self::DownloadResult),
             "error" => from_value(value, id).map(Self::Error),
-            _ => Err(DecodeError::new(
-                id,
-                ErrorCode::UnknownType,
-                format!("unknown message type `{kind}`"),
-            )),
+            _ => Err(DecodeError::new(id, ErrorCode::UnknownType, format!("unknown message type `{kind}`"))),
         }
     }
 
@@ -279,15 +275,9 @@ impl ExecResult {
         use base64::Engine as _;
         match (&self.output, &self.output_base64) {
             (Some(text), _) => Ok(text.as_bytes().to_vec()),
-            (None, Some(b64)) => base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map_err(|e| {
-                    DecodeError::new(
-                        Some(self.id),
-                        ErrorCode::InvalidField,
-                        format!("output_base64: {e}"),
-                    )
-                }),
+            (None, Some(b64)) => base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| {
+                DecodeError::new(Some(self.id), ErrorCode::InvalidField, format!("output_base64: {e}"))
+            }),
             (None, None) => Ok(Vec::new()),
         }
     }
@@ -302,8 +292,7 @@ impl ExecResult {
             }
             Err(err) => {
                 self.output = None;
-                self.output_base64 =
-                    Some(base64::engine::general_purpose::STANDARD.encode(err.into_bytes()));
+                self.output_base64 = Some(base64::engine::general_purpose::STANDARD.encode(err.into_bytes()));
             }
         }
     }
@@ -401,20 +390,12 @@ pub struct DecodeError {
 
 impl DecodeError {
     pub fn new(id: Option<u64>, code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            id,
-            code,
-            message: message.into(),
-        }
+        Self { id, code, message: message.into() }
     }
 
     /// The `error` reply for this failure.
     pub fn into_reply(self) -> ServerMessage {
-        ServerMessage::Error(ErrorReply {
-            id: self.id,
-            code: self.code,
-            message: self.message,
-        })
+        ServerMessage::Error(ErrorReply { id: self.id, code: self.code, message: self.message })
     }
 }
 
@@ -422,16 +403,8 @@ impl DecodeError {
 pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
     let (kind, id, value) = split_envelope(text)?;
     if id.is_none() {
-        let code = if value.get("id").is_some() {
-            ErrorCode::InvalidField
-        } else {
-            ErrorCode::MissingField
-        };
-        return Err(DecodeError::new(
-            None,
-            code,
-            "field `id` must be an unsigned integer",
-        ));
+        let code = if value.get("id").is_some() { ErrorCode::InvalidField } else { ErrorCode::MissingField };
+        return Err(DecodeError::new(None, code, "field `id` must be an unsigned integer"));
     }
     match kind.as_str() {
         "hello" => from_value(value, id).map(ClientMessage::Hello),
@@ -440,55 +413,31 @@ pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
         "upload" => from_value(value, id).map(ClientMessage::Upload),
         "upload_end" => from_value(value, id).map(ClientMessage::UploadEnd),
         "download" => from_value(value, id).map(ClientMessage::Download),
-        _ => Err(DecodeError::new(
-            id,
-            ErrorCode::UnknownType,
-            format!("unknown message type `{kind}`"),
-        )),
+        _ => Err(DecodeError::new(id, ErrorCode::UnknownType, format!("unknown message type `{kind}`"))),
     }
 }
 
 /// Reads `type` and `id` and returns the object without `type`.
 fn split_envelope(text: &str) -> Result<(String, Option<u64>, Value), DecodeError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| {
-        DecodeError::new(
-            None,
-            ErrorCode::MalformedFrame,
-            format!("not valid JSON: {e}"),
-        )
-    })?;
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| DecodeError::new(None, ErrorCode::MalformedFrame, format!("not valid JSON: {e}")))?;
     let Value::Object(mut object) = value else {
-        return Err(DecodeError::new(
-            None,
-            ErrorCode::MalformedFrame,
-            "a message must be a JSON object",
-        ));
+        return Err(DecodeError::new(None, ErrorCode::MalformedFrame, "a message must be a JSON object"));
     };
     let id = object.get("id").and_then(Value::as_u64);
     let kind = match object.remove("type") {
         Some(Value::String(kind)) => kind,
         Some(_) => {
-            return Err(DecodeError::new(
-                id,
-                ErrorCode::InvalidField,
-                "field `type` must be a string",
-            ));
+            return Err(DecodeError::new(id, ErrorCode::InvalidField, "field `type` must be a string"));
         }
         None => {
-            return Err(DecodeError::new(
-                id,
-                ErrorCode::MissingField,
-                "missing field `type`",
-            ));
+            return Err(DecodeError::new(id, ErrorCode::MissingField, "missing field `type`"));
         }
     };
     Ok((kind, id, Value::Object(object)))
 }
 
-fn from_value<T: for<'de> Deserialize<'de>>(
-    value: Value,
-    id: Option<u64>,
-) -> Result<T, DecodeError> {
+fn from_value<T: for<'de> Deserialize<'de>>(value: Value, id: Option<u64>) -> Result<T, DecodeError> {
     serde_json::from_value(value).map_err(|e| {
         let message = e.to_string();
         let code = if message.starts_with("missing field") {
@@ -523,10 +472,7 @@ mod tests {
             command: "echo hi".into(),
             timeout: Some(1.5),
             env: BTreeMap::from([("A".into(), "b".into())]),
-            offload: Some(Offload {
-                capture_path: "/tmp/c".into(),
-                inline_budget: 100,
-            }),
+            offload: Some(Offload { capture_path: "/tmp/c".into(), inline_budget: 100 }),
             ..ExecRequest::default()
         });
         let text = msg.to_json();
@@ -536,12 +482,8 @@ mod tests {
 
     #[test]
     fn server_messages_round_trip() {
-        let mut result = ExecResult {
-            id: 9,
-            exit_code: 130,
-            signal: Some("SIGINT".into()),
-            ..ExecResult::default()
-        };
+        let mut result =
+            ExecResult { id: 9, exit_code: 130, signal: Some("SIGINT".into()), ..ExecResult::default() };
         result.set_output(b"\xffbinary".to_vec());
         let msg = ServerMessage::ExecResult(result);
         assert_eq!(ServerMessage::from_json(&msg.to_json()), Ok(msg));
@@ -551,15 +493,9 @@ mod tests {
     fn output_is_text_when_utf8_else_base64() {
         let mut result = ExecResult::default();
         result.set_output(b"plain".to_vec());
-        assert_eq!(
-            (result.output.as_deref(), result.output_base64.as_deref()),
-            (Some("plain"), None)
-        );
+        assert_eq!((result.output.as_deref(), result.output_base64.as_deref()), (Some("plain"), None));
         result.set_output(vec![0xff, 0]);
-        assert_eq!(
-            (result.output.as_deref(), result.output_base64.as_deref()),
-            (None, Some("/wA="))
-        );
+        assert_eq!((result.output.as_deref(), result.output_base64.as_deref()), (None, Some("/wA=")));
         assert_eq!(result.output_bytes(), Ok(vec![0xff, 0]));
     }
 
@@ -571,38 +507,16 @@ mod tests {
             (r#"{"id":1}"#, Some(1), ErrorCode::MissingField),
             (r#"{"type":"exec"}"#, None, ErrorCode::MissingField),
             (r#"{"type":"exec","id":"x"}"#, None, ErrorCode::InvalidField),
-            (
-                r#"{"type":"launch","id":4}"#,
-                Some(4),
-                ErrorCode::UnknownType,
-            ),
-            (
-                r#"{"type":"exec","id":5}"#,
-                Some(5),
-                ErrorCode::MissingField,
-            ),
-            (
-                r#"{"type":"exec","id":6,"command":1}"#,
-                Some(6),
-                ErrorCode::InvalidField,
-            ),
-            (
-                r#"{"type":"exec","id":7,"command":"x","bogus":1}"#,
-                Some(7),
-                ErrorCode::InvalidField,
-            ),
+            (r#"{"type":"launch","id":4}"#, Some(4), ErrorCode::UnknownType),
+            (r#"{"type":"exec","id":5}"#, Some(5), ErrorCode::MissingField),
+            (r#"{"type":"exec","id":6,"command":1}"#, Some(6), ErrorCode::InvalidField),
+            (r#"{"type":"exec","id":7,"command":"x","bogus":1}"#, Some(7), ErrorCode::InvalidField),
         ];
         for (text, id, code) in cases {
             let err = decode_client(text).err();
-            assert_eq!(
-                err.as_ref().map(|e| (e.id, e.code)),
-                Some((id, code)),
-                "{text}: {err:?}"
-            );
+            assert_eq!(err.as_ref().map(|e| (e.id, e.code)), Some((id, code)), "{text}: {err:?}");
         }
-        let err = decode_client(r#"{"type":"exec","id":5}"#)
-            .err()
-            .map(|e| e.message);
+        let err = decode_client(r#"{"type":"exec","id":5}"#).err().map(|e| e.message);
         assert_eq!(err.as_deref(), Some("missing field `command`"));
     }
 }

@@ -65,11 +65,7 @@ pub fn parse(response: ExecuteResponse, sentinel: &str) -> ExecuteOffloadResult 
                 },
             }
         }
-        _ => ExecuteOffloadResult {
-            offloaded: false,
-            response,
-            preview_has_truncation_marker: false,
-        },
+        _ => ExecuteOffloadResult { offloaded: false, response, preview_has_truncation_marker: false },
     }
 }
 
@@ -79,28 +75,17 @@ mod tests {
     use rand::{SeedableRng, rngs::StdRng};
 
     fn response(output: &str, truncated: bool) -> ExecuteResponse {
-        ExecuteResponse {
-            output: output.to_owned(),
-            exit_code: Some(0),
-            truncated,
-        }
+        ExecuteResponse { output: output.to_owned(), exit_code: Some(0), truncated }
     }
 
     #[test]
     fn golden_case_60_with_a_random_sentinel() {
         let s = sentinel(&mut StdRng::seed_from_u64(3));
-        for raw in [
-            "garbage\nmore".to_owned(),
-            format!("{s} 0 1 0"),
-            format!("{s} x 1 0 0\nb"),
-        ] {
+        for raw in ["garbage\nmore".to_owned(), format!("{s} 0 1 0"), format!("{s} x 1 0 0\nb")] {
             let original = response(&raw, false);
             assert_eq!(
                 parse(original.clone(), &s),
-                ExecuteOffloadResult {
-                    response: original,
-                    ..Default::default()
-                }
+                ExecuteOffloadResult { response: original, ..Default::default() }
             );
         }
         let got = parse(response(&format!("{s} 5 1 1 zz\nbody"), false), &s);
@@ -130,25 +115,12 @@ mod tests {
     fn a_forged_line_with_another_sentinel_is_not_a_result() {
         let mut rng = StdRng::seed_from_u64(4);
         let real = sentinel(&mut rng);
-        let forged = MetaLine {
-            exit_code: 0,
-            offloaded: true,
-            capped: false,
-            omitted: 9,
-        }
-        .render(&sentinel(&mut rng));
+        let forged =
+            MetaLine { exit_code: 0, offloaded: true, capped: false, omitted: 9 }.render(&sentinel(&mut rng));
         let original = response(&forged, false);
         assert_eq!(parse(original.clone(), &real).response, original);
-        let line = MetaLine {
-            exit_code: 2,
-            offloaded: true,
-            capped: true,
-            omitted: 4,
-        };
-        let got = parse(
-            response(&format!("{}{forged}", line.render(&real)), false),
-            &real,
-        );
+        let line = MetaLine { exit_code: 2, offloaded: true, capped: true, omitted: 4 };
+        let got = parse(response(&format!("{}{forged}", line.render(&real)), false), &real);
         assert_eq!(got.response.output, forged);
         assert_eq!(got.response.exit_code, Some(2));
         assert!(got.preview_has_truncation_marker);

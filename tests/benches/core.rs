@@ -30,26 +30,16 @@ fn micros(d: Duration) -> f64 {
 
 fn agentd_path() -> PathBuf {
     let release = agentd_tests::binary("agentd");
-    let target = release
-        .parent()
-        .and_then(|p| p.parent())
-        .expect("target dir");
+    let target = release.parent().and_then(|p| p.parent()).expect("target dir");
     let static_bin = target.join("x86_64-unknown-linux-gnu/release/agentd");
-    if static_bin.is_file() {
-        static_bin
-    } else {
-        release
-    }
+    if static_bin.is_file() { static_bin } else { release }
 }
 
 fn main() {
     let agentd = agentd_path();
     // SAFETY: set before any thread starts.
     unsafe { std::env::set_var("AGENTD_BIN", &agentd) };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(run(agentd));
 }
 
@@ -75,35 +65,22 @@ async fn run(agentd: PathBuf) {
         let start = Instant::now();
         let r = sb
             .agentd()
-            .exec(
-                ExecRequest {
-                    command: "true".into(),
-                    ..ExecRequest::default()
-                },
-                None,
-            )
+            .exec(ExecRequest { command: "true".into(), ..ExecRequest::default() }, None)
             .await
             .unwrap();
         link_times.push(start.elapsed());
         inside_times.push(Duration::from_secs_f64(r.duration));
         assert_eq!(r.exit_code, 0);
         let start = Instant::now();
-        let status = Command::new("/bin/sh")
-            .args(["-c", "true"])
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
-            .status;
+        let status =
+            Command::new("/bin/sh").args(["-c", "true"]).stdin(Stdio::null()).output().unwrap().status;
         spawn_times.push(start.elapsed());
         assert!(status.success());
     }
     link_times.sort();
     spawn_times.sort();
     let (lm, lp) = (percentile(&link_times, 0.5), percentile(&link_times, 0.99));
-    let (sm, sp) = (
-        percentile(&spawn_times, 0.5),
-        percentile(&spawn_times, 0.99),
-    );
+    let (sm, sp) = (percentile(&spawn_times, 0.5), percentile(&spawn_times, 0.99));
     println!(
         "exec `true` over the link: median {:.0} µs, p99 {:.0} µs ({ROUND_TRIPS} runs)",
         micros(lm),
@@ -114,22 +91,14 @@ async fn run(agentd: PathBuf) {
         "  of which spawn to reap inside agentd: median {:.0} µs",
         micros(percentile(&inside_times, 0.5))
     );
-    println!(
-        "raw spawn of /bin/sh -c true: median {:.0} µs, p99 {:.0} µs",
-        micros(sm),
-        micros(sp)
-    );
+    println!("raw spawn of /bin/sh -c true: median {:.0} µs, p99 {:.0} µs", micros(sm), micros(sp));
     println!(
         "ratio link/raw: median {:.2}x, p99 {:.2}x (target <= 1.15x)",
         micros(lm) / micros(sm),
         micros(lp) / micros(sp)
     );
 
-    let capture_path = sb
-        .workspace()
-        .join("capture.bin")
-        .to_string_lossy()
-        .into_owned();
+    let capture_path = sb.workspace().join("capture.bin").to_string_lossy().into_owned();
     let mut capture_times = Vec::new();
     let mut drain_times = Vec::new();
     for _ in 0..CAPTURE_RUNS {
@@ -140,10 +109,7 @@ async fn run(agentd: PathBuf) {
                 ExecRequest {
                     command: "head -c 1073741824 /dev/zero".into(),
                     max_capture_bytes: Some(10 << 20),
-                    offload: Some(Offload {
-                        capture_path: capture_path.clone(),
-                        inline_budget: 80_000,
-                    }),
+                    offload: Some(Offload { capture_path: capture_path.clone(), inline_budget: 80_000 }),
                     ..ExecRequest::default()
                 },
                 None,
@@ -162,25 +128,10 @@ async fn run(agentd: PathBuf) {
     }
     capture_times.sort();
     drain_times.sort();
-    let (c, d) = (
-        capture_times[CAPTURE_RUNS / 2],
-        drain_times[CAPTURE_RUNS / 2],
-    );
-    println!(
-        "1 GiB capture (10 MiB cap, offloaded): median {:.0} ms",
-        c.as_secs_f64() * 1e3
-    );
-    println!(
-        "pipe drain `head -c 1G /dev/zero | cat > /dev/null`: median {:.0} ms",
-        d.as_secs_f64() * 1e3
-    );
-    println!(
-        "ratio capture/drain: {:.2}x (target <= 0.8x)",
-        c.as_secs_f64() / d.as_secs_f64()
-    );
+    let (c, d) = (capture_times[CAPTURE_RUNS / 2], drain_times[CAPTURE_RUNS / 2]);
+    println!("1 GiB capture (10 MiB cap, offloaded): median {:.0} ms", c.as_secs_f64() * 1e3);
+    println!("pipe drain `head -c 1G /dev/zero | cat > /dev/null`: median {:.0} ms", d.as_secs_f64() * 1e3);
+    println!("ratio capture/drain: {:.2}x (target <= 0.8x)", c.as_secs_f64() / d.as_secs_f64());
     let peak = agentd_tests::status_kb(sb.pid(), "VmHWM");
-    println!(
-        "agentd peak RSS after the captures: {:.2} MiB",
-        peak as f64 / 1024.0
-    );
+    println!("agentd peak RSS after the captures: {:.2} MiB", peak as f64 / 1024.0);
 }

@@ -50,17 +50,8 @@ impl Daemon {
             &mut line,
         )
         .expect("read address");
-        let url = line
-            .trim()
-            .strip_prefix("agentd listening on ")
-            .expect("address line")
-            .to_owned();
-        Self {
-            child,
-            url,
-            token,
-            workspace,
-        }
+        let url = line.trim().strip_prefix("agentd listening on ").expect("address line").to_owned();
+        Self { child, url, token, workspace }
     }
 
     pub fn pid(&self) -> u32 {
@@ -81,16 +72,9 @@ impl Drop for Daemon {
 /// Path of a workspace binary built next to the test executable (`target/<profile>/NAME`).
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir");
+    let dir = exe.parent().and_then(|deps| deps.parent()).expect("target dir");
     let path = dir.join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo build --workspace` first",
-        path.display()
-    );
+    assert!(path.is_file(), "{} is missing: run `cargo build --workspace` first", path.display());
     path
 }
 
@@ -101,10 +85,9 @@ pub async fn raw_connect(
 ) -> Result<Ws, tokio_tungstenite::tungstenite::Error> {
     let mut request = url.into_client_request()?;
     if let Some(token) = token {
-        request.headers_mut().insert(
-            "authorization",
-            HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
-        );
+        request
+            .headers_mut()
+            .insert("authorization", HeaderValue::from_str(&format!("Bearer {token}")).expect("header"));
     }
     Ok(tokio_tungstenite::connect_async(request).await?.0)
 }
@@ -116,9 +99,7 @@ pub async fn send_text(ws: &mut Ws, text: impl Into<String>) {
 /// The next text message as JSON (binary messages are skipped), within 30 s.
 pub async fn recv_json(ws: &mut Ws) -> serde_json::Value {
     loop {
-        let frame = tokio::time::timeout(Duration::from_secs(30), ws.next())
-            .await
-            .expect("reply in time");
+        let frame = tokio::time::timeout(Duration::from_secs(30), ws.next()).await.expect("reply in time");
         match frame.expect("open").expect("frame") {
             Message::Text(text) => return serde_json::from_str(text.as_str()).expect("json"),
             _ => continue,
@@ -130,11 +111,7 @@ pub async fn recv_json(ws: &mut Ws) -> serde_json::Value {
 pub fn descendants(pid: u32) -> Vec<(u32, String)> {
     let mut parent_of = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(p) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+        let Some(p) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
@@ -157,13 +134,7 @@ pub fn descendants(pid: u32) -> Vec<(u32, String)> {
             if parent == current {
                 queue.push(child);
                 let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
-                found.push((
-                    child,
-                    String::from_utf8_lossy(&cmdline)
-                        .replace('\0', " ")
-                        .trim()
-                        .to_owned(),
-                ));
+                found.push((child, String::from_utf8_lossy(&cmdline).replace('\0', " ").trim().to_owned()));
             }
         }
     }
@@ -179,9 +150,7 @@ pub fn processes_named(cmdline: &str) -> Vec<u32> {
         .filter(|pid| {
             let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat
-                .rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+            let zombie = stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
             !zombie && String::from_utf8_lossy(&raw).replace('\0', " ").trim() == cmdline
         })
         .collect()
@@ -193,13 +162,7 @@ pub fn status_kb(pid: u32, field: &str) -> u64 {
     status
         .lines()
         .find_map(|line| {
-            line.strip_prefix(field)?
-                .strip_prefix(':')?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse()
-                .ok()
+            line.strip_prefix(field)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse().ok()
         })
         .expect("field")
 }

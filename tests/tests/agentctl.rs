@@ -10,10 +10,7 @@ use agentd_tests::binary;
 
 fn agentctl(session: &std::path::Path) -> Command {
     let mut command = Command::new(binary("agentctl"));
-    command
-        .env("AGENTCTL_SESSION", session)
-        .env_remove("AGENTD_URL")
-        .env_remove("AGENTD_TOKEN");
+    command.env("AGENTCTL_SESSION", session).env_remove("AGENTD_URL").env_remove("AGENTD_TOKEN");
     command
 }
 
@@ -27,23 +24,11 @@ fn one_shot_exec_prints_output_and_exits_with_the_code() {
     assert_eq!(out.status.code(), Some(5));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello\nerr\n");
     let out = agentctl(&state.path().join("s.json"))
-        .args([
-            "--json",
-            "exec",
-            "--timeout",
-            "0.3",
-            "--env",
-            "A=b",
-            "--",
-            "echo $A; sleep 5",
-        ])
+        .args(["--json", "exec", "--timeout", "0.3", "--env", "A=b", "--", "echo $A; sleep 5"])
         .output()
         .unwrap();
     let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(
-        (result["timed_out"].as_bool(), result["output"].as_str()),
-        (Some(true), Some("b\n"))
-    );
+    assert_eq!((result["timed_out"].as_bool(), result["output"].as_str()), (Some(true), Some("b\n")));
     assert_eq!(out.status.code(), Some(143));
 }
 
@@ -52,45 +37,23 @@ fn up_upload_exec_download_down() {
     let state = tempfile::tempdir().unwrap();
     let session = state.path().join("session.json");
     let up = agentctl(&session).arg("up").output().unwrap();
-    assert!(
-        up.status.success(),
-        "{}",
-        String::from_utf8_lossy(&up.stderr)
-    );
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&session).unwrap()).unwrap();
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&session).unwrap()).unwrap();
     let pid = saved["pid"].as_u64().unwrap();
 
     let local = state.path().join("in.txt");
     std::fs::write(&local, b"line one\nline two\n").unwrap();
+    let out = agentctl(&session).args(["upload", local.to_str().unwrap(), "data/in.txt"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = agentctl(&session)
-        .args(["upload", local.to_str().unwrap(), "data/in.txt"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = agentctl(&session)
-        .args([
-            "exec",
-            "--",
-            "wc -l < data/in.txt > data/count.txt; echo $$",
-        ])
+        .args(["exec", "--", "wc -l < data/in.txt > data/count.txt; echo $$"])
         .output()
         .unwrap();
     assert!(out.status.success());
     let back = state.path().join("count.txt");
-    let out = agentctl(&session)
-        .args(["download", "data/count.txt", back.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out =
+        agentctl(&session).args(["download", "data/count.txt", back.to_str().unwrap()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(std::fs::read_to_string(&back).unwrap().trim(), "2");
     let out = agentctl(&session)
         .args(["--json", "download", "data/missing", back.to_str().unwrap()])
@@ -110,8 +73,5 @@ fn up_upload_exec_download_down() {
     let workspace = saved["workspace"].as_str().unwrap();
     assert!(!std::path::Path::new(workspace).exists());
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    assert!(
-        stat.is_empty() || stat.contains(") Z"),
-        "agentd {pid} still running"
-    );
+    assert!(stat.is_empty() || stat.contains(") Z"), "agentd {pid} still running");
 }

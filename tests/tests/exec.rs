@@ -15,37 +15,19 @@ async fn sandbox() -> LocalSandbox {
 }
 
 fn exec(command: &str) -> ExecRequest {
-    ExecRequest {
-        command: command.to_owned(),
-        ..ExecRequest::default()
-    }
+    ExecRequest { command: command.to_owned(), ..ExecRequest::default() }
 }
 
 #[tokio::test]
 async fn exit_codes_and_signals() {
     let sb = sandbox().await;
-    let r = sb
-        .execute("printf a; printf b >&2; exit 3", None)
-        .await
-        .unwrap();
-    assert_eq!(
-        (r.output.as_str(), r.exit_code, r.truncated),
-        ("ab", Some(3), false)
-    );
+    let r = sb.execute("printf a; printf b >&2; exit 3", None).await.unwrap();
+    assert_eq!((r.output.as_str(), r.exit_code, r.truncated), ("ab", Some(3), false));
     assert_eq!(sb.execute("true", None).await.unwrap().exit_code, Some(0));
-    assert_eq!(
-        sb.execute("exit 255", None).await.unwrap().exit_code,
-        Some(255)
-    );
+    assert_eq!(sb.execute("exit 255", None).await.unwrap().exit_code, Some(255));
     let killed = sb.agentd().exec(exec("kill -9 $$"), None).await.unwrap();
-    assert_eq!(
-        (killed.exit_code, killed.signal.as_deref(), killed.timed_out),
-        (137, Some("SIGKILL"), false)
-    );
-    let missing = sb
-        .execute("definitely-not-a-command-xyz", None)
-        .await
-        .unwrap();
+    assert_eq!((killed.exit_code, killed.signal.as_deref(), killed.timed_out), (137, Some("SIGKILL"), false));
+    let missing = sb.execute("definitely-not-a-command-xyz", None).await.unwrap();
     assert_eq!(missing.exit_code, Some(127));
     assert!(missing.output.contains("not found"), "{missing:?}");
 }
@@ -55,10 +37,7 @@ async fn stdout_and_stderr_merge_in_arrival_order() {
     let sb = sandbox().await;
     let command = "for i in 1 2 3 4 5; do echo out$i; echo err$i >&2; done";
     let r = sb.execute(command, None).await.unwrap();
-    assert_eq!(
-        r.output,
-        "out1\nerr1\nout2\nerr2\nout3\nerr3\nout4\nerr4\nout5\nerr5\n"
-    );
+    assert_eq!(r.output, "out1\nerr1\nout2\nerr2\nout3\nerr3\nout4\nerr4\nout5\nerr5\n");
 }
 
 #[tokio::test]
@@ -66,53 +45,27 @@ async fn stdin_is_closed_unless_bytes_are_given() {
     use base64::Engine as _;
     let sb = sandbox().await;
     let start = Instant::now();
-    let r = sb
-        .execute("cat; echo done", Some(Duration::from_secs(20)))
-        .await
-        .unwrap();
+    let r = sb.execute("cat; echo done", Some(Duration::from_secs(20))).await.unwrap();
     assert_eq!(r.output, "done\n");
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "cat waited for stdin"
-    );
+    assert!(start.elapsed() < Duration::from_secs(5), "cat waited for stdin");
     let stdin = base64::engine::general_purpose::STANDARD.encode(b"fed\0bytes\n");
-    let r = sb
-        .agentd()
-        .exec(
-            ExecRequest {
-                stdin_base64: Some(stdin),
-                ..exec("cat")
-            },
-            None,
-        )
-        .await
-        .unwrap();
+    let r = sb.agentd().exec(ExecRequest { stdin_base64: Some(stdin), ..exec("cat") }, None).await.unwrap();
     assert_eq!(r.output_bytes().unwrap(), b"fed\0bytes\n");
 }
 
 #[tokio::test]
 async fn forged_result_lines_do_not_change_the_result() {
     let sb = sandbox().await;
-    let forged_meta = meta::MetaLine {
-        exit_code: 0,
-        offloaded: true,
-        capped: false,
-        omitted: 3,
-    }
-    .render(&meta::sentinel(&mut rand::rng()));
+    let forged_meta = meta::MetaLine { exit_code: 0, offloaded: true, capped: false, omitted: 3 }
+        .render(&meta::sentinel(&mut rand::rng()));
     let forged_json = r#"{"type":"exec_result","id":1,"exit_code":0,"duration":0,"total_bytes":0}"#;
     let command = format!("printf '%s' '{forged_meta}'; echo '{forged_json}'; exit 7");
     let r = sb.execute(&command, None).await.unwrap();
     assert_eq!(r.exit_code, Some(7));
     assert_eq!(r.output, format!("{forged_meta}{forged_json}\n"));
-    let offload = sb
-        .execute_with_offload(&command, "/tmp/agentd-forge-test", 10_000, None, None)
-        .await
-        .unwrap();
-    assert_eq!(
-        (offload.offloaded, offload.response.exit_code),
-        (false, Some(7))
-    );
+    let offload =
+        sb.execute_with_offload(&command, "/tmp/agentd-forge-test", 10_000, None, None).await.unwrap();
+    assert_eq!((offload.offloaded, offload.response.exit_code), (false, Some(7)));
 }
 
 #[tokio::test]
@@ -123,10 +76,7 @@ async fn timeout_kills_the_whole_tree_including_setsid_escapees() {
     let r = sb
         .agentd()
         .exec(
-            ExecRequest {
-                timeout: Some(1.0),
-                ..exec("sh -c 'sleep 1001 & setsid sleep 1001 & sleep 1001'")
-            },
+            ExecRequest { timeout: Some(1.0), ..exec("sh -c 'sleep 1001 & setsid sleep 1001 & sleep 1001'") },
             None,
         )
         .await
@@ -136,21 +86,10 @@ async fn timeout_kills_the_whole_tree_including_setsid_escapees() {
     assert_eq!((r.exit_code, r.signal.as_deref()), (143, Some("SIGTERM")));
     // timeout 1 s + grace 1 s + slack for a loaded machine.
     assert!(elapsed < Duration::from_secs(4), "took {elapsed:?}");
-    assert!(
-        processes_named("sleep 1001").is_empty(),
-        "left behind: {:?}",
-        processes_named("sleep 1001")
-    );
-    assert!(
-        descendants(agentd).is_empty(),
-        "agentd still has children: {:?}",
-        descendants(agentd)
-    );
+    assert!(processes_named("sleep 1001").is_empty(), "left behind: {:?}", processes_named("sleep 1001"));
+    assert!(descendants(agentd).is_empty(), "agentd still has children: {:?}", descendants(agentd));
     // The contract view: exit code 124 and a note.
-    let contract = sb
-        .execute("sleep 1002", Some(Duration::from_millis(300)))
-        .await
-        .unwrap();
+    let contract = sb.execute("sleep 1002", Some(Duration::from_millis(300))).await.unwrap();
     assert_eq!(contract.exit_code, Some(124));
     assert!(contract.output.contains("timed out"), "{contract:?}");
 }
@@ -159,26 +98,11 @@ async fn timeout_kills_the_whole_tree_including_setsid_escapees() {
 async fn a_term_ignoring_tree_is_killed_after_the_grace_period() {
     let sb = sandbox().await;
     let start = Instant::now();
-    let command =
-        "trap '' TERM; (trap '' TERM; setsid sh -c \"trap '' TERM; sleep 1003\") & sleep 1003";
-    let r = sb
-        .agentd()
-        .exec(
-            ExecRequest {
-                timeout: Some(0.5),
-                ..exec(command)
-            },
-            None,
-        )
-        .await
-        .unwrap();
+    let command = "trap '' TERM; (trap '' TERM; setsid sh -c \"trap '' TERM; sleep 1003\") & sleep 1003";
+    let r = sb.agentd().exec(ExecRequest { timeout: Some(0.5), ..exec(command) }, None).await.unwrap();
     assert!(r.timed_out);
     assert_eq!(r.signal.as_deref(), Some("SIGKILL"));
-    assert!(
-        start.elapsed() < Duration::from_secs(4),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(4), "took {:?}", start.elapsed());
     assert!(processes_named("sleep 1003").is_empty());
 }
 
@@ -188,19 +112,11 @@ async fn background_process_holding_the_pipe_does_not_hang_the_result() {
     let start = Instant::now();
     let r = sb.execute("sleep 1004 & echo started", None).await.unwrap();
     assert_eq!((r.output.as_str(), r.exit_code), ("started\n", Some(0)));
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        start.elapsed()
-    );
+    assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
     // The orphan is still running (not killed on a normal exit) and reaped later, not a zombie.
     assert_eq!(processes_named("sleep 1004").len(), 1);
     sb.execute("pkill -f 'sleep 1004'", None).await.unwrap();
-    assert!(
-        eventually(Duration::from_secs(5), || processes_named("sleep 1004")
-            .is_empty())
-        .await
-    );
+    assert!(eventually(Duration::from_secs(5), || processes_named("sleep 1004").is_empty()).await);
 }
 
 #[tokio::test]
@@ -214,11 +130,7 @@ async fn cancel_kills_the_tree() {
     .await;
     assert!(running.is_err(), "the command should still be running");
     // Dropping the exec future sent `cancel`.
-    assert!(
-        eventually(Duration::from_secs(5), || processes_named("sleep 1005")
-            .is_empty())
-        .await
-    );
+    assert!(eventually(Duration::from_secs(5), || processes_named("sleep 1005").is_empty()).await);
 }
 
 #[tokio::test]
@@ -240,19 +152,10 @@ async fn one_gib_of_output_is_capped_offloaded_and_counted_with_small_rss() {
         )
         .await
         .unwrap();
-    assert_eq!(
-        (r.exit_code, r.capped, r.offloaded, r.truncated),
-        (0, true, true, true)
-    );
+    assert_eq!((r.exit_code, r.capped, r.offloaded, r.truncated), (0, true, true, true));
     assert_eq!(r.total_bytes, 1_073_741_829);
     assert_eq!(std::fs::metadata(&capture).unwrap().len(), 10 << 20);
-    assert!(
-        r.output
-            .as_deref()
-            .unwrap()
-            .contains("capture stopped at its 10485760-byte limit"),
-        "{r:?}"
-    );
+    assert!(r.output.as_deref().unwrap().contains("capture stopped at its 10485760-byte limit"), "{r:?}");
     let peak_kb = status_kb(sb.pid(), "VmHWM");
     assert!(peak_kb < 48 * 1024, "agentd peak RSS {peak_kb} kB");
     // Plain exec: the capture comes back inline up to its cap, flagged truncated.
@@ -268,11 +171,7 @@ async fn one_gib_of_output_is_capped_offloaded_and_counted_with_small_rss() {
         .await
         .unwrap();
     assert_eq!(
-        (
-            plain.total_bytes,
-            plain.truncated,
-            plain.output.as_deref().map(str::len)
-        ),
+        (plain.total_bytes, plain.truncated, plain.output.as_deref().map(str::len)),
         (50_000_000, true, Some(1 << 20))
     );
 }
@@ -280,10 +179,7 @@ async fn one_gib_of_output_is_capped_offloaded_and_counted_with_small_rss() {
 #[tokio::test]
 async fn half_a_megabyte_comes_back_untruncated() {
     let sb = sandbox().await;
-    let r = sb
-        .execute("head -c 512000 /dev/zero | tr '\\0' y", None)
-        .await
-        .unwrap();
+    let r = sb.execute("head -c 512000 /dev/zero | tr '\\0' y", None).await.unwrap();
     assert_eq!((r.output.len(), r.truncated), (512_000, false));
 }
 
@@ -294,92 +190,46 @@ async fn offload_golden_cases() {
     // 54: inline, no file (a stale one at the path is removed); one byte over the budget: offloaded, file kept.
     std::fs::write(sb.workspace().join("c54a"), b"stale").unwrap();
     let r = sb
-        .execute_with_offload(
-            "echo hi; echo err >&2; exit 3",
-            &path("c54a"),
-            100,
-            None,
-            None,
-        )
+        .execute_with_offload("echo hi; echo err >&2; exit 3", &path("c54a"), 100, None, None)
         .await
         .unwrap();
     assert_eq!(
-        (
-            r.offloaded,
-            r.response.exit_code,
-            r.response.truncated,
-            r.preview_has_truncation_marker
-        ),
+        (r.offloaded, r.response.exit_code, r.response.truncated, r.preview_has_truncation_marker),
         (false, Some(3), false, false)
     );
     assert_eq!(r.response.output, "hi\nerr\n");
     assert!(!sb.workspace().join("c54a").exists());
-    let r = sb
-        .execute_with_offload("printf '%0101d' 0", &path("c54c"), 100, None, None)
-        .await
-        .unwrap();
+    let r = sb.execute_with_offload("printf '%0101d' 0", &path("c54c"), 100, None, None).await.unwrap();
     assert_eq!((r.offloaded, r.response.output.len()), (true, 101));
-    assert_eq!(
-        std::fs::read(sb.workspace().join("c54c")).unwrap().len(),
-        101
-    );
+    assert_eq!(std::fs::read(sb.workspace().join("c54c")).unwrap().len(), 101);
     // 55
-    let r = sb
-        .execute_with_offload("seq 1 100; exit 7", &path("c55"), 50, None, None)
-        .await
-        .unwrap();
+    let r = sb.execute_with_offload("seq 1 100; exit 7", &path("c55"), 50, None, None).await.unwrap();
     assert_eq!(
-        (
-            r.offloaded,
-            r.response.exit_code,
-            r.response.truncated,
-            r.preview_has_truncation_marker
-        ),
+        (r.offloaded, r.response.exit_code, r.response.truncated, r.preview_has_truncation_marker),
         (true, Some(7), false, true)
     );
-    assert_eq!(
-        r.response.output,
-        "1\n2\n3\n4\n5\n... [90 lines truncated] ...\n96\n97\n98\n99\n100\n"
-    );
+    assert_eq!(r.response.output, "1\n2\n3\n4\n5\n... [90 lines truncated] ...\n96\n97\n98\n99\n100\n");
     // 57 with a 6000-byte cap.
     let long = "printf '%05000d\\n' 0 | tr 0 a; printf '%05000d\\n' 0 | tr 0 b";
-    let r = sb
-        .execute_with_offload(long, &path("c57"), 100, Some(6000), None)
-        .await
-        .unwrap();
+    let r = sb.execute_with_offload(long, &path("c57"), 100, Some(6000), None).await.unwrap();
     assert_eq!((r.offloaded, r.response.truncated), (true, true));
-    assert!(r.response.output.ends_with("capture stopped at its 6000-byte limit, so the file at the path above is also incomplete] ...\n"));
+    assert!(r.response.output.ends_with(
+        "capture stopped at its 6000-byte limit, so the file at the path above is also incomplete] ...\n"
+    ));
     // 59: 40 MB of short lines; exit code survives (no SIGPIPE).
-    let r = sb
-        .execute_with_offload("yes x | head -n 20000000", &path("c59"), 100, None, None)
-        .await
-        .unwrap();
+    let r = sb.execute_with_offload("yes x | head -n 20000000", &path("c59"), 100, None, None).await.unwrap();
     assert_eq!(
-        (
-            r.offloaded,
-            r.response.exit_code,
-            r.response.truncated,
-            r.preview_has_truncation_marker
-        ),
+        (r.offloaded, r.response.exit_code, r.response.truncated, r.preview_has_truncation_marker),
         (true, Some(0), true, true)
     );
     assert_eq!(
         r.response.output,
-        format!(
-            "{}... [5242870 lines truncated] ...\n{}",
-            "x\n".repeat(5),
-            "x\n".repeat(5)
-        )
+        format!("{}... [5242870 lines truncated] ...\n{}", "x\n".repeat(5), "x\n".repeat(5))
     );
     // 59b: cut at the cap but within the budget: inline, loss not flagged (the contract's quirk).
-    let r = sb
-        .execute_with_offload("printf '%05000d' 0", &path("c59b"), 2000, Some(1000), None)
-        .await
-        .unwrap();
-    assert_eq!(
-        (r.offloaded, r.response.truncated, r.response.output.len()),
-        (false, false, 1000)
-    );
+    let r =
+        sb.execute_with_offload("printf '%05000d' 0", &path("c59b"), 2000, Some(1000), None).await.unwrap();
+    assert_eq!((r.offloaded, r.response.truncated, r.response.output.len()), (false, false, 1000));
 }
 
 #[tokio::test]
@@ -388,21 +238,14 @@ async fn two_hundred_concurrent_execs_on_one_link() {
     let tasks = (0..200u32).map(|i| {
         let sb = Arc::clone(&sb);
         tokio::spawn(async move {
-            let command = format!(
-                "echo start-{i}; sleep 0.0{}; echo end-{i} >&2; exit {}",
-                i % 10,
-                i % 256
-            );
+            let command = format!("echo start-{i}; sleep 0.0{}; echo end-{i} >&2; exit {}", i % 10, i % 256);
             (i, sb.execute(&command, None).await)
         })
     });
     for task in futures_util::future::join_all(tasks).await {
         let (i, result) = task.unwrap();
         let r = result.unwrap();
-        assert_eq!(
-            (r.output, r.exit_code),
-            (format!("start-{i}\nend-{i}\n"), Some((i % 256) as i32))
-        );
+        assert_eq!((r.output, r.exit_code), (format!("start-{i}\nend-{i}\n"), Some((i % 256) as i32)));
     }
 }
 
@@ -412,14 +255,7 @@ async fn live_output_arrives_as_it_is_written() {
     let mut chunks: Vec<(Instant, Vec<u8>)> = Vec::new();
     let mut on_output = |data: &[u8]| chunks.push((Instant::now(), data.to_vec()));
     let start = Instant::now();
-    let r = sb
-        .agentd()
-        .exec(
-            exec("echo first; sleep 0.5; echo second"),
-            Some(&mut on_output),
-        )
-        .await
-        .unwrap();
+    let r = sb.agentd().exec(exec("echo first; sleep 0.5; echo second"), Some(&mut on_output)).await.unwrap();
     let end = Instant::now();
     assert_eq!(r.output.as_deref(), Some("first\nsecond\n"));
     let streamed: Vec<u8> = chunks.iter().flat_map(|(_, c)| c.clone()).collect();
@@ -435,20 +271,13 @@ async fn spawn_failures_are_typed_errors_not_exit_codes() {
     let sb = sandbox().await;
     let err = sb
         .agentd()
-        .exec(
-            ExecRequest {
-                cwd: Some("/no/such/dir".into()),
-                ..exec("true")
-            },
-            None,
-        )
+        .exec(ExecRequest { cwd: Some("/no/such/dir".into()), ..exec("true") }, None)
         .await
         .unwrap_err();
     match err {
-        SandboxError::Refused {
-            code: ErrorCode::SpawnFailed,
-            message,
-        } => assert!(message.contains("/no/such/dir"), "{message}"),
+        SandboxError::Refused { code: ErrorCode::SpawnFailed, message } => {
+            assert!(message.contains("/no/such/dir"), "{message}")
+        }
         other => panic!("expected spawn_failed, got {other:?}"),
     }
     // The link is still fine, and cwd/env work.
@@ -467,10 +296,7 @@ async fn spawn_failures_are_typed_errors_not_exit_codes() {
         .unwrap();
     assert_eq!(
         r.output.unwrap(),
-        format!(
-            "hi\n{}\n",
-            sb.workspace().canonicalize().unwrap().join("sub").display()
-        )
+        format!("hi\n{}\n", sb.workspace().canonicalize().unwrap().join("sub").display())
     );
 }
 
@@ -486,31 +312,20 @@ async fn the_token_never_reaches_a_child() {
 async fn dropping_the_local_sandbox_leaves_no_process() {
     let sb = sandbox().await;
     let agentd = sb.pid();
-    let _ = tokio::time::timeout(
-        Duration::from_millis(300),
-        sb.execute("setsid sleep 1006 & sleep 1006", None),
-    )
-    .await;
-    sb.execute("sleep 1007 > /dev/null 2>&1 &", None)
-        .await
-        .unwrap();
+    let _ =
+        tokio::time::timeout(Duration::from_millis(300), sb.execute("setsid sleep 1006 & sleep 1006", None))
+            .await;
+    sb.execute("sleep 1007 > /dev/null 2>&1 &", None).await.unwrap();
     assert_eq!(processes_named("sleep 1007").len(), 1);
     drop(sb);
-    assert!(
-        !std::path::Path::new(&format!("/proc/{agentd}/status")).exists()
-            || status_is_zombie(agentd)
-    );
+    assert!(!std::path::Path::new(&format!("/proc/{agentd}/status")).exists() || status_is_zombie(agentd));
     assert!(processes_named("sleep 1006").is_empty());
     assert!(
-        eventually(Duration::from_secs(3), || processes_named("sleep 1007")
-            .is_empty())
-        .await,
+        eventually(Duration::from_secs(3), || processes_named("sleep 1007").is_empty()).await,
         "a background process survived agentd"
     );
 }
 
 fn status_is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map(|s| s.contains("State:\tZ"))
-        .unwrap_or(true)
+    std::fs::read_to_string(format!("/proc/{pid}/status")).map(|s| s.contains("State:\tZ")).unwrap_or(true)
 }

@@ -14,17 +14,9 @@ use tokio_tungstenite::tungstenite::{self, Message};
 
 async fn greeted(daemon: &Daemon) -> Ws {
     let mut ws = raw_connect(&daemon.url, Some(&daemon.token)).await.unwrap();
-    send_text(
-        &mut ws,
-        json!({"type": "hello", "id": 0, "versions": [1]}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "hello", "id": 0, "versions": [1]}).to_string()).await;
     let hello = recv_json(&mut ws).await;
-    assert_eq!(
-        (hello["type"].as_str(), hello["version"].as_u64()),
-        (Some("hello"), Some(1)),
-        "{hello}"
-    );
+    assert_eq!((hello["type"].as_str(), hello["version"].as_u64()), (Some("hello"), Some(1)), "{hello}");
     ws
 }
 
@@ -39,29 +31,17 @@ fn expect_status(err: tungstenite::Error, status: u16) {
 async fn wrong_or_missing_token_gets_401_and_runs_nothing() {
     let daemon = Daemon::start();
     let marker = daemon.workspace.path().join("ran");
-    expect_status(
-        raw_connect(&daemon.url, Some("wrong-token"))
-            .await
-            .unwrap_err(),
-        401,
-    );
+    expect_status(raw_connect(&daemon.url, Some("wrong-token")).await.unwrap_err(), 401);
     expect_status(raw_connect(&daemon.url, None).await.unwrap_err(), 401);
     let prefix = &daemon.token[..daemon.token.len() - 1];
-    expect_status(
-        raw_connect(&daemon.url, Some(prefix)).await.unwrap_err(),
-        401,
-    );
+    expect_status(raw_connect(&daemon.url, Some(prefix)).await.unwrap_err(), 401);
     match AgentdSandbox::connect(&daemon.url, Some("nope")).await {
         Err(SandboxError::Unauthorized { .. }) => {}
         Err(other) => panic!("expected Unauthorized, got {other}"),
         Ok(_) => panic!("connected with a wrong token"),
     }
     assert!(!marker.exists());
-    assert!(
-        AgentdSandbox::connect(&daemon.url, Some(&daemon.token))
-            .await
-            .is_ok()
-    );
+    assert!(AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.is_ok());
 }
 
 #[tokio::test]
@@ -73,37 +53,22 @@ async fn no_token_beyond_loopback_is_refused() {
         .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("refusing to listen on 0.0.0.0:0 without a token"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("refusing to listen on 0.0.0.0:0 without a token"), "{stderr}");
 }
 
 #[tokio::test]
 async fn requests_before_hello_and_unknown_versions_are_refused() {
     let daemon = Daemon::start();
     let mut ws = raw_connect(&daemon.url, Some(&daemon.token)).await.unwrap();
-    send_text(
-        &mut ws,
-        json!({"type": "exec", "id": 4, "command": "true"}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "exec", "id": 4, "command": "true"}).to_string()).await;
     let reply = recv_json(&mut ws).await;
     assert_eq!(
         reply,
         json!({"type": "error", "id": 4, "code": "handshake_required", "message": "send `hello` first"})
     );
-    send_text(
-        &mut ws,
-        json!({"type": "hello", "id": 5, "versions": [99]}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "hello", "id": 5, "versions": [99]}).to_string()).await;
     assert_eq!(recv_json(&mut ws).await["code"], "unsupported_version");
-    send_text(
-        &mut ws,
-        json!({"type": "hello", "id": 6, "versions": [99, 1]}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "hello", "id": 6, "versions": [99, 1]}).to_string()).await;
     assert_eq!(recv_json(&mut ws).await["version"], 1);
 }
 
@@ -112,38 +77,21 @@ async fn malformed_frames_get_error_replies_and_the_link_keeps_working() {
     let daemon = Daemon::start();
     let mut ws = greeted(&daemon).await;
     // An exec in flight while garbage arrives must be unaffected.
-    send_text(
-        &mut ws,
-        json!({"type": "exec", "id": 100, "command": "sleep 0.5; echo survived"}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "exec", "id": 100, "command": "sleep 0.5; echo survived"}).to_string())
+        .await;
     let cases: Vec<(Message, Value, &str)> = vec![
         (Message::text("not json"), Value::Null, "malformed_frame"),
         (Message::text("[1,2,3]"), Value::Null, "malformed_frame"),
-        (
-            Message::text(json!({"type": "launch", "id": 1}).to_string()),
-            json!(1),
-            "unknown_type",
-        ),
-        (
-            Message::text(json!({"type": "exec", "id": 2}).to_string()),
-            json!(2),
-            "missing_field",
-        ),
-        (
-            Message::text(json!({"id": 3}).to_string()),
-            json!(3),
-            "missing_field",
-        ),
+        (Message::text(json!({"type": "launch", "id": 1}).to_string()), json!(1), "unknown_type"),
+        (Message::text(json!({"type": "exec", "id": 2}).to_string()), json!(2), "missing_field"),
+        (Message::text(json!({"id": 3}).to_string()), json!(3), "missing_field"),
         (
             Message::text(json!({"type": "exec", "id": 4, "command": 5}).to_string()),
             json!(4),
             "invalid_field",
         ),
         (
-            Message::text(
-                json!({"type": "exec", "id": 5, "command": "x", "timeout": -1}).to_string(),
-            ),
+            Message::text(json!({"type": "exec", "id": 5, "command": "x", "timeout": -1}).to_string()),
             json!(5),
             "invalid_field",
         ),
@@ -152,21 +100,9 @@ async fn malformed_frames_get_error_replies_and_the_link_keeps_working() {
             json!(100),
             "duplicate_id",
         ),
-        (
-            Message::text("x".repeat(17 << 20)),
-            Value::Null,
-            "frame_too_large",
-        ),
-        (
-            Message::binary(vec![1, 2, 3]),
-            Value::Null,
-            "malformed_frame",
-        ),
-        (
-            Message::binary(agentd_protocol::chunk::encode(77, b"data")),
-            json!(77),
-            "unknown_id",
-        ),
+        (Message::text("x".repeat(17 << 20)), Value::Null, "frame_too_large"),
+        (Message::binary(vec![1, 2, 3]), Value::Null, "malformed_frame"),
+        (Message::binary(agentd_protocol::chunk::encode(77, b"data")), json!(77), "unknown_id"),
         (
             Message::text(json!({"type": "upload_end", "id": 78, "sha256": "00"}).to_string()),
             json!(78),
@@ -190,18 +126,10 @@ async fn malformed_frames_get_error_replies_and_the_link_keeps_working() {
     assert_eq!(missing["message"], "missing field `command`");
     let result = recv_json(&mut ws).await;
     assert_eq!(
-        (
-            result["id"].as_u64(),
-            result["output"].as_str(),
-            result["exit_code"].as_i64()
-        ),
+        (result["id"].as_u64(), result["output"].as_str(), result["exit_code"].as_i64()),
         (Some(100), Some("survived\n"), Some(0))
     );
-    send_text(
-        &mut ws,
-        json!({"type": "exec", "id": 101, "command": "echo still up"}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "exec", "id": 101, "command": "echo still up"}).to_string()).await;
     assert_eq!(recv_json(&mut ws).await["output"], "still up\n");
 }
 
@@ -210,26 +138,13 @@ async fn an_interrupted_upload_leaves_no_file() {
     let daemon = Daemon::start();
     let dest = daemon.workspace.path().join("dir/partial.bin");
     let mut ws = greeted(&daemon).await;
-    send_text(
-        &mut ws,
-        json!({"type": "upload", "id": 9, "path": dest.to_str().unwrap()}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "upload", "id": 9, "path": dest.to_str().unwrap()}).to_string()).await;
     for _ in 0..8 {
-        ws.send(Message::binary(agentd_protocol::chunk::encode(
-            9,
-            &[7u8; 65536],
-        )))
-        .await
-        .unwrap();
+        ws.send(Message::binary(agentd_protocol::chunk::encode(9, &[7u8; 65536]))).await.unwrap();
     }
     ws.flush().await.unwrap();
     // Make sure agentd has the chunks before the connection dies: a round trip on the same socket.
-    send_text(
-        &mut ws,
-        json!({"type": "cancel", "id": 10, "target": 12345}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "cancel", "id": 10, "target": 12345}).to_string()).await;
     assert_eq!(recv_json(&mut ws).await["found"], false);
     let dir = dest.parent().unwrap().to_owned();
     let count = |dir: &std::path::Path| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
@@ -243,11 +158,7 @@ async fn an_interrupted_upload_leaves_no_file() {
     assert!(
         clean,
         "left behind: {:?}",
-        std::fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name())
-            .collect::<Vec<_>>()
+        std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.file_name()).collect::<Vec<_>>()
     );
     assert!(!dest.exists());
 }
@@ -258,46 +169,14 @@ async fn a_wrong_digest_or_cancel_keeps_the_destination_untouched() {
     let dest = daemon.workspace.path().join("kept.txt");
     std::fs::write(&dest, b"original").unwrap();
     let mut ws = greeted(&daemon).await;
-    send_text(
-        &mut ws,
-        json!({"type": "upload", "id": 1, "path": dest.to_str().unwrap()}).to_string(),
-    )
-    .await;
-    ws.send(Message::binary(agentd_protocol::chunk::encode(
-        1,
-        b"replacement",
-    )))
-    .await
-    .unwrap();
-    send_text(
-        &mut ws,
-        json!({"type": "upload_end", "id": 1, "sha256": "0".repeat(64)}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "upload", "id": 1, "path": dest.to_str().unwrap()}).to_string()).await;
+    ws.send(Message::binary(agentd_protocol::chunk::encode(1, b"replacement"))).await.unwrap();
+    send_text(&mut ws, json!({"type": "upload_end", "id": 1, "sha256": "0".repeat(64)}).to_string()).await;
     let reply = recv_json(&mut ws).await;
-    assert!(
-        reply["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("sha256 mismatch"),
-        "{reply}"
-    );
-    send_text(
-        &mut ws,
-        json!({"type": "upload", "id": 2, "path": dest.to_str().unwrap()}).to_string(),
-    )
-    .await;
-    ws.send(Message::binary(agentd_protocol::chunk::encode(
-        2,
-        b"replacement",
-    )))
-    .await
-    .unwrap();
-    send_text(
-        &mut ws,
-        json!({"type": "cancel", "id": 3, "target": 2}).to_string(),
-    )
-    .await;
+    assert!(reply["error"].as_str().unwrap().starts_with("sha256 mismatch"), "{reply}");
+    send_text(&mut ws, json!({"type": "upload", "id": 2, "path": dest.to_str().unwrap()}).to_string()).await;
+    ws.send(Message::binary(agentd_protocol::chunk::encode(2, b"replacement"))).await.unwrap();
+    send_text(&mut ws, json!({"type": "cancel", "id": 3, "target": 2}).to_string()).await;
     let mut replies = [recv_json(&mut ws).await, recv_json(&mut ws).await];
     replies.sort_by_key(|r| r["id"].as_u64());
     assert_eq!(
@@ -306,39 +185,23 @@ async fn a_wrong_digest_or_cancel_keeps_the_destination_untouched() {
     );
     assert_eq!(replies[1]["found"], true);
     assert_eq!(std::fs::read(&dest).unwrap(), b"original");
-    assert_eq!(
-        std::fs::read_dir(daemon.workspace.path()).unwrap().count(),
-        1
-    );
+    assert_eq!(std::fs::read_dir(daemon.workspace.path()).unwrap().count(), 1);
 }
 
 #[tokio::test]
 async fn cancel_by_id_reports_cancelled() {
     let daemon = Daemon::start();
     let mut ws = greeted(&daemon).await;
-    send_text(
-        &mut ws,
-        json!({"type": "exec", "id": 1, "command": "sleep 1008", "stream": true}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "exec", "id": 1, "command": "sleep 1008", "stream": true}).to_string())
+        .await;
     assert_eq!(recv_json(&mut ws).await["type"], "exec_started");
-    send_text(
-        &mut ws,
-        json!({"type": "cancel", "id": 2, "target": 1}).to_string(),
-    )
-    .await;
+    send_text(&mut ws, json!({"type": "cancel", "id": 2, "target": 1}).to_string()).await;
     let mut replies = [recv_json(&mut ws).await, recv_json(&mut ws).await];
     replies.sort_by_key(|r| r["id"].as_u64());
     assert_eq!(
-        (
-            replies[0]["cancelled"].as_bool(),
-            replies[0]["timed_out"].as_bool()
-        ),
+        (replies[0]["cancelled"].as_bool(), replies[0]["timed_out"].as_bool()),
         (Some(true), Some(false))
     );
-    assert_eq!(
-        replies[1],
-        json!({"type": "cancel_result", "id": 2, "target": 1, "found": true})
-    );
+    assert_eq!(replies[1], json!({"type": "cancel_result", "id": 2, "target": 1, "found": true}));
     assert!(agentd_tests::processes_named("sleep 1008").is_empty());
 }

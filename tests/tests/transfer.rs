@@ -11,29 +11,14 @@ async fn relative_paths_are_invalid_and_results_keep_input_order() {
     let sb = LocalSandbox::start().await.unwrap();
     let t = sb.workspace().to_str().unwrap().to_owned();
     // Golden case 1.
-    let up = sb
-        .upload_files(&[("rel.txt".into(), b"x".to_vec())])
-        .await
-        .unwrap();
+    let up = sb.upload_files(&[("rel.txt".into(), b"x".to_vec())]).await.unwrap();
     assert_eq!(up[0].error.as_deref(), Some("invalid_path"));
-    let down = sb
-        .download_files(&["relative/path.txt".into()])
-        .await
-        .unwrap();
-    assert_eq!(
-        (down[0].content.as_ref(), down[0].error.as_deref()),
-        (None, Some("invalid_path"))
-    );
+    let down = sb.download_files(&["relative/path.txt".into()]).await.unwrap();
+    assert_eq!((down[0].content.as_ref(), down[0].error.as_deref()), (None, Some("invalid_path")));
     // Golden case 2.
     std::fs::create_dir(sb.workspace().join("d")).unwrap();
-    let down = sb
-        .download_files(&[format!("{t}/missing"), format!("{t}/d")])
-        .await
-        .unwrap();
-    let errors: Vec<_> = down
-        .iter()
-        .map(|d| (d.path.clone(), d.error.clone()))
-        .collect();
+    let down = sb.download_files(&[format!("{t}/missing"), format!("{t}/d")]).await.unwrap();
+    let errors: Vec<_> = down.iter().map(|d| (d.path.clone(), d.error.clone())).collect();
     assert_eq!(
         errors,
         [
@@ -62,14 +47,7 @@ async fn relative_paths_are_invalid_and_results_keep_input_order() {
         .await
         .unwrap();
     let errors: Vec<_> = up.iter().map(|u| u.error.as_deref()).collect();
-    assert_eq!(
-        errors,
-        [
-            Some("is_directory"),
-            Some("invalid_path"),
-            Some("invalid_path")
-        ]
-    );
+    assert_eq!(errors, [Some("is_directory"), Some("invalid_path"), Some("invalid_path")]);
 }
 
 #[tokio::test]
@@ -77,28 +55,12 @@ async fn every_byte_value_round_trips_and_overwrites_truncate() {
     let sb = LocalSandbox::start().await.unwrap();
     let path = format!("{}/all-bytes", sb.workspace().display());
     let data: Vec<u8> = (0..(10 << 20)).map(|i| (i % 256) as u8).collect();
+    assert_eq!(sb.upload_files(&[(path.clone(), data.clone())]).await.unwrap()[0].error, None);
     assert_eq!(
-        sb.upload_files(&[(path.clone(), data.clone())])
-            .await
-            .unwrap()[0]
-            .error,
-        None
-    );
-    assert_eq!(
-        sb.download_files(std::slice::from_ref(&path))
-            .await
-            .unwrap()[0]
-            .content
-            .as_deref(),
+        sb.download_files(std::slice::from_ref(&path)).await.unwrap()[0].content.as_deref(),
         Some(&data[..])
     );
-    assert_eq!(
-        sb.upload_files(&[(path.clone(), b"short".to_vec())])
-            .await
-            .unwrap()[0]
-            .error,
-        None
-    );
+    assert_eq!(sb.upload_files(&[(path.clone(), b"short".to_vec())]).await.unwrap()[0].error, None);
     assert_eq!(std::fs::read(&path).unwrap(), b"short");
 }
 
@@ -117,30 +79,14 @@ async fn hundred_mib_round_trip_with_matching_sha256() {
     let remote = format!("{}/big/upload.bin", sb.workspace().display());
     let file = tokio::fs::File::open(&source).await.unwrap();
     assert_eq!(link.upload(&remote, file, |_| {}).await.unwrap(), None);
-    assert_eq!(
-        format!("{:x}", Sha256::digest(std::fs::read(&remote).unwrap())),
-        expected
-    );
+    assert_eq!(format!("{:x}", Sha256::digest(std::fs::read(&remote).unwrap())), expected);
 
     let back = local.path().join("back.bin");
     let sink = tokio::fs::File::create(&back).await.unwrap();
-    let done = link
-        .download(&remote, sink, |_, _| {})
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (done.size, done.sha256.as_str()),
-        (100 << 20, expected.as_str())
-    );
-    assert_eq!(
-        format!("{:x}", Sha256::digest(std::fs::read(&back).unwrap())),
-        expected
-    );
+    let done = link.download(&remote, sink, |_, _| {}).await.unwrap().unwrap();
+    assert_eq!((done.size, done.sha256.as_str()), (100 << 20, expected.as_str()));
+    assert_eq!(format!("{:x}", Sha256::digest(std::fs::read(&back).unwrap())), expected);
     // agentd streamed it: its peak memory stays far below the file size.
     let peak_kb = agentd_tests::status_kb(sb.pid(), "VmHWM");
-    assert!(
-        peak_kb < 48 * 1024,
-        "agentd peak RSS {peak_kb} kB for a 100 MiB transfer"
-    );
+    assert!(peak_kb < 48 * 1024, "agentd peak RSS {peak_kb} kB for a 100 MiB transfer");
 }

@@ -38,15 +38,7 @@ pub struct CaptureFile {
 impl CaptureFile {
     /// A capture that will use `path` once it spills, storing at most `cap` bytes.
     pub fn new(path: PathBuf, cap: u64) -> Self {
-        Self {
-            path,
-            cap,
-            memory: Vec::new(),
-            file: None,
-            captured: 0,
-            newlines: 0,
-            total: 0,
-        }
+        Self { path, cap, memory: Vec::new(), file: None, captured: 0, newlines: 0, total: 0 }
     }
 
     /// Bytes stored.
@@ -85,9 +77,7 @@ impl CaptureFile {
         self.captured += kept.len() as u64;
         match &mut self.file {
             Some(file) => file.write_all(kept)?,
-            None if self.memory.len() + kept.len() <= SPILL_BYTES => {
-                self.memory.extend_from_slice(kept)
-            }
+            None if self.memory.len() + kept.len() <= SPILL_BYTES => self.memory.extend_from_slice(kept),
             None => {
                 let mut file = create(&self.path)?;
                 file.write_all(&self.memory)?;
@@ -109,11 +99,7 @@ impl CaptureFile {
         let end = self.captured.min(offset.saturating_add(len as u64));
         let len = usize::try_from(end.saturating_sub(offset)).unwrap_or(0);
         match &self.file {
-            None => Ok(self
-                .memory
-                .get(offset as usize..offset as usize + len)
-                .unwrap_or_default()
-                .to_vec()),
+            None => Ok(self.memory.get(offset as usize..offset as usize + len).unwrap_or_default().to_vec()),
             Some(file) => {
                 let mut buf = vec![0; len];
                 file.read_exact_at(&mut buf, offset)?;
@@ -159,12 +145,7 @@ impl CaptureFile {
 }
 
 fn create(path: &Path) -> io::Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
+    OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)
 }
 
 /// What the drain did when it stopped.
@@ -235,14 +216,7 @@ async fn read_step(
             }
             Ok(true)
         }
-        Err(err)
-            if matches!(
-                err.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ) =>
-        {
-            Ok(true)
-        }
+        Err(err) if matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(true),
         Err(err) => Err(err),
     }
 }
@@ -250,14 +224,7 @@ async fn read_step(
 /// Moves up to 1 MiB from the pipe to /dev/null inside the kernel.
 fn splice_to_null(pipe: &impl AsFd) -> io::Result<usize> {
     let null = dev_null()?;
-    match splice(
-        pipe.as_fd(),
-        None,
-        null.as_fd(),
-        None,
-        1 << 20,
-        SpliceFFlags::SPLICE_F_NONBLOCK,
-    ) {
+    match splice(pipe.as_fd(), None, null.as_fd(), None, 1 << 20, SpliceFFlags::SPLICE_F_NONBLOCK) {
         Ok(n) => Ok(n),
         Err(Errno::EAGAIN) => Err(io::ErrorKind::WouldBlock.into()),
         Err(Errno::EINVAL) => read_to_nowhere(pipe),
@@ -311,15 +278,9 @@ mod tests {
             capture.accept(b"\n").unwrap();
         }
         capture.count_dropped(5);
-        assert_eq!(
-            (capture.captured(), capture.total(), capture.newlines()),
-            (100_000, 300_005, 10)
-        );
+        assert_eq!((capture.captured(), capture.total(), capture.newlines()), (100_000, 300_005, 10));
         assert!(capture.is_full());
-        assert!(
-            dir.path().join("c").exists(),
-            "past SPILL_BYTES the capture is a file"
-        );
+        assert!(dir.path().join("c").exists(), "past SPILL_BYTES the capture is a file");
         assert_eq!(capture.read_at(99_998, 10).unwrap(), b"x\n");
         let bytes = capture.into_bytes().unwrap();
         assert_eq!(bytes.len(), 100_000);
@@ -331,10 +292,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut capture = CaptureFile::new(dir.path().join("c"), 10);
         capture.accept(b"hello\nworld\n").unwrap();
-        assert_eq!(
-            (capture.captured(), capture.total(), capture.newlines()),
-            (10, 12, 1)
-        );
+        assert_eq!((capture.captured(), capture.total(), capture.newlines()), (10, 12, 1));
         assert!(!dir.path().join("c").exists());
         capture.persist().unwrap();
         assert_eq!(std::fs::read(dir.path().join("c")).unwrap(), b"hello\nworl");

@@ -158,9 +158,7 @@ impl Executor {
         fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
             .map_err(|e| SpawnError::Pipe(e.into()))?;
         let stdin_pipe = match spec.stdin {
-            Some(_) => {
-                Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| SpawnError::Pipe(e.into()))?)
-            }
+            Some(_) => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| SpawnError::Pipe(e.into()))?),
             None => None,
         };
         let shell = spawn::Shell {
@@ -175,10 +173,7 @@ impl Executor {
         let (pid, exited) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-            let spawned = self
-                .reaper
-                .spawn(|| spawn::spawn(&shell))
-                .map_err(SpawnError::Shell)?;
+            let spawned = self.reaper.spawn(|| spawn::spawn(&shell)).map_err(SpawnError::Shell)?;
             running.insert(seq, (spawned.0, tag.clone()));
             spawned
         };
@@ -217,10 +212,7 @@ impl Executor {
             }
         };
         let duration = start.elapsed();
-        self.running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&seq);
+        self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
         // The receiver only fails if the reaper is gone, which ends agentd anyway.
         let exit = exit.unwrap_or(Exit::Code(-1));
 
@@ -231,8 +223,7 @@ impl Executor {
                 drain.await
             }
         };
-        let (capture, end, read_result) =
-            drained.map_err(|e| SpawnError::Pipe(io::Error::other(e)))?;
+        let (capture, end, read_result) = drained.map_err(|e| SpawnError::Pipe(io::Error::other(e)))?;
         if let Err(err) = read_result {
             tracing::warn!(pid, "reading exec output failed: {err}");
         }
@@ -266,13 +257,8 @@ impl Executor {
     /// Ends every running exec with the kill ladder, then every other process agentd started
     /// (background processes of finished execs): agentd is shutting down.
     pub async fn kill_all(&self) {
-        let running: Vec<(u32, String)> = self
-            .running
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect();
+        let running: Vec<(u32, String)> =
+            self.running.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
         let kills = running.iter().map(|(pid, tag)| self.ladder.kill(*pid, tag));
         futures_util::future::join_all(kills).await;
         tree::kill_every_descendant().await;
@@ -281,22 +267,16 @@ impl Executor {
     fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<CaptureFile, SpawnError> {
         match &spec.mode {
             CaptureMode::Inline => {
-                let cap = spec.max_capture_bytes.clamp(
-                    agentd_protocol::limits::MIN_INLINE_CAPTURE_BYTES,
-                    MAX_INLINE_CAPTURE,
-                );
-                Ok(CaptureFile::new(
-                    self.scratch.join(format!("capture-{seq}")),
-                    cap,
-                ))
+                let cap = spec
+                    .max_capture_bytes
+                    .clamp(agentd_protocol::limits::MIN_INLINE_CAPTURE_BYTES, MAX_INLINE_CAPTURE);
+                Ok(CaptureFile::new(self.scratch.join(format!("capture-{seq}")), cap))
             }
             CaptureMode::Offload { path, .. } => {
                 let path = self.resolve(path);
                 if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|source| SpawnError::CapturePath {
-                        path: path.clone(),
-                        source,
-                    })?;
+                    std::fs::create_dir_all(parent)
+                        .map_err(|source| SpawnError::CapturePath { path: path.clone(), source })?;
                 }
                 Ok(CaptureFile::new(path, spec.max_capture_bytes))
             }
@@ -308,11 +288,7 @@ impl Executor {
 pub const MAX_INLINE_CAPTURE: u64 = 32 * 1024 * 1024;
 
 /// Fills the output fields of `result` from the finished capture.
-fn finish_capture(
-    mut capture: CaptureFile,
-    mode: &CaptureMode,
-    result: &mut ExecResult,
-) -> io::Result<()> {
+fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut ExecResult) -> io::Result<()> {
     match mode {
         CaptureMode::Inline => {
             result.truncated = capture.total() > capture.captured();

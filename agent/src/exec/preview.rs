@@ -81,18 +81,13 @@ fn last_lines(bytes: &[u8]) -> &[u8] {
 /// Where the last five lines of `bytes` start, if all five begin inside it after a LF.
 fn last_lines_start(bytes: &[u8]) -> Option<usize> {
     let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    memchr::memrchr_iter(b'\n', body)
-        .nth(EXCERPT_LINES - 1)
-        .map(|lf| lf + 1)
+    memchr::memrchr_iter(b'\n', body).nth(EXCERPT_LINES - 1).map(|lf| lf + 1)
 }
 
 /// The output's first five lines are longer than the head excerpt.
 fn first_lines_exceed(stored: &Stored<'_>) -> bool {
     let window = &stored.head[..stored.head.len().min(EXCERPT_BYTES)];
-    memchr::memchr_iter(b'\n', window)
-        .nth(EXCERPT_LINES - 1)
-        .is_none()
-        && stored.len > EXCERPT_BYTES as u64
+    memchr::memchr_iter(b'\n', window).nth(EXCERPT_LINES - 1).is_none() && stored.len > EXCERPT_BYTES as u64
 }
 
 /// The output's last five lines are longer than the tail excerpt.
@@ -127,10 +122,7 @@ mod tests {
     fn golden_55_head_tail_and_single_line_marker() {
         assert_eq!(
             preview(seq(1, 100).as_bytes(), false),
-            (
-                "1\n2\n3\n4\n5\n... [90 lines truncated] ...\n96\n97\n98\n99\n100\n".to_owned(),
-                90
-            )
+            ("1\n2\n3\n4\n5\n... [90 lines truncated] ...\n96\n97\n98\n99\n100\n".to_owned(), 90)
         );
         assert_eq!(
             preview(seq(1, 11).as_bytes(), false).0,
@@ -164,9 +156,8 @@ mod tests {
 
     #[test]
     fn golden_58_long_lines_get_the_byte_cap_notice() {
-        let output: String = (0..20)
-            .map(|i| format!("{}\n", char::from(b'0' + i % 10).to_string().repeat(1000)))
-            .collect();
+        let output: String =
+            (0..20).map(|i| format!("{}\n", char::from(b'0' + i % 10).to_string().repeat(1000))).collect();
         let expected = format!(
             "{}\n{}\n... [the excerpts above and below are byte-capped, so the lines bordering this marker may be cut mid-line] ...\n... [10 lines truncated] ...\n{}\n{}\n",
             "0".repeat(1000),
@@ -180,11 +171,7 @@ mod tests {
     #[test]
     fn golden_59_capped_stream_of_short_lines() {
         let output = "x\n".repeat(5_242_880);
-        let expected = format!(
-            "{}... [5242870 lines truncated] ...\n{}",
-            "x\n".repeat(5),
-            "x\n".repeat(5)
-        );
+        let expected = format!("{}... [5242870 lines truncated] ...\n{}", "x\n".repeat(5), "x\n".repeat(5));
         assert_eq!(preview(output.as_bytes(), true), (expected, 5_242_870));
     }
 

@@ -63,10 +63,7 @@ impl Reaper {
 
     /// Runs `start` (which spawns a child and returns its pid) and registers the pid before anyone
     /// can reap it.
-    pub fn spawn(
-        &self,
-        start: impl FnOnce() -> io::Result<u32>,
-    ) -> io::Result<(u32, ExitReceiver)> {
+    pub fn spawn(&self, start: impl FnOnce() -> io::Result<u32>) -> io::Result<(u32, ExitReceiver)> {
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         let pid = start()?;
         let (tx, rx) = oneshot::channel();

@@ -30,28 +30,19 @@ pub struct Shell<'a> {
 }
 
 fn cstring(bytes: impl Into<Vec<u8>>) -> io::Result<CString> {
-    CString::new(bytes).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "NUL byte in a command, path or variable",
-        )
-    })
+    CString::new(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL byte in a command, path or variable"))
 }
 
 fn check(rc: libc::c_int) -> io::Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::from_raw_os_error(rc))
-    }
+    if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
 }
 
 /// Starts the shell; returns its pid (also its session and process group id).
 pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
     let program = cstring("/bin/sh")?;
     let argv_owned = [cstring("/bin/sh")?, cstring("-c")?, cstring(shell.command)?];
-    let mut argv: Vec<*mut libc::c_char> =
-        argv_owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    let mut argv: Vec<*mut libc::c_char> = argv_owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv.push(std::ptr::null_mut());
 
     let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
@@ -68,8 +59,7 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
             cstring(entry)
         })
         .collect::<io::Result<Vec<CString>>>()?;
-    let mut envp: Vec<*mut libc::c_char> =
-        envp_owned.iter().map(|e| e.as_ptr().cast_mut()).collect();
+    let mut envp: Vec<*mut libc::c_char> = envp_owned.iter().map(|e| e.as_ptr().cast_mut()).collect();
     envp.push(std::ptr::null_mut());
     let cwd = cstring(shell.cwd.as_os_str().as_bytes())?;
     let dev_null = cstring("/dev/null")?;
@@ -89,11 +79,7 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
             let actions = actions.as_mut_ptr();
             let attr = attr.as_mut_ptr();
             match shell.stdin {
-                Some(stdin) => check(libc::posix_spawn_file_actions_adddup2(
-                    actions,
-                    stdin.as_raw_fd(),
-                    0,
-                ))?,
+                Some(stdin) => check(libc::posix_spawn_file_actions_adddup2(actions, stdin.as_raw_fd(), 0))?,
                 None => check(libc::posix_spawn_file_actions_addopen(
                     actions,
                     0,
@@ -102,20 +88,9 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
                     0,
                 ))?,
             }
-            check(libc::posix_spawn_file_actions_adddup2(
-                actions,
-                shell.output.as_raw_fd(),
-                1,
-            ))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                actions,
-                shell.output.as_raw_fd(),
-                2,
-            ))?;
-            check(libc::posix_spawn_file_actions_addchdir_np(
-                actions,
-                cwd.as_ptr(),
-            ))?;
+            check(libc::posix_spawn_file_actions_adddup2(actions, shell.output.as_raw_fd(), 1))?;
+            check(libc::posix_spawn_file_actions_adddup2(actions, shell.output.as_raw_fd(), 2))?;
+            check(libc::posix_spawn_file_actions_addchdir_np(actions, cwd.as_ptr()))?;
             let mut all = MaybeUninit::<libc::sigset_t>::uninit();
             libc::sigfillset(all.as_mut_ptr());
             check(libc::posix_spawnattr_setsigdefault(attr, all.as_ptr()))?;

@@ -144,10 +144,7 @@ impl TimeoutLadder {
             }
             sleep(Duration::from_millis(2)).await;
         }
-        tracing::warn!(
-            root,
-            "processes of an exec survived {KILL_ROUNDS} SIGKILL rounds"
-        );
+        tracing::warn!(root, "processes of an exec survived {KILL_ROUNDS} SIGKILL rounds");
     }
 }
 

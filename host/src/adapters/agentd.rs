@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
 use agentd_protocol::{
-    ExecRequest, ExecResult, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse,
-    FileUploadResponse, Offload,
+    ExecRequest, ExecResult, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
+    Offload,
 };
 use async_trait::async_trait;
 use std::sync::Arc;
@@ -47,11 +47,7 @@ impl AgentdSandbox {
     }
 
     /// Runs a request with every option of the protocol (cwd, env, stdin, streaming, offload).
-    pub async fn exec(
-        &self,
-        request: ExecRequest,
-        on_output: Option<OutputSink<'_>>,
-    ) -> Result<ExecResult> {
+    pub async fn exec(&self, request: ExecRequest, on_output: Option<OutputSink<'_>>) -> Result<ExecResult> {
         self.link().await?.exec(request, on_output).await
     }
 
@@ -69,9 +65,7 @@ fn wire_timeout(timeout: Option<Duration>) -> Option<f64> {
 /// The contract's view of a native result. A timeout reads as exit code 124 with a note, the
 /// convention of `timeout(1)` that models and harnesses already know.
 pub fn execute_response(result: &ExecResult) -> Result<ExecuteResponse> {
-    let bytes = result
-        .output_bytes()
-        .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+    let bytes = result.output_bytes().map_err(|e| SandboxError::Protocol(e.to_string()))?;
     let mut output = String::from_utf8_lossy(&bytes).into_owned();
     let mut exit_code = result.exit_code;
     if result.timed_out {
@@ -84,11 +78,7 @@ pub fn execute_response(result: &ExecResult) -> Result<ExecuteResponse> {
         ));
         exit_code = 124;
     }
-    Ok(ExecuteResponse {
-        output,
-        exit_code: Some(exit_code),
-        truncated: result.truncated,
-    })
+    Ok(ExecuteResponse { output, exit_code: Some(exit_code), truncated: result.truncated })
 }
 
 #[async_trait]
@@ -112,16 +102,10 @@ impl BaseSandbox for AgentdSandbox {
             let link = Arc::clone(&link);
             async move {
                 let error = link.upload(path, bytes.as_slice(), |_| {}).await?;
-                Ok(FileUploadResponse {
-                    path: path.clone(),
-                    error,
-                })
+                Ok(FileUploadResponse { path: path.clone(), error })
             }
         });
-        futures_util::future::join_all(uploads)
-            .await
-            .into_iter()
-            .collect()
+        futures_util::future::join_all(uploads).await.into_iter().collect()
     }
 
     async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
@@ -131,23 +115,14 @@ impl BaseSandbox for AgentdSandbox {
             async move {
                 let mut content = Vec::new();
                 Ok(match link.download(path, &mut content, |_, _| {}).await? {
-                    Ok(_) => FileDownloadResponse {
-                        path: path.clone(),
-                        content: Some(content),
-                        error: None,
-                    },
-                    Err(error) => FileDownloadResponse {
-                        path: path.clone(),
-                        content: None,
-                        error: Some(error),
-                    },
+                    Ok(_) => FileDownloadResponse { path: path.clone(), content: Some(content), error: None },
+                    Err(error) => {
+                        FileDownloadResponse { path: path.clone(), content: None, error: Some(error) }
+                    }
                 })
             }
         });
-        futures_util::future::join_all(downloads)
-            .await
-            .into_iter()
-            .collect()
+        futures_util::future::join_all(downloads).await.into_iter().collect()
     }
 
     async fn execute_with_offload(
@@ -162,10 +137,7 @@ impl BaseSandbox for AgentdSandbox {
             command: command.to_owned(),
             timeout: wire_timeout(timeout),
             max_capture_bytes: Some(max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES)),
-            offload: Some(Offload {
-                capture_path: capture_path.to_owned(),
-                inline_budget,
-            }),
+            offload: Some(Offload { capture_path: capture_path.to_owned(), inline_budget }),
             ..ExecRequest::default()
         };
         let result = self.exec(request, None).await?;

@@ -8,9 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentd_protocol::{
-    ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
-};
+use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -46,21 +44,12 @@ pub struct Started {
 impl LocalSandbox {
     /// Starts agentd with a fresh temporary workspace.
     pub async fn start() -> Result<Self> {
-        let workspace = tempfile::Builder::new()
-            .prefix("agentd-workspace-")
-            .tempdir()?;
+        let workspace = tempfile::Builder::new().prefix("agentd-workspace-").tempdir()?;
         let (child, started) = spawn_agentd(workspace.path(), Lifetime::TiedToParent)?;
         let mut guard = ChildGuard(Some(child));
         let sandbox = AgentdSandbox::connect(&started.url, Some(&started.token)).await?;
-        let child = guard
-            .0
-            .take()
-            .ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
-        Ok(Self {
-            sandbox,
-            child,
-            workspace,
-        })
+        let child = guard.0.take().ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
+        Ok(Self { sandbox, child, workspace })
     }
 
     /// The workspace directory on this machine (the default cwd of commands).
@@ -146,13 +135,10 @@ pub fn spawn_agentd(workspace: &Path, lifetime: Lifetime) -> Result<(Child, Star
             command.stderr(Stdio::from(log)).process_group(0);
         }
     }
-    let mut child = command
-        .spawn()
-        .map_err(|e| SandboxError::Start(format!("cannot run {}: {e}", binary.display())))?;
+    let mut child =
+        command.spawn().map_err(|e| SandboxError::Start(format!("cannot run {}: {e}", binary.display())))?;
     let Some(stdout) = child.stdout.take() else {
-        return Err(SandboxError::Start(
-            "agentd's stdout is not piped".to_owned(),
-        ));
+        return Err(SandboxError::Start("agentd's stdout is not piped".to_owned()));
     };
     // agentd prints one line once it listens; read it on a thread so a hung child cannot hang us.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -170,11 +156,7 @@ pub fn spawn_agentd(workspace: &Path, lifetime: Lifetime) -> Result<(Child, Star
             )));
         }
     };
-    let Some(url) = line
-        .trim()
-        .strip_prefix("agentd listening on ")
-        .map(str::to_owned)
-    else {
+    let Some(url) = line.trim().strip_prefix("agentd listening on ").map(str::to_owned) else {
         stop(&mut child);
         return Err(SandboxError::Start(format!(
             "agentd exited before listening (printed {:?})",
@@ -192,20 +174,14 @@ pub fn agentd_binary() -> Result<PathBuf> {
         return Ok(PathBuf::from(path));
     }
     let exe = std::env::current_exe()?;
-    let beside = exe
-        .parent()
-        .into_iter()
-        .flat_map(|dir| [dir.join("agentd"), dir.join("../agentd")]);
+    let beside = exe.parent().into_iter().flat_map(|dir| [dir.join("agentd"), dir.join("../agentd")]);
     let on_path = std::env::var_os("PATH")
-        .map(|path| {
-            std::env::split_paths(&path)
-                .map(|dir| dir.join("agentd"))
-                .collect::<Vec<_>>()
-        })
+        .map(|path| std::env::split_paths(&path).map(|dir| dir.join("agentd")).collect::<Vec<_>>())
         .unwrap_or_default();
     beside.chain(on_path).find(|candidate| candidate.is_file()).ok_or_else(|| {
         SandboxError::Start(
-            "cannot find the agentd binary: build it with `cargo build --workspace` or set AGENTD_BIN".to_owned(),
+            "cannot find the agentd binary: build it with `cargo build --workspace` or set AGENTD_BIN"
+                .to_owned(),
         )
     })
 }
@@ -243,13 +219,7 @@ impl BaseSandbox for LocalSandbox {
         timeout: Option<Duration>,
     ) -> Result<ExecuteOffloadResult> {
         self.sandbox
-            .execute_with_offload(
-                command,
-                capture_path,
-                inline_budget,
-                max_capture_bytes,
-                timeout,
-            )
+            .execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
             .await
     }
 }

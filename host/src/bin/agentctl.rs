@@ -23,16 +23,10 @@ const AGENTCTL_FAILED: u8 = 125;
 const PROGRESS_BYTES: u64 = 8 << 20;
 
 #[derive(Parser)]
-#[command(
-    name = "agentctl",
-    version,
-    about = "Run commands and move files in an agentd sandbox."
-)]
-#[command(
-    after_help = "Without --url, commands use the session started by `agentctl up`, or else a \
+#[command(name = "agentctl", version, about = "Run commands and move files in an agentd sandbox.")]
+#[command(after_help = "Without --url, commands use the session started by `agentctl up`, or else a \
 private local agentd that lives for that one command.\nExit status: the command's own for `exec`; \
-125 when agentctl itself fails."
-)]
+125 when agentctl itself fails.")]
 struct Cli {
     /// agentd to attach to, e.g. ws://127.0.0.1:7700.
     #[arg(long, global = true, env = "AGENTD_URL")]
@@ -130,14 +124,10 @@ impl Target {
 
 async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
     if let Some(url) = &cli.url {
-        return Ok(Target::Remote(
-            AgentdSandbox::connect(url, cli.token.as_deref()).await?,
-        ));
+        return Ok(Target::Remote(AgentdSandbox::connect(url, cli.token.as_deref()).await?));
     }
     if let Some(session) = read_session()? {
-        return Ok(Target::Remote(
-            AgentdSandbox::connect(&session.url, Some(&session.token)).await?,
-        ));
+        return Ok(Target::Remote(AgentdSandbox::connect(&session.url, Some(&session.token)).await?));
     }
     Ok(Target::Private(LocalSandbox::start().await?))
 }
@@ -182,32 +172,20 @@ async fn exec(cli: &Cli, args: &ExecArgs) -> Result<ExitCode, Box<dyn std::error
         let _ = stdout.write_all(data);
         let _ = stdout.flush();
     };
-    let live: Option<agentd_host::link::OutputSink<'_>> =
-        if cli.json { None } else { Some(&mut print) };
+    let live: Option<agentd_host::link::OutputSink<'_>> = if cli.json { None } else { Some(&mut print) };
     let result = match target.sandbox().exec(request, live).await {
         Ok(result) => result,
         Err(SandboxError::Refused { message, .. }) => return Err(message.into()),
         Err(err) => return Err(err.into()),
     };
     if cli.json {
-        println!(
-            "{}",
-            agentd_protocol::ServerMessage::ExecResult(result.clone()).to_json()
-        );
+        println!("{}", agentd_protocol::ServerMessage::ExecResult(result.clone()).to_json());
     } else if result.timed_out {
-        eprintln!(
-            "agentctl: timed out after {:.1}s; the process tree was killed",
-            result.duration
-        );
+        eprintln!("agentctl: timed out after {:.1}s; the process tree was killed", result.duration);
     } else if result.truncated {
-        eprintln!(
-            "agentctl: output truncated: {} bytes in all",
-            result.total_bytes
-        );
+        eprintln!("agentctl: output truncated: {} bytes in all", result.total_bytes);
     }
-    Ok(ExitCode::from(
-        u8::try_from(result.exit_code).unwrap_or(AGENTCTL_FAILED),
-    ))
+    Ok(ExitCode::from(u8::try_from(result.exit_code).unwrap_or(AGENTCTL_FAILED)))
 }
 
 /// REMOTE relative to the workspace unless absolute.
@@ -215,10 +193,7 @@ async fn remote_path(sandbox: &AgentdSandbox, remote: &str) -> Result<String, Sa
     if remote.starts_with('/') {
         return Ok(remote.to_owned());
     }
-    Ok(format!(
-        "{}/{remote}",
-        sandbox.workspace().await?.trim_end_matches('/')
-    ))
+    Ok(format!("{}/{remote}", sandbox.workspace().await?.trim_end_matches('/')))
 }
 
 fn progress_bar(len: u64) -> ProgressBar {
@@ -234,24 +209,13 @@ fn progress_bar(len: u64) -> ProgressBar {
     bar
 }
 
-async fn upload(
-    cli: &Cli,
-    local: &Path,
-    remote: &str,
-) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let file = tokio::fs::File::open(local)
-        .await
-        .map_err(|e| format!("{}: {e}", local.display()))?;
+async fn upload(cli: &Cli, local: &Path, remote: &str) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let file = tokio::fs::File::open(local).await.map_err(|e| format!("{}: {e}", local.display()))?;
     let len = file.metadata().await?.len();
     let target = target(cli).await?;
     let remote = remote_path(target.sandbox(), remote).await?;
     let bar = progress_bar(len);
-    let error = target
-        .sandbox()
-        .link()
-        .await?
-        .upload(&remote, file, |n| bar.inc(n))
-        .await?;
+    let error = target.sandbox().link().await?.upload(&remote, file, |n| bar.inc(n)).await?;
     bar.finish_and_clear();
     if cli.json {
         println!(
@@ -273,18 +237,11 @@ async fn upload(
     }
 }
 
-async fn download(
-    cli: &Cli,
-    remote: &str,
-    local: &Path,
-) -> Result<ExitCode, Box<dyn std::error::Error>> {
+async fn download(cli: &Cli, remote: &str, local: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let target = target(cli).await?;
     let remote = remote_path(target.sandbox(), remote).await?;
     // Written beside the destination and renamed, so a failed download leaves nothing half-written.
-    let dir = local
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = local.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let partial = tempfile::NamedTempFile::new_in(dir)?;
     let file = tokio::fs::File::from_std(partial.reopen()?);
     let bar = ProgressBar::hidden();
@@ -296,9 +253,9 @@ async fn download(
             if bar.is_hidden() && total >= PROGRESS_BYTES {
                 bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
                 bar.set_length(total);
-                if let Ok(style) = ProgressStyle::with_template(
-                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-                ) {
+                if let Ok(style) =
+                    ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+                {
                     bar.set_style(style);
                 }
             }
@@ -332,8 +289,7 @@ fn session_path() -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os("AGENTCTL_SESSION") {
         return Ok(PathBuf::from(path));
     }
-    let home =
-        std::env::var_os("HOME").ok_or("HOME is not set; set AGENTCTL_SESSION to a file path")?;
+    let home = std::env::var_os("HOME").ok_or("HOME is not set; set AGENTCTL_SESSION to a file path")?;
     Ok(PathBuf::from(home).join(".agentd").join("session.json"))
 }
 
@@ -345,14 +301,9 @@ fn read_session() -> Result<Option<SessionFile>, Box<dyn std::error::Error>> {
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(format!("{}: {err}", path.display()).into()),
     };
-    let session: SessionFile =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let session: SessionFile = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     if !Path::new(&format!("/proc/{}", session.pid)).exists() {
-        eprintln!(
-            "agentctl: the `up` session (pid {}) is gone; removing {}",
-            session.pid,
-            path.display()
-        );
+        eprintln!("agentctl: the `up` session (pid {}) is gone; removing {}", session.pid, path.display());
         let _ = std::fs::remove_file(&path);
         return Ok(None);
     }
@@ -369,56 +320,27 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
     }
     let path = session_path()?;
     let (workspace, owns_workspace) = match workspace {
-        Some(dir) => (
-            std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?,
-            false,
-        ),
-        None => (
-            tempfile::Builder::new()
-                .prefix("agentd-session-")
-                .tempdir()?
-                .keep(),
-            true,
-        ),
+        Some(dir) => (std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?, false),
+        None => (tempfile::Builder::new().prefix("agentd-session-").tempdir()?.keep(), true),
     };
     let log_path = path.with_extension("log");
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)?;
-    let (_child, Started { url, token, pid }) =
-        spawn_agentd(&workspace, Lifetime::Detached { log })?;
-    let session = SessionFile {
-        url: url.clone(),
-        token,
-        pid,
-        workspace: workspace.clone(),
-        owns_workspace,
-    };
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    let (_child, Started { url, token, pid }) = spawn_agentd(&workspace, Lifetime::Detached { log })?;
+    let session = SessionFile { url: url.clone(), token, pid, workspace: workspace.clone(), owns_workspace };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     // The file holds the token: readable by this user only.
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)?;
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
     file.write_all(serde_json::to_string_pretty(&session)?.as_bytes())?;
     if cli.json {
-        println!(
-            "{}",
-            serde_json::json!({"url": url, "pid": pid, "workspace": workspace})
-        );
+        println!("{}", serde_json::json!({"url": url, "pid": pid, "workspace": workspace}));
     } else {
-        println!(
-            "agentd up: {url} (pid {pid}), workspace {}",
-            workspace.display()
-        );
+        println!("agentd up: {url} (pid {pid}), workspace {}", workspace.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -449,9 +371,6 @@ fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
 
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
-        })
+        .map(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
         .unwrap_or(true)
 }
