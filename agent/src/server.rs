@@ -19,7 +19,7 @@ use agentd_protocol::{
     PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
 };
 use base64::Engine as _;
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::StreamExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
@@ -80,24 +80,11 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
     };
     tracing::debug!(%peer, "connected");
-    let (mut sink, mut source) = ws.split();
+    let (sink, mut source) = ws.split();
     let (out, mut outgoing) = mpsc::channel::<Message>(OUTGOING_QUEUE);
-    let writer = tokio::spawn(async move {
-        while let Some(message) = outgoing.recv().await {
-            // Batch what is already queued into one flush: many small results, one write.
-            let mut batch = Some(message);
-            while let Some(message) = batch.take() {
-                if sink.feed(message).await.is_err() {
-                    return;
-                }
-                batch = outgoing.try_recv().ok();
-            }
-            if sink.flush().await.is_err() {
-                return;
-            }
-        }
-        let _ = sink.close().await;
-    });
+    // `forward` flushes only when the queue is momentarily empty: many small results, one write.
+    let writer =
+        tokio::spawn(futures_util::stream::poll_fn(move |cx| outgoing.poll_recv(cx)).map(Ok).forward(sink));
 
     let mut session = Session { shared, out, in_flight: Arc::default(), greeted: false };
     while let Some(frame) = source.next().await {
@@ -259,7 +246,7 @@ impl Session {
     }
 
     async fn on_binary(&mut self, data: Bytes) {
-        let (id, payload) = match chunk::decode(&data) {
+        let (id, _) = match chunk::decode(&data) {
             Ok(decoded) => decoded,
             Err(err) => {
                 return self.reply_error(None, ErrorCode::MalformedFrame, err.to_string()).await;
@@ -284,15 +271,16 @@ impl Session {
                 data.len()
             ))
         } else {
-            UploadEvent::Data(payload.to_vec())
+            // The payload is a view into the received message: no copy.
+            UploadEvent::Data(data.slice(chunk::HEADER_LEN..))
         };
         // Waiting here is the upload's backpressure: the socket is not read faster than the disk.
         let _ = events.send(event).await;
     }
 
     async fn exec(&mut self, request: ExecRequest) {
-        let id = request.id;
-        let spec = match self.exec_spec(request.clone()) {
+        let (id, stream) = (request.id, request.stream);
+        let spec = match self.exec_spec(request) {
             Ok(spec) => spec,
             Err(err) => return self.send(err.into_reply()).await,
         };
@@ -303,7 +291,7 @@ impl Session {
         let (out, in_flight, shared) =
             (self.out.clone(), Arc::clone(&self.in_flight), Arc::clone(&self.shared));
         tokio::spawn(async move {
-            let (started, live, forwarder) = if request.stream {
+            let (started, live, forwarder) = if stream {
                 let (started_tx, started_rx) = oneshot::channel();
                 let (live_tx, live_rx) = mpsc::channel(LIVE_QUEUE);
                 let forwarder = tokio::spawn(forward_live(id, started_rx, live_rx, out.clone()));
@@ -324,7 +312,7 @@ impl Session {
                 }
                 Err(err) => ServerMessage::Error(ErrorReply {
                     id: Some(id),
-                    code: ErrorCode::SpawnFailed,
+                    code: if err.is_spawn_failure() { ErrorCode::SpawnFailed } else { ErrorCode::Internal },
                     message: err.to_string(),
                 }),
             };

@@ -14,12 +14,12 @@ use agentd_protocol::{DownloadResult, DownloadStart, ServerMessage, TransferErro
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{Notify, mpsc};
-use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 /// What the connection hands an upload in progress.
 #[derive(Debug)]
 pub enum UploadEvent {
-    Data(Vec<u8>),
+    Data(Bytes),
     End {
         sha256: String,
     },

@@ -13,7 +13,7 @@ use agentd_protocol::{
     CancelRequest, ClientMessage, DownloadRequest, ErrorReply, ExecRequest, ExecResult, Hello, HelloReply,
     PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, chunk,
 };
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::StreamExt as _;
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_tungstenite::tungstenite::{self, Bytes, Message};
 
 use crate::error::{Result, SandboxError};
 
@@ -29,7 +29,7 @@ use crate::error::{Result, SandboxError};
 #[derive(Debug)]
 enum Incoming {
     Message(ServerMessage),
-    Chunk(Vec<u8>),
+    Chunk(Bytes),
 }
 
 /// Receives live output of a streamed exec, chunk by chunk.
@@ -78,22 +78,12 @@ impl Link {
             }
             Err(err) => return Err(connect_error(err.to_string())),
         };
-        let (mut sink, mut source) = ws.split();
+        let (sink, mut source) = ws.split();
         let (out, mut outgoing) = mpsc::channel::<Message>(ROUTE_QUEUE);
+        // `forward` flushes only when the queue is momentarily empty: one write for a burst.
         let writer = tokio::spawn(async move {
-            while let Some(message) = outgoing.recv().await {
-                let mut batch = Some(message);
-                while let Some(message) = batch.take() {
-                    if sink.feed(message).await.is_err() {
-                        return;
-                    }
-                    batch = outgoing.try_recv().ok();
-                }
-                if sink.flush().await.is_err() {
-                    return;
-                }
-            }
-            let _ = sink.close().await;
+            let _ =
+                futures_util::stream::poll_fn(move |cx| outgoing.poll_recv(cx)).map(Ok).forward(sink).await;
         });
         let routes: Routes = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
@@ -107,8 +97,9 @@ impl Link {
                             Err(err) => tracing::warn!("unreadable message from agentd: {err}"),
                         },
                         Message::Binary(data) => match chunk::decode(&data) {
-                            Ok((id, payload)) => {
-                                route(&routes, id, Incoming::Chunk(payload.to_vec()), false).await
+                            Ok((id, _)) => {
+                                route(&routes, id, Incoming::Chunk(data.slice(chunk::HEADER_LEN..)), false)
+                                    .await
                             }
                             Err(err) => tracing::warn!("unreadable chunk from agentd: {err}"),
                         },
@@ -127,15 +118,8 @@ impl Link {
             routes,
             next_id: AtomicU64::new(1),
             closed,
-            hello: HelloReply {
-                id: 0,
-                version: 0,
-                agentd_version: String::new(),
-                workspace: String::new(),
-                pid: 0,
-                max_text_message: 0,
-                max_binary_message: 0,
-            },
+            // Filled in by the handshake below.
+            hello: HelloReply::default(),
             tasks: [reader, writer],
         };
         let (id, mut route) = link.open_route();

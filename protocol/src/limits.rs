@@ -24,9 +24,6 @@ pub const DEFAULT_MAX_CAPTURE_BYTES: u64 = 10 * 1024 * 1024;
 /// Plain `exec` always returns at least this much output untruncated (the contract's 512000 bytes).
 pub const MIN_INLINE_CAPTURE_BYTES: u64 = 512_000;
 
-/// Default inline budget of an offloaded exec (4 × 20000 tokens, as the reference middleware).
-pub const DEFAULT_INLINE_BUDGET: u64 = 80_000;
-
 /// Requests one connection may have in flight; one more gets `too_many_requests`. It bounds the
 /// processes and files a single client can hold open.
 pub const MAX_IN_FLIGHT: usize = 4096;

@@ -201,7 +201,7 @@ impl ServerMessage {
 }
 
 /// The server's answer to `hello`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct HelloReply {
     pub id: u64,
     /// The version both sides now speak.

@@ -14,6 +14,13 @@ fn agentctl(session: &std::path::Path) -> Command {
     command
 }
 
+/// Runs `command`, which must succeed; returns its output.
+fn succeed(command: &mut Command) -> std::process::Output {
+    let out = command.output().unwrap();
+    assert!(out.status.success(), "{:?} failed: {}", command, String::from_utf8_lossy(&out.stderr));
+    out
+}
+
 #[test]
 fn one_shot_exec_prints_output_and_exits_with_the_code() {
     let state = tempfile::tempdir().unwrap();
@@ -36,24 +43,16 @@ fn one_shot_exec_prints_output_and_exits_with_the_code() {
 fn up_upload_exec_download_down() {
     let state = tempfile::tempdir().unwrap();
     let session = state.path().join("session.json");
-    let up = agentctl(&session).arg("up").output().unwrap();
-    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    succeed(agentctl(&session).arg("up"));
     let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&session).unwrap()).unwrap();
     let pid = saved["pid"].as_u64().unwrap();
 
     let local = state.path().join("in.txt");
     std::fs::write(&local, b"line one\nline two\n").unwrap();
-    let out = agentctl(&session).args(["upload", local.to_str().unwrap(), "data/in.txt"]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = agentctl(&session)
-        .args(["exec", "--", "wc -l < data/in.txt > data/count.txt; echo $$"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    succeed(agentctl(&session).args(["upload", local.to_str().unwrap(), "data/in.txt"]));
+    succeed(agentctl(&session).args(["exec", "--", "wc -l < data/in.txt > data/count.txt"]));
     let back = state.path().join("count.txt");
-    let out =
-        agentctl(&session).args(["download", "data/count.txt", back.to_str().unwrap()]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    succeed(agentctl(&session).args(["download", "data/count.txt", back.to_str().unwrap()]));
     assert_eq!(std::fs::read_to_string(&back).unwrap().trim(), "2");
     let out = agentctl(&session)
         .args(["--json", "download", "data/missing", back.to_str().unwrap()])
@@ -67,8 +66,7 @@ fn up_upload_exec_download_down() {
         "a failed download must not touch the file"
     );
 
-    let down = agentctl(&session).arg("down").output().unwrap();
-    assert!(down.status.success());
+    succeed(agentctl(&session).arg("down"));
     assert!(!session.exists());
     let workspace = saved["workspace"].as_str().unwrap();
     assert!(!std::path::Path::new(workspace).exists());

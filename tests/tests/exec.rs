@@ -14,6 +14,11 @@ async fn sandbox() -> LocalSandbox {
     LocalSandbox::start().await.expect("start local agentd")
 }
 
+/// No process named `cmdline` is left within 5 s.
+async fn all_gone(cmdline: &str) -> bool {
+    eventually(Duration::from_secs(5), || processes_named(cmdline).is_empty()).await
+}
+
 fn exec(command: &str) -> ExecRequest {
     ExecRequest { command: command.to_owned(), ..ExecRequest::default() }
 }
@@ -116,7 +121,7 @@ async fn background_process_holding_the_pipe_does_not_hang_the_result() {
     // The orphan is still running (not killed on a normal exit) and reaped later, not a zombie.
     assert_eq!(processes_named("sleep 1004").len(), 1);
     sb.execute("pkill -f 'sleep 1004'", None).await.unwrap();
-    assert!(eventually(Duration::from_secs(5), || processes_named("sleep 1004").is_empty()).await);
+    assert!(all_gone("sleep 1004").await);
 }
 
 #[tokio::test]
@@ -130,7 +135,7 @@ async fn cancel_kills_the_tree() {
     .await;
     assert!(running.is_err(), "the command should still be running");
     // Dropping the exec future sent `cancel`.
-    assert!(eventually(Duration::from_secs(5), || processes_named("sleep 1005").is_empty()).await);
+    assert!(all_gone("sleep 1005").await);
 }
 
 #[tokio::test]

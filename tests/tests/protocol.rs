@@ -20,6 +20,12 @@ async fn greeted(daemon: &Daemon) -> Ws {
     ws
 }
 
+/// Sends `upload` for `dest` and its first chunk.
+async fn start_upload(ws: &mut Ws, id: u64, dest: &std::path::Path, first: &[u8]) {
+    send_text(ws, json!({"type": "upload", "id": id, "path": dest.to_str().unwrap()}).to_string()).await;
+    ws.send(Message::binary(agentd_protocol::chunk::encode(id, first))).await.unwrap();
+}
+
 fn expect_status(err: tungstenite::Error, status: u16) {
     match err {
         tungstenite::Error::Http(response) => assert_eq!(response.status().as_u16(), status),
@@ -138,8 +144,8 @@ async fn an_interrupted_upload_leaves_no_file() {
     let daemon = Daemon::start();
     let dest = daemon.workspace.path().join("dir/partial.bin");
     let mut ws = greeted(&daemon).await;
-    send_text(&mut ws, json!({"type": "upload", "id": 9, "path": dest.to_str().unwrap()}).to_string()).await;
-    for _ in 0..8 {
+    start_upload(&mut ws, 9, &dest, &[7u8; 65536]).await;
+    for _ in 0..7 {
         ws.send(Message::binary(agentd_protocol::chunk::encode(9, &[7u8; 65536]))).await.unwrap();
     }
     ws.flush().await.unwrap();
@@ -169,13 +175,11 @@ async fn a_wrong_digest_or_cancel_keeps_the_destination_untouched() {
     let dest = daemon.workspace.path().join("kept.txt");
     std::fs::write(&dest, b"original").unwrap();
     let mut ws = greeted(&daemon).await;
-    send_text(&mut ws, json!({"type": "upload", "id": 1, "path": dest.to_str().unwrap()}).to_string()).await;
-    ws.send(Message::binary(agentd_protocol::chunk::encode(1, b"replacement"))).await.unwrap();
+    start_upload(&mut ws, 1, &dest, b"replacement").await;
     send_text(&mut ws, json!({"type": "upload_end", "id": 1, "sha256": "0".repeat(64)}).to_string()).await;
     let reply = recv_json(&mut ws).await;
     assert!(reply["error"].as_str().unwrap().starts_with("sha256 mismatch"), "{reply}");
-    send_text(&mut ws, json!({"type": "upload", "id": 2, "path": dest.to_str().unwrap()}).to_string()).await;
-    ws.send(Message::binary(agentd_protocol::chunk::encode(2, b"replacement"))).await.unwrap();
+    start_upload(&mut ws, 2, &dest, b"replacement").await;
     send_text(&mut ws, json!({"type": "cancel", "id": 3, "target": 2}).to_string()).await;
     let mut replies = [recv_json(&mut ws).await, recv_json(&mut ws).await];
     replies.sort_by_key(|r| r["id"].as_u64());

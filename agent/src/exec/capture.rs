@@ -65,16 +65,26 @@ impl CaptureFile {
         &self.path
     }
 
-    /// Stores what fits under the cap and counts all of `data`.
-    pub fn accept(&mut self, data: &[u8]) -> io::Result<()> {
+    /// Stores what fits under the cap and counts all of `data`. A failing disk ends the storing,
+    /// not the exec: the capture counts as full from then on, so the pipe keeps being drained and the
+    /// command never sees a closed pipe.
+    pub fn accept(&mut self, data: &[u8]) {
         self.total += data.len() as u64;
         let room = usize::try_from(self.cap - self.captured.min(self.cap)).unwrap_or(usize::MAX);
         let kept = &data[..data.len().min(room)];
         if kept.is_empty() {
-            return Ok(());
+            return;
+        }
+        if let Err(err) = self.store(kept) {
+            tracing::warn!(path = %self.path.display(), "capture stopped at {} bytes: {err}", self.captured);
+            self.cap = self.captured;
+            return;
         }
         self.newlines += memchr::memchr_iter(b'\n', kept).count() as u64;
         self.captured += kept.len() as u64;
+    }
+
+    fn store(&mut self, kept: &[u8]) -> io::Result<()> {
         match &mut self.file {
             Some(file) => file.write_all(kept)?,
             None if self.memory.len() + kept.len() <= SPILL_BYTES => self.memory.extend_from_slice(kept),
@@ -108,11 +118,10 @@ impl CaptureFile {
         }
     }
 
-    /// Everything stored. The file at the path is removed, even one that was there before the
-    /// exec (the contract deletes the capture file of inline output).
-    pub fn into_bytes(mut self) -> io::Result<Vec<u8>> {
+    /// Everything stored; the file, if this capture created one, is removed.
+    pub fn into_bytes(self) -> io::Result<Vec<u8>> {
         let bytes = match &self.file {
-            None => std::mem::take(&mut self.memory),
+            None => return Ok(self.memory),
             Some(file) => {
                 let mut buf = vec![0; usize::try_from(self.captured).unwrap_or(0)];
                 file.read_exact_at(&mut buf, 0)?;
@@ -136,11 +145,16 @@ impl CaptureFile {
 
     /// Removes the file, if it exists (a file left at the path from before included).
     pub fn discard(self) {
-        if let Err(err) = std::fs::remove_file(&self.path)
-            && err.kind() != io::ErrorKind::NotFound
-        {
-            tracing::warn!(path = %self.path.display(), "cannot remove capture file: {err}");
-        }
+        remove_quietly(&self.path);
+    }
+}
+
+/// Removes the file at `path` if there is one; a failure is only logged (the result is still good).
+pub fn remove_quietly(path: &Path) {
+    if let Err(err) = std::fs::remove_file(path)
+        && err.kind() != io::ErrorKind::NotFound
+    {
+        tracing::warn!(path = %path.display(), "cannot remove capture file: {err}");
     }
 }
 
@@ -209,7 +223,7 @@ async fn read_step(
     match pipe.try_read(buf) {
         Ok(0) => Ok(false),
         Ok(n) => {
-            capture.accept(&buf[..n])?;
+            capture.accept(&buf[..n]);
             if let Some(live) = live {
                 // A client that went away must not stop the capture.
                 let _ = live.send(buf[..n].to_vec()).await;
@@ -274,8 +288,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut capture = CaptureFile::new(dir.path().join("c"), 100_000);
         for _ in 0..30 {
-            capture.accept(&[b'x'; 9_999]).unwrap();
-            capture.accept(b"\n").unwrap();
+            capture.accept(&[b'x'; 9_999]);
+            capture.accept(b"\n");
         }
         capture.count_dropped(5);
         assert_eq!((capture.captured(), capture.total(), capture.newlines()), (100_000, 300_005, 10));
@@ -291,10 +305,21 @@ mod tests {
     fn small_output_never_touches_the_disk() {
         let dir = tempfile::tempdir().unwrap();
         let mut capture = CaptureFile::new(dir.path().join("c"), 10);
-        capture.accept(b"hello\nworld\n").unwrap();
+        capture.accept(b"hello\nworld\n");
         assert_eq!((capture.captured(), capture.total(), capture.newlines()), (10, 12, 1));
         assert!(!dir.path().join("c").exists());
         capture.persist().unwrap();
         assert_eq!(std::fs::read(dir.path().join("c")).unwrap(), b"hello\nworl");
+    }
+
+    #[test]
+    fn a_failing_disk_stops_storing_but_keeps_counting() {
+        let mut capture = CaptureFile::new(PathBuf::from("/nonexistent-agentd-dir/c"), 1 << 20);
+        capture.accept(&[b'a'; SPILL_BYTES]);
+        capture.accept(b"more");
+        capture.accept(b"and more");
+        assert!(capture.is_full(), "the pipe must go on being drained");
+        assert_eq!((capture.captured(), capture.total()), (SPILL_BYTES as u64, SPILL_BYTES as u64 + 12));
+        assert_eq!(capture.into_bytes().unwrap().len(), SPILL_BYTES);
     }
 }

@@ -18,6 +18,7 @@ pub mod spawn;
 pub mod tree;
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -65,9 +66,9 @@ pub enum CaptureMode {
     Offload { path: String, inline_budget: u64 },
 }
 
-/// A command that could not be started: reported as such, never as a made-up exit code.
+/// An exec without a result: reported as such, never as a made-up exit code.
 #[derive(Debug, Error)]
-pub enum SpawnError {
+pub enum ExecError {
     #[error("working directory `{path}` is not usable: {source}")]
     Cwd { path: PathBuf, source: io::Error },
     #[error("capture file `{path}` cannot be created: {source}")]
@@ -76,6 +77,22 @@ pub enum SpawnError {
     Pipe(io::Error),
     #[error("cannot start /bin/sh: {0}")]
     Shell(io::Error),
+    /// The command ran, but its result could not be assembled.
+    #[error("the command ran, but its output could not be read back from `{path}`: {source}")]
+    Capture { path: PathBuf, source: io::Error },
+    /// The command ran, but its exit status was lost (the reaper is gone: agentd is failing).
+    #[error("the command ran, but its exit status was lost")]
+    StatusLost,
+}
+
+impl ExecError {
+    /// The command never started (as opposed to: it ran and its result was lost).
+    pub fn is_spawn_failure(&self) -> bool {
+        match self {
+            Self::Cwd { .. } | Self::CapturePath { .. } | Self::Pipe(_) | Self::Shell(_) => true,
+            Self::Capture { .. } | Self::StatusLost => false,
+        }
+    }
 }
 
 /// Runs commands for every connection of this agentd.
@@ -90,6 +107,9 @@ pub struct Executor {
     next_seq: AtomicU64,
     /// Running execs by sequence number (root pid, tag), so shutdown can end them all.
     running: Mutex<HashMap<u64, (u32, String)>>,
+    /// agentd's environment, read once: it does not change after start-up (the token was removed
+    /// before), and every exec starts from it.
+    base_env: BTreeMap<OsString, OsString>,
 }
 
 /// Stops one exec early (a `cancel` request).
@@ -112,6 +132,7 @@ impl Executor {
             tag_prefix: std::process::id().to_string(),
             next_seq: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
+            base_env: std::env::vars_os().collect(),
         }
     }
 
@@ -131,7 +152,7 @@ impl Executor {
         cancel: &CancelHandle,
         started: Option<oneshot::Sender<u32>>,
         live: Option<mpsc::Sender<Vec<u8>>>,
-    ) -> Result<ExecResult, SpawnError> {
+    ) -> Result<ExecResult, ExecError> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{}.{seq}", self.tag_prefix);
         let cwd = match &spec.cwd {
@@ -142,28 +163,27 @@ impl Executor {
         match std::fs::metadata(&cwd) {
             Ok(meta) if meta.is_dir() => {}
             Ok(_) => {
-                return Err(SpawnError::Cwd {
+                return Err(ExecError::Cwd {
                     path: cwd,
                     source: io::Error::from_raw_os_error(libc::ENOTDIR),
                 });
             }
-            Err(source) => return Err(SpawnError::Cwd { path: cwd, source }),
+            Err(source) => return Err(ExecError::Cwd { path: cwd, source }),
         }
         let capture = self.capture_for(&spec, seq)?;
 
-        let (reader, writer) =
-            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| SpawnError::Pipe(e.into()))?;
+        let (reader, writer) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
         // A bigger pipe means fewer wakeups; failure only costs speed.
         let _ = fcntl(reader.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
-        fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
-            .map_err(|e| SpawnError::Pipe(e.into()))?;
+        fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(|e| ExecError::Pipe(e.into()))?;
         let stdin_pipe = match spec.stdin {
-            Some(_) => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| SpawnError::Pipe(e.into()))?),
+            Some(_) => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?),
             None => None,
         };
         let shell = spawn::Shell {
             command: &spec.command,
             cwd: &cwd,
+            base_env: &self.base_env,
             env: &spec.env,
             tag: (TAG_VAR, &tag),
             stdin: stdin_pipe.as_ref().map(|(read, _)| read),
@@ -173,7 +193,7 @@ impl Executor {
         let (pid, exited) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-            let spawned = self.reaper.spawn(|| spawn::spawn(&shell)).map_err(SpawnError::Shell)?;
+            let spawned = self.reaper.spawn(|| spawn::spawn(&shell)).map_err(ExecError::Shell)?;
             running.insert(seq, (spawned.0, tag.clone()));
             spawned
         };
@@ -213,8 +233,7 @@ impl Executor {
         };
         let duration = start.elapsed();
         self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
-        // The receiver only fails if the reaper is gone, which ends agentd anyway.
-        let exit = exit.unwrap_or(Exit::Code(-1));
+        let exit = exit.map_err(|_| ExecError::StatusLost)?;
 
         let drained = match tokio::time::timeout(DRAIN_AFTER_EXIT, &mut drain).await {
             Ok(drained) => drained,
@@ -223,7 +242,10 @@ impl Executor {
                 drain.await
             }
         };
-        let (capture, end, read_result) = drained.map_err(|e| SpawnError::Pipe(io::Error::other(e)))?;
+        let (capture, end, read_result) = drained.map_err(|e| ExecError::Capture {
+            path: PathBuf::from("(output pipe)"),
+            source: io::Error::other(e),
+        })?;
         if let Err(err) = read_result {
             tracing::warn!(pid, "reading exec output failed: {err}");
         }
@@ -244,13 +266,9 @@ impl Executor {
             capped: capture.is_full(),
             ..ExecResult::default()
         };
-        finish_capture(capture, &spec.mode, &mut result).map_err(|e| SpawnError::CapturePath {
-            path: PathBuf::from(match &spec.mode {
-                CaptureMode::Offload { path, .. } => path.as_str(),
-                CaptureMode::Inline => "(temporary)",
-            }),
-            source: e,
-        })?;
+        let path = capture.path().to_owned();
+        finish_capture(capture, &spec.mode, &mut result)
+            .map_err(|source| ExecError::Capture { path, source })?;
         Ok(result)
     }
 
@@ -264,7 +282,7 @@ impl Executor {
         tree::kill_every_descendant().await;
     }
 
-    fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<CaptureFile, SpawnError> {
+    fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<CaptureFile, ExecError> {
         match &spec.mode {
             CaptureMode::Inline => {
                 let cap = spec
@@ -276,7 +294,7 @@ impl Executor {
                 let path = self.resolve(path);
                 if let Some(parent) = path.parent() {
                     std::fs::create_dir_all(parent)
-                        .map_err(|source| SpawnError::CapturePath { path: path.clone(), source })?;
+                        .map_err(|source| ExecError::CapturePath { path: path.clone(), source })?;
                 }
                 Ok(CaptureFile::new(path, spec.max_capture_bytes))
             }
@@ -297,7 +315,10 @@ fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut Exe
         CaptureMode::Offload { inline_budget, .. } if capture.captured() <= *inline_budget => {
             // The contract's quirk: inline output cut at the cap is not reported as truncated.
             result.capped = false;
+            let path = capture.path().to_owned();
             result.set_output(capture.into_bytes()?);
+            // The contract removes the capture file of inline output, also one left there before.
+            capture::remove_quietly(&path);
         }
         CaptureMode::Offload { .. } => {
             capture.persist()?;

@@ -19,7 +19,9 @@ use std::path::Path;
 pub struct Shell<'a> {
     pub command: &'a str,
     pub cwd: &'a Path,
-    /// Added to agentd's own environment (which no longer holds the token).
+    /// agentd's own environment (which no longer holds the token).
+    pub base_env: &'a BTreeMap<OsString, OsString>,
+    /// Added to `base_env`, replacing variables of the same name.
     pub env: &'a BTreeMap<String, String>,
     /// `(name, value)` of the exec tag.
     pub tag: (&'a str, &'a str),
@@ -45,7 +47,7 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
     let mut argv: Vec<*mut libc::c_char> = argv_owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv.push(std::ptr::null_mut());
 
-    let mut vars: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    let mut vars = shell.base_env.clone();
     for (key, value) in shell.env {
         vars.insert(key.into(), value.into());
     }
