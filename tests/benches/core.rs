@@ -18,7 +18,7 @@ use agentd_host::{BaseSandbox, LocalSandbox};
 use agentd_protocol::{ExecRequest, Offload};
 
 const ROUND_TRIPS: usize = 2000;
-const CAPTURE_RUNS: usize = 3;
+const CAPTURE_RUNS: usize = 7;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]

@@ -13,15 +13,21 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use nix::errno::Errno;
-use nix::fcntl::{SpliceFFlags, splice};
+use nix::fcntl::{FcntlArg, SpliceFFlags, fcntl, splice};
 use tokio::net::unix::pipe::Receiver;
 use tokio::sync::{mpsc, oneshot};
 
 /// Output up to this size stays in memory; beyond it the capture moves to its file.
 pub const SPILL_BYTES: usize = 64 * 1024;
 
-/// Read size from the pipe: one full pipe buffer (agentd raises pipes to 1 MiB, see `spawn`).
+/// Read size from the pipe.
 const READ_BYTES: usize = 256 * 1024;
+
+/// Linux's default pipe capacity: a read this large means the command fills the pipe.
+const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
+
+/// Pipe capacity for commands that fill the default one (the kernel's default maximum).
+const PIPE_BYTES: i32 = 1 << 20;
 
 /// The stored head of an exec's output.
 #[derive(Debug)]
@@ -184,6 +190,7 @@ pub async fn drain(
         Err(err) => return (capture, DrainEnd::Eof, Err(err)),
     };
     let mut buf = vec![0u8; READ_BYTES];
+    let mut widened = false;
     loop {
         let step = tokio::select! {
             biased;
@@ -194,43 +201,52 @@ pub async fn drain(
             }
         };
         match step {
-            Ok(true) => continue,
-            Ok(false) => return (capture, DrainEnd::Eof, Ok(())),
+            Ok(Some(moved)) => {
+                // Only a command that fills the default pipe gets the bigger one (fewer wakeups per
+                // megabyte); a command that prints a line does not pay for it.
+                if !widened && moved >= DEFAULT_PIPE_BYTES {
+                    widened = true;
+                    let _ = fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
+                }
+            }
+            Ok(None) => return (capture, DrainEnd::Eof, Ok(())),
             Err(err) => return (capture, DrainEnd::Eof, Err(err)),
         }
     }
 }
 
-/// One read (or, once the capture is full, one splice to /dev/null). `Ok(false)` at EOF.
+/// One read (or, once the capture is full, one splice to /dev/null): the bytes moved, `None` at EOF.
 async fn read_step(
     pipe: &Receiver,
     capture: &mut CaptureFile,
     buf: &mut [u8],
     live: Option<&mpsc::Sender<Vec<u8>>>,
-) -> io::Result<bool> {
+) -> io::Result<Option<usize>> {
     pipe.readable().await?;
     if capture.is_full() {
         return match pipe.try_io(|| splice_to_null(pipe)) {
-            Ok(0) => Ok(false),
+            Ok(0) => Ok(None),
             Ok(n) => {
                 capture.count_dropped(n as u64);
-                Ok(true)
+                Ok(Some(n))
             }
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(true),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(Some(0)),
             Err(err) => Err(err),
         };
     }
     match pipe.try_read(buf) {
-        Ok(0) => Ok(false),
+        Ok(0) => Ok(None),
         Ok(n) => {
             capture.accept(&buf[..n]);
             if let Some(live) = live {
                 // A client that went away must not stop the capture.
                 let _ = live.send(buf[..n].to_vec()).await;
             }
-            Ok(true)
+            Ok(Some(n))
         }
-        Err(err) if matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => Ok(true),
+        Err(err) if matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+            Ok(Some(0))
+        }
         Err(err) => Err(err),
     }
 }

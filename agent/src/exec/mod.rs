@@ -18,7 +18,6 @@ pub mod spawn;
 pub mod tree;
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -39,9 +38,6 @@ use tree::{TAG_VAR, TimeoutLadder};
 /// How long the pipe is still read after the shell was reaped, for output a background process
 /// writes late. Past it the result goes out and the pipe is drained to nowhere.
 pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
-
-/// Pipe buffer agentd asks for: fewer wakeups per megabyte (the kernel's default maximum).
-const PIPE_BYTES: i32 = 1 << 20;
 
 /// What to run and how.
 #[derive(Debug)]
@@ -107,9 +103,7 @@ pub struct Executor {
     next_seq: AtomicU64,
     /// Running execs by sequence number (root pid, tag), so shutdown can end them all.
     running: Mutex<HashMap<u64, (u32, String)>>,
-    /// agentd's environment, read once: it does not change after start-up (the token was removed
-    /// before), and every exec starts from it.
-    base_env: BTreeMap<OsString, OsString>,
+    base_env: spawn::BaseEnv,
 }
 
 /// Stops one exec early (a `cancel` request).
@@ -132,7 +126,7 @@ impl Executor {
             tag_prefix: std::process::id().to_string(),
             next_seq: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
-            base_env: std::env::vars_os().collect(),
+            base_env: spawn::BaseEnv::capture(),
         }
     }
 
@@ -173,8 +167,6 @@ impl Executor {
         let capture = self.capture_for(&spec, seq)?;
 
         let (reader, writer) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
-        // A bigger pipe means fewer wakeups; failure only costs speed.
-        let _ = fcntl(reader.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
         fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(|e| ExecError::Pipe(e.into()))?;
         let stdin_pipe = match spec.stdin {
             Some(_) => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?),

@@ -8,19 +8,40 @@
 //! an empty signal mask, stdio, working directory and environment.
 
 use std::collections::BTreeMap;
-use std::ffi::{CString, OsString};
+use std::ffi::CString;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::Path;
 
+/// agentd's environment as `KEY=VALUE` C strings, built once: it does not change after start-up
+/// (the token was removed before), and every exec starts from it.
+#[derive(Debug)]
+pub struct BaseEnv {
+    entries: Vec<CString>,
+}
+
+impl BaseEnv {
+    pub fn capture() -> Self {
+        let entries = std::env::vars_os()
+            .filter_map(|(key, value)| {
+                let mut entry = key.into_vec();
+                entry.push(b'=');
+                entry.extend_from_slice(value.as_bytes());
+                CString::new(entry).ok()
+            })
+            .collect();
+        Self { entries }
+    }
+}
+
 /// What to start.
 pub struct Shell<'a> {
     pub command: &'a str,
     pub cwd: &'a Path,
     /// agentd's own environment (which no longer holds the token).
-    pub base_env: &'a BTreeMap<OsString, OsString>,
+    pub base_env: &'a BaseEnv,
     /// Added to `base_env`, replacing variables of the same name.
     pub env: &'a BTreeMap<String, String>,
     /// `(name, value)` of the exec tag.
@@ -47,21 +68,28 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
     let mut argv: Vec<*mut libc::c_char> = argv_owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
     argv.push(std::ptr::null_mut());
 
-    let mut vars = shell.base_env.clone();
-    for (key, value) in shell.env {
-        vars.insert(key.into(), value.into());
-    }
-    vars.insert(shell.tag.0.into(), shell.tag.1.into());
-    let envp_owned = vars
-        .into_iter()
-        .map(|(key, value)| {
-            let mut entry = key.into_vec();
-            entry.push(b'=');
-            entry.extend_from_slice(value.as_bytes());
-            cstring(entry)
-        })
+    // Pointers into the base environment as it is, plus the few entries this exec adds or replaces.
+    let added = shell
+        .env
+        .iter()
+        .map(|(key, value)| (key.as_str(), value.as_str()))
+        .chain(std::iter::once(shell.tag))
+        .map(|(key, value)| cstring(format!("{key}={value}")))
         .collect::<io::Result<Vec<CString>>>()?;
-    let mut envp: Vec<*mut libc::c_char> = envp_owned.iter().map(|e| e.as_ptr().cast_mut()).collect();
+    let replaced = |entry: &CString| {
+        let entry = entry.as_bytes();
+        let name = entry.split(|b| *b == b'=').next().unwrap_or_default();
+        shell.env.contains_key(std::str::from_utf8(name).unwrap_or_default())
+            || name == shell.tag.0.as_bytes()
+    };
+    let mut envp: Vec<*mut libc::c_char> = shell
+        .base_env
+        .entries
+        .iter()
+        .filter(|entry| !replaced(entry))
+        .chain(&added)
+        .map(|entry| entry.as_ptr().cast_mut())
+        .collect();
     envp.push(std::ptr::null_mut());
     let cwd = cstring(shell.cwd.as_os_str().as_bytes())?;
     let dev_null = cstring("/dev/null")?;
