@@ -322,6 +322,7 @@ async fn route_message(routes: &Routes, message: ServerMessage) {
         | ServerMessage::CancelResult(_)
         | ServerMessage::UploadResult(_)
         | ServerMessage::DownloadResult(_)
+        | ServerMessage::FsResult(_)
         | ServerMessage::Error(_) => true,
     };
     match message.id() {

@@ -13,6 +13,7 @@
 //! - [`limits`]: sizes both sides enforce, with the reason for each.
 //! - [`contract`]: the model-facing result types of the `BaseSandbox` contract (`ExecuteResponse`,
 //!   `FileUploadResponse`, …) and the per-file transfer error codes.
+//! - [`fs`]: the seven file verbs: [`FsRequest`](fs::FsRequest) and the result types.
 //! - [`framing`]: a random quoted-heredoc delimiter that never occurs in the command it frames.
 //! - [`meta`]: the result meta line with a random per-call sentinel, so command output cannot forge it.
 //!
@@ -33,6 +34,7 @@
 pub mod chunk;
 pub mod contract;
 pub mod framing;
+pub mod fs;
 pub mod limits;
 pub mod message;
 pub mod meta;
@@ -40,8 +42,10 @@ pub mod meta;
 pub use contract::{
     ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse, TransferError,
 };
+pub use fs::{FsRequest, FsResponse};
 pub use message::{
     CancelRequest, CancelResult, ClientMessage, DecodeError, DownloadRequest, DownloadResult, DownloadStart,
     ErrorCode, ErrorReply, ExecRequest, ExecResult, ExecStarted, Hello, HelloReply, Offload,
     PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, UploadResult, decode_client,
 };
+pub use message::{FsMessage, FsReply};

@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
+use crate::fs::{FsRequest, FsResponse};
+
 /// The protocol version this crate speaks. A client offers the versions it knows in `hello`; the
 /// server picks the highest one it shares.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -23,6 +25,7 @@ pub enum ClientMessage {
     Upload(UploadRequest),
     UploadEnd(UploadEnd),
     Download(DownloadRequest),
+    Fs(FsMessage),
 }
 
 impl ClientMessage {
@@ -35,6 +38,7 @@ impl ClientMessage {
             Self::Upload(m) => m.id,
             Self::UploadEnd(m) => m.id,
             Self::Download(m) => m.id,
+            Self::Fs(m) => m.id,
         }
     }
 
@@ -47,6 +51,7 @@ impl ClientMessage {
             Self::Upload(m) => ("upload", serde_json::to_string(m)),
             Self::UploadEnd(m) => ("upload_end", serde_json::to_string(m)),
             Self::Download(m) => ("download", serde_json::to_string(m)),
+            Self::Fs(m) => ("fs", serde_json::to_string(m)),
         };
         with_type(kind, body)
     }
@@ -140,6 +145,22 @@ pub struct DownloadRequest {
     pub path: String,
 }
 
+/// Runs one file verb (`ls`, `read`, `write`, `edit`, `glob`, `grep`, `delete`) natively.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FsMessage {
+    pub id: u64,
+    #[serde(flatten)]
+    pub request: FsRequest,
+}
+
+/// The result of an `fs` request: the verb's result type, tagged with `verb`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FsReply {
+    pub id: u64,
+    #[serde(flatten)]
+    pub response: FsResponse,
+}
+
 /// Messages from the server.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerMessage {
@@ -150,6 +171,7 @@ pub enum ServerMessage {
     UploadResult(UploadResult),
     DownloadStart(DownloadStart),
     DownloadResult(DownloadResult),
+    FsResult(FsReply),
     Error(ErrorReply),
 }
 
@@ -164,6 +186,7 @@ impl ServerMessage {
             Self::UploadResult(m) => ("upload_result", serde_json::to_string(m)),
             Self::DownloadStart(m) => ("download_start", serde_json::to_string(m)),
             Self::DownloadResult(m) => ("download_result", serde_json::to_string(m)),
+            Self::FsResult(m) => ("fs_result", serde_json::to_string(m)),
             Self::Error(m) => ("error", serde_json::to_string(m)),
         };
         with_type(kind, body)
@@ -180,6 +203,7 @@ impl ServerMessage {
             "upload_result" => from_value(value, id).map(Self::UploadResult),
             "download_start" => from_value(value, id).map(Self::DownloadStart),
             "download_result" => from_value(value, id).map(Self::DownloadResult),
+            "fs_result" => from_value(value, id).map(Self::FsResult),
             "error" => from_value(value, id).map(Self::Error),
             _ => Err(DecodeError::new(id, ErrorCode::UnknownType, format!("unknown message type `{kind}`"))),
         }
@@ -195,6 +219,7 @@ impl ServerMessage {
             Self::UploadResult(m) => Some(m.id),
             Self::DownloadStart(m) => Some(m.id),
             Self::DownloadResult(m) => Some(m.id),
+            Self::FsResult(m) => Some(m.id),
             Self::Error(m) => m.id,
         }
     }
@@ -413,6 +438,7 @@ pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
         "upload" => from_value(value, id).map(ClientMessage::Upload),
         "upload_end" => from_value(value, id).map(ClientMessage::UploadEnd),
         "download" => from_value(value, id).map(ClientMessage::Download),
+        "fs" => from_value(value, id).map(ClientMessage::Fs),
         _ => Err(DecodeError::new(id, ErrorCode::UnknownType, format!("unknown message type `{kind}`"))),
     }
 }

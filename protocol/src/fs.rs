@@ -1,0 +1,211 @@
+//! The seven file verbs: their requests and their model-facing results (`backend-contract.md` §1, §3).
+//!
+//! One [`FsRequest`] travels either natively (the `fs` message) or as the JSON that `agentd fs --stdin`
+//! reads on the derived path; one [`FsResponse`] comes back either way, so both paths share these
+//! types and give identical results. Failures are values: an `error` string, never an `Err`.
+
+use serde::{Deserialize, Serialize};
+
+/// Default `limit` of `read`.
+pub const DEFAULT_READ_LIMIT: i64 = 2000;
+
+/// A file verb with its arguments.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verb", rename_all = "snake_case")]
+pub enum FsRequest {
+    /// List one directory level.
+    Ls { path: String },
+    /// Read a page of lines (`offset` 0-based; negative values clamp to 0).
+    Read {
+        path: String,
+        #[serde(default)]
+        offset: i64,
+        #[serde(default = "default_limit")]
+        limit: i64,
+    },
+    /// Create or overwrite a file, creating parent directories.
+    Write { path: String, content: String },
+    /// Replace `old` by `new` (first occurrence, or all with `replace_all`).
+    Edit {
+        path: String,
+        old: String,
+        new: String,
+        #[serde(default)]
+        replace_all: bool,
+    },
+    /// Files matching `pattern` under `path` (default `/`).
+    Glob {
+        pattern: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+    },
+    /// Lines containing the literal `pattern` under `path` (default `.`), optionally filtered by `glob`.
+    Grep {
+        pattern: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        glob: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_count: Option<i64>,
+    },
+    /// Remove a file, a link or a directory tree (links are never followed).
+    Delete { path: String },
+}
+
+fn default_limit() -> i64 {
+    DEFAULT_READ_LIMIT
+}
+
+/// The result of one verb, tagged with the verb's name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "verb", rename_all = "snake_case")]
+pub enum FsResponse {
+    Ls(LsResult),
+    Read(ReadResult),
+    Write(WriteResult),
+    Edit(EditResult),
+    Glob(GlobResult),
+    Grep(GrepResult),
+    Delete(DeleteResult),
+}
+
+/// One directory entry or glob match. `ls` and `glob` fill only `path` and `is_dir`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileInfo {
+    pub path: String,
+    pub is_dir: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_at: Option<String>,
+}
+
+impl FileInfo {
+    pub fn new(path: String, is_dir: bool) -> Self {
+        Self { path, is_dir, size: None, modified_at: None }
+    }
+}
+
+/// `entries` is `None` iff `error` is set.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct LsResult {
+    pub error: Option<String>,
+    pub entries: Option<Vec<FileInfo>>,
+}
+
+/// How `FileData::content` is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Encoding {
+    #[serde(rename = "utf-8")]
+    Utf8,
+    #[serde(rename = "base64")]
+    Base64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileData {
+    pub content: String,
+    pub encoding: Encoding,
+}
+
+/// A page of a file; see the window rules of the contract (§1).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ReadResult {
+    pub error: Option<String>,
+    pub file_data: Option<FileData>,
+    pub total_lines: Option<u64>,
+    pub start_line: Option<u64>,
+    pub end_line: Option<u64>,
+    pub next_offset: Option<u64>,
+    pub no_lines_requested: bool,
+}
+
+impl ReadResult {
+    pub fn error(message: String) -> Self {
+        Self { error: Some(message), ..Self::default() }
+    }
+}
+
+/// `path` is set iff the call succeeded.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct WriteResult {
+    pub error: Option<String>,
+    pub path: Option<String>,
+}
+
+/// `path` and `occurrences` are set iff the call succeeded.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EditResult {
+    pub error: Option<String>,
+    pub path: Option<String>,
+    pub occurrences: Option<u64>,
+}
+
+/// `path` is set iff the call succeeded.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct DeleteResult {
+    pub error: Option<String>,
+    pub path: Option<String>,
+}
+
+/// One matching line (1-based).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GrepMatch {
+    pub path: String,
+    pub line: u64,
+    pub text: String,
+}
+
+/// `matches` is `None` only on a hard error.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GrepResult {
+    pub error: Option<String>,
+    pub matches: Option<Vec<GrepMatch>>,
+    pub truncated: bool,
+}
+
+/// Why a glob stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TruncationReason {
+    /// The time or match budget ran out.
+    Budget,
+    /// A subtree could not be read and was skipped.
+    Unreadable,
+    /// The transport dropped output.
+    Transport,
+}
+
+/// `matches` is `None` only on a hard error.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GlobResult {
+    pub error: Option<String>,
+    pub matches: Option<Vec<FileInfo>>,
+    pub truncated: bool,
+    pub truncation_reason: Option<TruncationReason>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_use_the_verb_tag_and_defaults() {
+        let read: FsRequest = serde_json::from_str(r#"{"verb":"read","path":"/a"}"#).unwrap();
+        assert_eq!(read, FsRequest::Read { path: "/a".into(), offset: 0, limit: 2000 });
+        let text = serde_json::to_string(&FsRequest::Glob { pattern: "*.py".into(), path: None }).unwrap();
+        assert_eq!(text, r#"{"verb":"glob","pattern":"*.py"}"#);
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let response = FsResponse::Read(ReadResult {
+            file_data: Some(FileData { content: "aGk=".into(), encoding: Encoding::Base64 }),
+            ..ReadResult::default()
+        });
+        let text = serde_json::to_string(&response).unwrap();
+        assert!(text.contains(r#""encoding":"base64""#), "{text}");
+        assert_eq!(serde_json::from_str::<FsResponse>(&text).unwrap(), response);
+    }
+}
