@@ -19,6 +19,7 @@
 
 mod auth;
 mod exec;
+mod fs;
 mod server;
 mod transfer;
 

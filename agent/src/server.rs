@@ -15,8 +15,8 @@ use agentd_protocol::limits::{
     DEFAULT_MAX_CAPTURE_BYTES, MAX_BINARY_MESSAGE, MAX_IN_FLIGHT, MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE,
 };
 use agentd_protocol::{
-    CancelResult, ClientMessage, DecodeError, ErrorCode, ErrorReply, ExecRequest, ExecStarted, HelloReply,
-    PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
+    CancelResult, ClientMessage, DecodeError, ErrorCode, ErrorReply, ExecRequest, ExecStarted, FsReply,
+    HelloReply, PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
 };
 use base64::Engine as _;
 use futures_util::StreamExt as _;
@@ -179,6 +179,24 @@ impl Session {
                 self.send(ServerMessage::Hello(reply)).await;
             }
             ClientMessage::Exec(request) => self.exec(request).await,
+            ClientMessage::Fs(message) => {
+                let (out, shared) = (self.out.clone(), Arc::clone(&self.shared));
+                tokio::spawn(async move {
+                    let base = shared.executor.workspace().to_owned();
+                    // The verbs do blocking file IO: keep it off the connection's runtime thread.
+                    let response =
+                        tokio::task::spawn_blocking(move || crate::fs::run(message.request, &base)).await;
+                    let reply = match response {
+                        Ok(response) => ServerMessage::FsResult(FsReply { id, response }),
+                        Err(err) => ServerMessage::Error(ErrorReply {
+                            id: Some(id),
+                            code: ErrorCode::Internal,
+                            message: format!("file verb failed: {err}"),
+                        }),
+                    };
+                    let _ = out.send(Message::text(reply.to_json())).await;
+                });
+            }
             ClientMessage::Cancel(request) => {
                 let found = match self.lock().get(&request.target) {
                     Some(InFlight::Exec(cancel)) => {

@@ -5,14 +5,16 @@
 //! or failed upload leaves nothing behind (the temporary file is removed).
 
 use std::io;
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentd_protocol::limits::CHUNK_SIZE;
 use agentd_protocol::{DownloadResult, DownloadStart, ServerMessage, TransferError, chunk};
 use sha2::{Digest as _, Sha256};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use std::io::Write as _;
+
+use tokio::io::AsyncReadExt as _;
 use tokio::sync::{Notify, mpsc};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
@@ -35,13 +37,16 @@ pub fn error_text(err: &io::Error) -> String {
     }
 }
 
-/// Receives one upload; returns its error, `None` on success.
+/// Receives one upload; returns its error, `None` on success. The file work runs on the blocking
+/// pool, one chunk at a time, so waiting for the disk is the upload's backpressure.
 pub async fn upload(
     path: &str,
     mode: Option<u32>,
     mut events: mpsc::Receiver<UploadEvent>,
 ) -> Option<String> {
-    let mut target = match UploadTarget::open(path, mode).await {
+    let owned = path.to_owned();
+    let opened = tokio::task::spawn_blocking(move || UploadTarget::open(&owned, mode)).await;
+    let mut target = match opened.unwrap_or_else(|e| Err(e.to_string())) {
         Ok(target) => Some(target),
         Err(error) => {
             // Keep consuming the chunks already on their way; answer once, at the end.
@@ -59,55 +64,79 @@ pub async fn upload(
         match event {
             UploadEvent::Data(data) => {
                 hasher.update(&data);
-                if let Some(t) = target.as_mut()
-                    && let Err(err) = t.file.write_all(&data).await
-                {
-                    failure = Some(format!("write failed: {err}"));
-                    if let Some(t) = target.take() {
-                        t.remove().await;
+                let Some(mut t) = target.take() else { continue };
+                let written = tokio::task::spawn_blocking(move || {
+                    let result = t.write(&data);
+                    (t, result)
+                })
+                .await;
+                match written {
+                    Ok((t, Ok(()))) => target = Some(t),
+                    Ok((t, Err(err))) => {
+                        failure = Some(format!("write failed: {err}"));
+                        blocking(move || t.remove()).await;
                     }
+                    Err(err) => failure = Some(format!("write failed: {err}")),
                 }
             }
             UploadEvent::End { sha256 } => {
-                let Some(t) = target.take() else {
-                    return failure;
-                };
+                let Some(t) = target.take() else { return failure };
                 let received = format!("{:x}", hasher.finalize());
                 if !received.eq_ignore_ascii_case(&sha256) {
-                    t.remove().await;
+                    blocking(move || t.remove()).await;
                     return Some(format!("sha256 mismatch: expected {sha256}, received {received}"));
                 }
-                return t.commit().await.err();
+                return tokio::task::spawn_blocking(move || t.commit())
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+                    .err();
             }
             UploadEvent::Abort(reason) => {
                 if let Some(t) = target.take() {
-                    t.remove().await;
+                    blocking(move || t.remove()).await;
                 }
                 return Some(reason);
             }
         }
     }
     if let Some(t) = target.take() {
-        t.remove().await;
+        blocking(move || t.remove()).await;
     }
     Some("connection closed before upload_end".to_owned())
 }
 
-struct UploadTarget {
+async fn blocking(work: impl FnOnce() + Send + 'static) {
+    let _ = tokio::task::spawn_blocking(work).await;
+}
+
+/// Writes `bytes` to `path` as an upload does (checks, parents, temp file, rename): the one
+/// implementation behind both `upload` and the `write` verb.
+pub fn write_whole(path: &str, bytes: &[u8]) -> Result<(), String> {
+    let mut target = UploadTarget::open(path, None)?;
+    if let Err(err) = target.write(bytes) {
+        target.remove();
+        return Err(format!("write failed: {err}"));
+    }
+    target.commit()
+}
+
+/// A file being uploaded: a hidden temporary file beside the destination, renamed into place by
+/// [`UploadTarget::commit`]. Blocking IO.
+pub struct UploadTarget {
     dest: PathBuf,
     temp: PathBuf,
-    file: tokio::fs::File,
+    file: std::fs::File,
     mode: u32,
 }
 
 impl UploadTarget {
-    async fn open(path: &str, mode: Option<u32>) -> Result<Self, String> {
+    /// Checks the path (absolute, no NUL, not a directory), creates missing parents and the
+    /// temporary file. The error is the contract's transfer code, or a message.
+    pub fn open(path: &str, mode: Option<u32>) -> Result<Self, String> {
         TransferError::check_path(path).map_err(|e| e.as_str().to_owned())?;
         let dest = PathBuf::from(path);
-        let existing_mode = match tokio::fs::metadata(&dest).await {
-            Ok(meta) if meta.is_dir() => {
-                return Err(TransferError::IsDirectory.as_str().to_owned());
-            }
+        let existing_mode = match std::fs::metadata(&dest) {
+            Ok(meta) if meta.is_dir() => return Err(TransferError::IsDirectory.as_str().to_owned()),
             Ok(meta) => Some(meta.permissions().mode() & 0o7777),
             Err(err) if err.kind() == io::ErrorKind::NotFound => None,
             Err(err) => return Err(error_text(&err)),
@@ -115,37 +144,38 @@ impl UploadTarget {
         let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
             return Err(TransferError::InvalidPath.as_str().to_owned());
         };
-        tokio::fs::create_dir_all(parent).await.map_err(|e| error_text(&e))?;
+        std::fs::create_dir_all(parent).map_err(|e| error_text(&e))?;
         let temp =
             parent.join(format!(".{}.agentd-{:016x}.part", name.to_string_lossy(), rand::random::<u64>()));
-        let file = tokio::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(&temp)
-            .await
             .map_err(|e| error_text(&e))?;
         Ok(Self { dest, temp, file, mode: mode.or(existing_mode).unwrap_or(0o644) })
     }
 
-    async fn commit(mut self) -> Result<(), String> {
-        let done = async {
-            self.file.flush().await?;
-            self.file.set_permissions(std::fs::Permissions::from_mode(self.mode)).await?;
-            tokio::fs::rename(&self.temp, &self.dest).await
-        };
-        match done.await {
-            Ok(()) => Ok(()),
-            Err(err) => {
-                let _ = tokio::fs::remove_file(&self.temp).await;
-                Err(error_text(&err))
-            }
-        }
+    pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
+        self.file.write_all(data)
     }
 
-    async fn remove(self) {
+    /// Sets the mode and renames the data into place; the temporary file is gone either way.
+    pub fn commit(self) -> Result<(), String> {
+        let done = self
+            .file
+            .set_permissions(std::fs::Permissions::from_mode(self.mode))
+            .and_then(|()| std::fs::rename(&self.temp, &self.dest));
+        done.map_err(|err| {
+            let _ = std::fs::remove_file(&self.temp);
+            error_text(&err)
+        })
+    }
+
+    /// Abandons the upload: the temporary file is removed, the destination untouched.
+    pub fn remove(self) {
         drop(self.file);
-        let _ = tokio::fs::remove_file(&self.temp).await;
+        let _ = std::fs::remove_file(&self.temp);
     }
 }
 

@@ -1,0 +1,144 @@
+//! `edit` (contract §3.4): exact, then CRLF-form, then LF-form matching of `old`; the same transform
+//! applied to `new`; the file rewritten in place (through links, mode kept).
+
+use std::io::Write as _;
+use std::path::Path;
+
+use agentd_protocol::fs::EditResult;
+use nix::errno::Errno;
+
+use super::{errno, resolve};
+
+pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, base: &Path) -> EditResult {
+    let fail = |error: String| EditResult { error: Some(error), ..EditResult::default() };
+    if old.is_empty() {
+        return fail("Error: old_string cannot be empty. Provide the exact text to replace.".to_owned());
+    }
+    let denied = || fail(format!("Error: Permission denied editing file '{path}'"));
+    let other = |err: std::io::Error| fail(format!("Error editing file '{path}': {err}"));
+    if path.contains('\0') {
+        return fail(format!("Error editing file '{path}': invalid_path"));
+    }
+    let file_path = resolve(base, path);
+    match std::fs::metadata(&file_path) {
+        Ok(meta) if !meta.is_file() => return fail(format!("Error: '{path}' is not a regular file")),
+        Ok(_) => {}
+        Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => return denied(),
+        Err(_) => return fail(format!("Error: File '{path}' not found")),
+    }
+    let bytes = match std::fs::read(&file_path) {
+        Ok(bytes) => bytes,
+        Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => return denied(),
+        Err(err) => return other(err),
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
+        return fail(format!("Error: File '{path}' is not a text file"));
+    };
+    let crlf = |s: &str| s.replace("\r\n", "\n").replace('\n', "\r\n");
+    let lf = |s: &str| s.replace("\r\n", "\n");
+    let candidates = [(old.to_owned(), new.to_owned()), (crlf(old), crlf(new)), (lf(old), lf(new))];
+    let Some((count, (old_form, new_form))) = candidates
+        .iter()
+        .map(|pair| (text.matches(pair.0.as_str()).count(), pair))
+        .find(|(count, _)| *count >= 1)
+    else {
+        return fail(format!("Error: String not found in file: '{old}'"));
+    };
+    if count > 1 && !replace_all {
+        return fail(format!(
+            "Error: String '{old}' appears multiple times. Use replace_all=True to replace all occurrences."
+        ));
+    }
+    let edited =
+        if replace_all { text.replace(old_form, new_form) } else { text.replacen(old_form, new_form, 1) };
+    // In place (truncate and write), not a rename: links keep pointing here and the mode stays.
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&file_path)
+        .and_then(|mut file| file.write_all(edited.as_bytes()));
+    match written {
+        Ok(()) => EditResult {
+            error: None,
+            path: Some(path.to_owned()),
+            occurrences: Some(if replace_all { count as u64 } else { 1 }),
+        },
+        Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => denied(),
+        Err(err) => other(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(initial: &[u8], old: &str, new: &str, replace_all: bool) -> (EditResult, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, initial).unwrap();
+        let result = edit("f", old, new, replace_all, dir.path());
+        (result, std::fs::read(&path).unwrap())
+    }
+
+    fn ok(occurrences: u64) -> EditResult {
+        EditResult { error: None, path: Some("f".into()), occurrences: Some(occurrences) }
+    }
+
+    #[test]
+    fn golden_24_to_29() {
+        assert_eq!(run(b"a\r\nb\r\nc\r\n", "b\nc", "X\nY", false), (ok(1), b"a\r\nX\r\nY\r\n".to_vec()));
+        assert_eq!(run(b"a\r\nb\r\nc\r\n", "b\r\nc", "X\nY", false), (ok(1), b"a\r\nX\nY\r\n".to_vec()));
+        assert_eq!(run(b"a\nb\nc\n", "a\r\nb", "P\r\nQ", false), (ok(1), b"P\nQ\nc\n".to_vec()));
+        assert_eq!(
+            run(b"x\r\ny\nx\ny\r\nx\r\ny", "x\ny", "Z", true),
+            (ok(1), b"x\r\ny\nZ\r\nx\r\ny".to_vec())
+        );
+        assert_eq!(
+            run(b"a\nb", "b\n", "c\n", false).0.error.as_deref(),
+            Some("Error: String not found in file: 'b\n'")
+        );
+        let many = run(b"apple\nbanana\napple\n", "apple", "pear", false).0;
+        assert_eq!(
+            many.error.as_deref(),
+            Some(
+                "Error: String 'apple' appears multiple times. Use replace_all=True to replace all occurrences."
+            )
+        );
+        assert_eq!(
+            run(b"apple\nbanana\napple\n", "apple", "pear", true),
+            (ok(2), b"pear\nbanana\npear\n".to_vec())
+        );
+        assert_eq!(run(b"aaa", "aa", "X", false), (ok(1), b"Xa".to_vec()));
+        assert_eq!(run(b"aaaa", "aa", "X", true), (ok(2), b"XX".to_vec()));
+        assert_eq!(run(b"hello", "hello", "hello", false), (ok(1), b"hello".to_vec()));
+    }
+
+    #[test]
+    fn golden_30_31_errors_and_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        assert_eq!(
+            edit("missing", "", "y", false, base).error.as_deref(),
+            Some("Error: old_string cannot be empty. Provide the exact text to replace.")
+        );
+        assert_eq!(
+            edit("missing", "a", "b", false, base).error.as_deref(),
+            Some("Error: File 'missing' not found")
+        );
+        std::fs::write(base.join("bin"), b"ab\xffcd").unwrap();
+        assert_eq!(
+            edit("bin", "ab", "y", false, base).error.as_deref(),
+            Some("Error: File 'bin' is not a text file")
+        );
+        std::fs::create_dir(base.join("d")).unwrap();
+        assert_eq!(
+            edit("d", "ab", "y", false, base).error.as_deref(),
+            Some("Error: 'd' is not a regular file")
+        );
+        std::fs::write(base.join("f"), b"abc").unwrap();
+        std::os::unix::fs::symlink(base.join("f"), base.join("ln")).unwrap();
+        assert_eq!(edit("ln", "a", "Z", false, base).error, None);
+        assert_eq!(std::fs::read(base.join("f")).unwrap(), b"Zbc");
+        assert!(std::fs::symlink_metadata(base.join("ln")).unwrap().file_type().is_symlink());
+    }
+}

@@ -1,0 +1,77 @@
+//! `ls` (contract §3.1): one level, directory order, dot-files included, links not followed below
+//! the listed path.
+
+use std::path::Path;
+
+use agentd_protocol::fs::{FileInfo, LsResult};
+use nix::errno::Errno;
+
+use super::{errno, resolve};
+
+pub fn ls(path: &str, base: &Path) -> LsResult {
+    let fail = |what: &str| LsResult { error: Some(format!("Path '{path}': {what}")), entries: None };
+    if path.is_empty() {
+        return fail("path_not_found");
+    }
+    if path.contains('\0') {
+        return fail("invalid_path");
+    }
+    let dir = match std::fs::read_dir(resolve(base, path)) {
+        Ok(dir) => dir,
+        Err(err) => {
+            return match errno(&err) {
+                Some(Errno::ENOTDIR) => fail("not_a_directory"),
+                Some(Errno::EACCES | Errno::EPERM) => fail("permission_denied"),
+                _ => fail("path_not_found"),
+            };
+        }
+    };
+    let prefix = if path.ends_with('/') { path.to_owned() } else { format!("{path}/") };
+    let mut entries = Vec::new();
+    for entry in dir {
+        let Ok(entry) = entry else { continue };
+        // `file_type` does not follow links: a link to a directory is not a directory here.
+        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        entries.push(FileInfo::new(format!("{prefix}{}", entry.file_name().to_string_lossy()), is_dir));
+    }
+    LsResult { error: None, entries: Some(entries) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn golden_5_and_6() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().to_str().unwrap();
+        std::fs::write(dir.path().join("a"), "").unwrap();
+        std::fs::write(dir.path().join(".hid"), "").unwrap();
+        std::fs::create_dir_all(dir.path().join("sub/deep")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("sub"), dir.path().join("ln")).unwrap();
+        std::os::unix::fs::symlink("nowhere", dir.path().join("bad")).unwrap();
+        let mut got: Vec<(String, bool)> = ls(&format!("{t}/"), Path::new("/"))
+            .entries
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.path, e.is_dir))
+            .collect();
+        got.sort();
+        let mut want: Vec<(String, bool)> =
+            [("a", false), (".hid", false), ("sub", true), ("ln", false), ("bad", false)]
+                .iter()
+                .map(|(n, d)| (format!("{t}/{n}"), *d))
+                .collect();
+        want.sort();
+        assert_eq!(got, want);
+        let deep = ls(&format!("{t}//sub"), Path::new("/")).entries.unwrap();
+        assert_eq!(deep, vec![FileInfo::new(format!("{t}//sub/deep"), true)]);
+        assert_eq!(
+            ls(&format!("{t}/a"), Path::new("/")).error,
+            Some(format!("Path '{t}/a': not_a_directory"))
+        );
+        assert_eq!(ls("", Path::new("/")).error.as_deref(), Some("Path '': path_not_found"));
+        // A link given as the path is followed.
+        assert_eq!(ls(&format!("{t}/ln"), Path::new("/")).entries.unwrap().len(), 1);
+    }
+}

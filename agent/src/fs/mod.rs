@@ -1,0 +1,50 @@
+//! The seven file verbs, implemented once (`shared/spec/backend-contract.md` §3). The server calls
+//! [`run`] for native `fs` requests; `agentd fs …` calls it for the one-shot CLI that the host's derived
+//! path runs through any exec channel. Both therefore give identical results, byte for byte.
+//!
+//! Every verb returns its result type with failures as values (`error` strings the contract fixes);
+//! nothing here returns `Err` or panics on file-system conditions. Relative paths resolve against the
+//! workspace (`base`); the path strings in results and messages are the caller's, verbatim.
+//!
+//! - [`ls`], [`read`], [`write`], [`edit`], [`delete`]: one file or directory.
+//! - [`glob`], [`grep`]: tree walks with the contract's matching rules.
+
+pub mod delete;
+pub mod edit;
+pub mod glob;
+pub mod grep;
+pub mod ls;
+pub mod read;
+pub mod write;
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use agentd_protocol::fs::{FsRequest, FsResponse};
+
+/// Runs one verb. Blocking: call it off the async runtime.
+pub fn run(request: FsRequest, base: &Path) -> FsResponse {
+    match request {
+        FsRequest::Ls { path } => FsResponse::Ls(ls::ls(&path, base)),
+        FsRequest::Read { path, offset, limit } => FsResponse::Read(read::read(&path, offset, limit, base)),
+        FsRequest::Write { path, content } => FsResponse::Write(write::write(&path, &content, base)),
+        FsRequest::Edit { path, old, new, replace_all } => {
+            FsResponse::Edit(edit::edit(&path, &old, &new, replace_all, base))
+        }
+        FsRequest::Glob { pattern, path } => FsResponse::Glob(glob::glob(&pattern, path.as_deref(), base)),
+        FsRequest::Grep { pattern, path, glob, max_count } => {
+            FsResponse::Grep(grep::grep(&pattern, path.as_deref(), glob.as_deref(), max_count, base))
+        }
+        FsRequest::Delete { path } => FsResponse::Delete(delete::delete(&path, base)),
+    }
+}
+
+/// The file a caller's path names: absolute as given, relative under `base`.
+pub fn resolve(base: &Path, path: &str) -> PathBuf {
+    base.join(path)
+}
+
+/// The errno of an IO error, when it has one.
+pub fn errno(err: &io::Error) -> Option<nix::errno::Errno> {
+    err.raw_os_error().map(nix::errno::Errno::from_raw)
+}

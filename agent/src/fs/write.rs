@@ -1,0 +1,67 @@
+//! `write` (contract §3.3): create missing parents (`mkdir -p` of the dirname), then write the exact
+//! bytes as an upload does, so its errors are the upload's codes.
+
+use std::path::Path;
+
+use agentd_protocol::fs::WriteResult;
+
+use super::resolve;
+use crate::transfer;
+
+pub fn write(path: &str, content: &str, base: &Path) -> WriteResult {
+    let fail = |error: String| WriteResult { error: Some(error), path: None };
+    let parent = dirname(path);
+    if let Err(err) = std::fs::create_dir_all(resolve(base, if parent.is_empty() { "." } else { parent })) {
+        return fail(format!("Failed to write file '{path}': cannot create directory '{parent}': {err}"));
+    }
+    match transfer::write_whole(path, content.as_bytes()) {
+        Ok(()) => WriteResult { error: None, path: Some(path.to_owned()) },
+        Err(code) => fail(format!("Failed to write file '{path}': {code}")),
+    }
+}
+
+/// Python's `os.path.dirname`: everything before the last `/`, trailing slashes trimmed unless
+/// that leaves nothing.
+fn dirname(path: &str) -> &str {
+    match path.rfind('/') {
+        None => "",
+        Some(last) => {
+            let head = &path[..=last];
+            let trimmed = head.trim_end_matches('/');
+            if trimmed.is_empty() { head } else { trimmed }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dirname_matches_python() {
+        for (path, want) in
+            [("a/b/c", "a/b"), ("/a", "/"), ("a", ""), ("a//b", "a"), ("//x", "//"), ("/", "/")]
+        {
+            assert_eq!(dirname(path), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn golden_23() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path().to_str().unwrap();
+        let base = Path::new("/");
+        let target = format!("{t}/w/x/y.txt");
+        assert_eq!(write(&target, "hi", base), WriteResult { error: None, path: Some(target.clone()) });
+        assert_eq!(write(&target, "second", base).path, Some(target.clone()));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "second");
+        assert_eq!(
+            write("rel.txt", "x", dir.path()).error.as_deref(),
+            Some("Failed to write file 'rel.txt': invalid_path")
+        );
+        assert_eq!(write(t, "x", base).error, Some(format!("Failed to write file '{t}': is_directory")));
+        std::fs::write(dir.path().join("afile"), "").unwrap();
+        let r = write(&format!("{t}/afile/c"), "x", base);
+        assert!(r.error.is_some() && r.path.is_none(), "{r:?}");
+    }
+}
