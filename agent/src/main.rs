@@ -20,6 +20,7 @@
 mod auth;
 mod exec;
 mod fs;
+mod oneshot;
 mod server;
 mod transfer;
 
@@ -54,6 +55,13 @@ enum Command {
     /// The token comes from --token-file or the AGENTD_TOKEN variable, never from the command line.
     /// Without a token agentd only listens on loopback addresses.
     Serve(ServeArgs),
+    /// Run one file verb and print its result as JSON (what the host's derived path runs).
+    #[command(subcommand)]
+    Fs(oneshot::FsCommand),
+    /// Run the command on stdin with agentd's capture rules, print its output, exit with its code.
+    ///
+    /// Meant for a quoted heredoc: `agentd exec --meta S <<'DELIM'` … `DELIM`.
+    Exec(oneshot::ExecArgs),
 }
 
 #[derive(clap::Args)]
@@ -91,15 +99,13 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("agentd: cannot start the runtime: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
     let result = match cli.command {
-        Command::Serve(args) => runtime.block_on(serve(args, env_token)),
+        Command::Fs(command) => return oneshot::fs(command),
+        Command::Exec(args) => return oneshot::exec(args),
+        Command::Serve(args) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            Ok(runtime) => runtime.block_on(serve(args, env_token)),
+            Err(err) => Err(format!("cannot start the runtime: {err}").into()),
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

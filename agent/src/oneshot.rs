@@ -1,0 +1,205 @@
+//! The one-shot CLI: `agentd fs …` and `agentd exec …`, what the host's derived path runs through any
+//! exec channel (a provider's API, `docker exec`). They call the same code as the server ([`crate::fs`],
+//! [`crate::exec`]), so results are identical to the native ones.
+//!
+//! `agentd fs request` and `agentd exec` read their input on stdin, so the host can pass arbitrary
+//! text inside a quoted heredoc with a random delimiter; nothing is ever interpolated into the shell.
+
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use agentd_protocol::framing::unframe;
+use agentd_protocol::fs::{DEFAULT_READ_LIMIT, FsRequest, FsResponse};
+use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
+use agentd_protocol::meta::MetaLine;
+use clap::Subcommand;
+
+use crate::exec::reaper::Reaper;
+use crate::exec::{CancelHandle, CaptureMode, ExecSpec, Executor};
+
+/// One file verb; prints its result as one line of JSON (the protocol's `FsResponse`).
+#[derive(Subcommand)]
+pub enum FsCommand {
+    /// List one directory level.
+    Ls { path: String },
+    /// Read a page of lines.
+    Read {
+        path: String,
+        /// 0-based line to start at.
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        offset: i64,
+        /// Lines to return.
+        #[arg(long, default_value_t = DEFAULT_READ_LIMIT, allow_negative_numbers = true)]
+        limit: i64,
+    },
+    /// Create or overwrite a file with the bytes on stdin.
+    Write { path: String },
+    /// Replace OLD by NEW in a file.
+    Edit {
+        path: String,
+        old: String,
+        new: String,
+        /// Replace every occurrence (else OLD must occur exactly once).
+        #[arg(long)]
+        replace_all: bool,
+    },
+    /// Files matching a glob pattern under PATH (default /).
+    Glob { pattern: String, path: Option<String> },
+    /// Lines containing a literal string under PATH (default .).
+    Grep {
+        pattern: String,
+        path: Option<String>,
+        /// Only files matching this glob.
+        #[arg(long)]
+        glob: Option<String>,
+        /// Stop after this many matches.
+        #[arg(long, allow_negative_numbers = true)]
+        max_count: Option<i64>,
+    },
+    /// Remove a file, a link or a directory tree.
+    Delete { path: String },
+    /// Read one request as JSON on stdin (`{"verb":"read","path":…}`); for programs.
+    Request,
+}
+
+/// `agentd fs …`: exit status 0 whenever a result was printed (failures are in its `error`).
+pub fn fs(command: FsCommand) -> ExitCode {
+    let request = match command {
+        FsCommand::Ls { path } => FsRequest::Ls { path },
+        FsCommand::Read { path, offset, limit } => FsRequest::Read { path, offset, limit },
+        FsCommand::Write { path } => match read_stdin().map(String::from_utf8) {
+            Ok(Ok(content)) => FsRequest::Write { path, content },
+            Ok(Err(_)) => return usage("the content on stdin is not UTF-8"),
+            Err(err) => return usage(&format!("cannot read stdin: {err}")),
+        },
+        FsCommand::Edit { path, old, new, replace_all } => FsRequest::Edit { path, old, new, replace_all },
+        FsCommand::Glob { pattern, path } => FsRequest::Glob { pattern, path },
+        FsCommand::Grep { pattern, path, glob, max_count } => {
+            FsRequest::Grep { pattern, path, glob, max_count }
+        }
+        FsCommand::Delete { path } => FsRequest::Delete { path },
+        FsCommand::Request => {
+            let parsed = read_stdin().map_err(|e| e.to_string()).and_then(|bytes| {
+                serde_json::from_slice::<FsRequest>(unframe(&bytes)).map_err(|e| e.to_string())
+            });
+            match parsed {
+                Ok(request) => request,
+                Err(err) => return usage(&format!("bad request on stdin: {err}")),
+            }
+        }
+    };
+    let base = match std::env::current_dir() {
+        Ok(dir) => dir,
+        Err(err) => return usage(&format!("no usable working directory: {err}")),
+    };
+    print_json(&crate::fs::run(request, &base))
+}
+
+fn print_json(response: &FsResponse) -> ExitCode {
+    match serde_json::to_string(response) {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => usage(&format!("cannot encode the result: {err}")),
+    }
+}
+
+/// `agentd exec`: the command comes on stdin.
+#[derive(clap::Args)]
+pub struct ExecArgs {
+    /// Seconds before the command's process tree is killed (0: no limit).
+    #[arg(long, default_value_t = 0.0)]
+    timeout: f64,
+    /// Keep output above --inline-budget bytes in this file and print a preview.
+    #[arg(long, requires = "inline_budget")]
+    capture_path: Option<String>,
+    /// With --capture-path: output of at most this many bytes is printed whole.
+    #[arg(long)]
+    inline_budget: Option<u64>,
+    /// Bytes stored at most; the rest is counted and dropped.
+    #[arg(long, default_value_t = DEFAULT_MAX_CAPTURE_BYTES)]
+    max_capture_bytes: u64,
+    /// Print `<SENTINEL> <exit> <offloaded> <capped> <omitted>` as the first line.
+    #[arg(long)]
+    meta: Option<String>,
+}
+
+/// Runs the command from stdin with the server's capture rules; exits with its exit code.
+pub fn exec(args: ExecArgs) -> ExitCode {
+    let command = match read_stdin().map(|bytes| String::from_utf8(unframe(&bytes).to_vec())) {
+        Ok(Ok(command)) => command,
+        Ok(Err(_)) => return usage("the command on stdin is not UTF-8"),
+        Err(err) => return usage(&format!("cannot read stdin: {err}")),
+    };
+    if !args.timeout.is_finite() || args.timeout < 0.0 {
+        return usage("--timeout must be a number of seconds ≥ 0");
+    }
+    let mode = match (args.capture_path, args.inline_budget) {
+        (Some(path), Some(inline_budget)) => CaptureMode::Offload { path, inline_budget },
+        _ => CaptureMode::Inline,
+    };
+    let spec = ExecSpec {
+        command,
+        cwd: None,
+        env: Default::default(),
+        timeout: (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout)),
+        stdin: None,
+        max_capture_bytes: args.max_capture_bytes.max(1),
+        mode,
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => return usage(&format!("cannot start the runtime: {err}")),
+    };
+    let outcome = runtime.block_on(async {
+        let workspace = std::env::current_dir()?;
+        let scratch = tempdir()?;
+        let executor = Executor::new(Reaper::start()?, workspace, scratch.clone(), Duration::from_secs(1));
+        let result = executor.run(spec, &CancelHandle::default(), None, None).await;
+        let _ = std::fs::remove_dir_all(&scratch);
+        Ok::<_, std::io::Error>(result)
+    });
+    let result = match outcome {
+        Ok(Ok(result)) => result,
+        Ok(Err(err)) => return usage(&err.to_string()),
+        Err(err) => return usage(&err.to_string()),
+    };
+    let output = match result.output_bytes() {
+        Ok(bytes) => bytes,
+        Err(err) => return usage(&err.to_string()),
+    };
+    let mut stdout = std::io::stdout().lock();
+    if let Some(sentinel) = &args.meta {
+        let meta = MetaLine {
+            exit_code: result.exit_code,
+            offloaded: result.offloaded,
+            capped: result.offloaded && result.capped,
+            omitted: result.omitted_lines,
+        };
+        let _ = stdout.write_all(meta.render(sentinel).as_bytes());
+    }
+    let _ = stdout.write_all(&output);
+    let _ = stdout.flush();
+    ExitCode::from(u8::try_from(result.exit_code).unwrap_or(1))
+}
+
+fn tempdir() -> std::io::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("agentd-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn read_stdin() -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::io::stdin().read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// agentd's own failure (not the command's): a message and exit status 125.
+fn usage(message: &str) -> ExitCode {
+    eprintln!("agentd: {message}");
+    ExitCode::from(125)
+}
