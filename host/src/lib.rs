@@ -3,7 +3,9 @@
 //! The host side of agentd: the `BaseSandbox` contract and its implementations.
 //!
 //! ## Layout
-//! - [`sandbox`]: the [`BaseSandbox`] trait (four required members plus `execute_with_offload`).
+//! - [`sandbox`]: the [`BaseSandbox`] trait: four required members, the seven file verbs (through
+//!   `fs`) and `execute_with_offload`, with defaults that need only the four.
+//! - [`derived`]: the file verbs and the offload over any `execute` (`agentd fs` / `agentd exec`).
 //! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers.
 //! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default).
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
@@ -23,6 +25,7 @@
 //! ```
 
 pub mod adapters;
+pub mod derived;
 pub mod error;
 pub mod link;
 pub mod sandbox;

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use agentd_protocol::limits::CHUNK_SIZE;
 use agentd_protocol::{
-    CancelRequest, ClientMessage, DownloadRequest, ErrorReply, ExecRequest, ExecResult, Hello, HelloReply,
-    PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, chunk,
+    CancelRequest, ClientMessage, DownloadRequest, ErrorReply, ExecRequest, ExecResult, FsMessage, FsRequest,
+    FsResponse, Hello, HelloReply, PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, chunk,
 };
 use futures_util::StreamExt as _;
 use sha2::{Digest as _, Sha256};
@@ -176,6 +176,16 @@ impl Link {
                 }
                 Incoming::Message(other) => return Err(unexpected(&other)),
             }
+        }
+    }
+
+    /// Runs one file verb natively.
+    pub async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
+        let (id, mut route) = self.open_route();
+        self.send(ClientMessage::Fs(FsMessage { id, request })).await?;
+        match self.terminal(&mut route).await? {
+            ServerMessage::FsResult(reply) => Ok(reply.response),
+            other => Err(unexpected(&other)),
         }
     }
 

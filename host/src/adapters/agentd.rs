@@ -8,6 +8,7 @@ use agentd_protocol::{
     ExecRequest, ExecResult, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
     Offload,
 };
+use agentd_protocol::{FsRequest, FsResponse};
 use async_trait::async_trait;
 use std::sync::Arc;
 use tokio::sync::Mutex;
@@ -123,6 +124,10 @@ impl BaseSandbox for AgentdSandbox {
             }
         });
         futures_util::future::join_all(downloads).await.into_iter().collect()
+    }
+
+    async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
+        self.link().await?.fs(request).await
     }
 
     async fn execute_with_offload(

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
+use agentd_protocol::{FsRequest, FsResponse};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -208,6 +209,10 @@ impl BaseSandbox for LocalSandbox {
 
     async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
         self.sandbox.download_files(paths).await
+    }
+
+    async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
+        self.sandbox.fs(request).await
     }
 
     async fn execute_with_offload(

@@ -1,0 +1,146 @@
+//! The file verbs and the offload over nothing but `execute`: what every sandbox with an exec channel
+//! (Docker, Modal, Daytona) gets for free. The request travels as JSON inside a quoted heredoc with a
+//! random delimiter (`agentd fs request`), or the command itself does (`agentd exec`), so no byte of it
+//! is ever interpreted by the shell; results are parsed with the protocol crate's types.
+
+use std::time::Duration;
+
+use agentd_protocol::fs::{
+    DeleteResult, EditResult, FsRequest, FsResponse, GlobResult, GrepResult, LsResult, ReadResult,
+    WriteResult,
+};
+use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
+use agentd_protocol::{ExecuteOffloadResult, framing, meta};
+
+use crate::error::Result;
+use crate::sandbox::BaseSandbox;
+
+/// Extra time the exec channel gets beyond agentd's own timeout, so agentd (which kills the whole
+/// tree and still reports) fires first.
+const CHANNEL_MARGIN: Duration = Duration::from_secs(5);
+
+/// Runs `request` through `agentd fs request`. Output that is not a result becomes the verb's own
+/// error value (the contract's catch-all), never an `Err`: transport failures are `execute`'s.
+pub async fn fs<S: BaseSandbox + ?Sized>(sandbox: &S, request: FsRequest) -> FsResponse {
+    let json = match serde_json::to_string(&request) {
+        Ok(json) => json,
+        Err(err) => return unexpected(&request, &err.to_string()),
+    };
+    let head = format!("{} fs request", sandbox.agentd_command());
+    let script = framing::frame(&head, &json, &mut rand::rng());
+    let response = match sandbox.execute(&script, None).await {
+        Ok(response) => response,
+        Err(err) => return unexpected(&request, &err.to_string()),
+    };
+    let output = response.output.trim_end_matches('\n');
+    match serde_json::from_str::<FsResponse>(output) {
+        Ok(parsed) if same_verb(&request, &parsed) => parsed,
+        _ => unexpected(&request, output),
+    }
+}
+
+/// `agentd exec` with a fresh random sentinel; the meta line is parsed by the contract's rules.
+pub async fn execute_with_offload<S: BaseSandbox + ?Sized>(
+    sandbox: &S,
+    command: &str,
+    capture_path: &str,
+    inline_budget: u64,
+    max_capture_bytes: Option<u64>,
+    timeout: Option<Duration>,
+) -> Result<ExecuteOffloadResult> {
+    let max_capture_bytes = max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES);
+    // The thread-local generator is not `Send`: draw everything before the first await.
+    let (sentinel, script) = {
+        let mut rng = rand::rng();
+        let sentinel = meta::sentinel(&mut rng);
+        let mut head = format!(
+            "{} exec --meta {sentinel} --capture-path {} --inline-budget {inline_budget} --max-capture-bytes {max_capture_bytes}",
+            sandbox.agentd_command(),
+            shell_quote(capture_path),
+        );
+        if let Some(timeout) = timeout.filter(|t| !t.is_zero()) {
+            head.push_str(&format!(" --timeout {}", timeout.as_secs_f64()));
+        }
+        let script = framing::frame(&head, command, &mut rng);
+        (sentinel, script)
+    };
+    let response =
+        sandbox.execute(&script, timeout.map(|t| if t.is_zero() { t } else { t + CHANNEL_MARGIN })).await?;
+    Ok(meta::parse(response, &sentinel))
+}
+
+/// Single-quotes `text` for `sh`.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+fn same_verb(request: &FsRequest, response: &FsResponse) -> bool {
+    matches!(
+        (request, response),
+        (FsRequest::Ls { .. }, FsResponse::Ls(_))
+            | (FsRequest::Read { .. }, FsResponse::Read(_))
+            | (FsRequest::Write { .. }, FsResponse::Write(_))
+            | (FsRequest::Edit { .. }, FsResponse::Edit(_))
+            | (FsRequest::Glob { .. }, FsResponse::Glob(_))
+            | (FsRequest::Grep { .. }, FsResponse::Grep(_))
+            | (FsRequest::Delete { .. }, FsResponse::Delete(_))
+    )
+}
+
+/// The contract's catch-all for output that is not a result: the verb's error prefix and at most
+/// 200 characters of what came back.
+fn unexpected(request: &FsRequest, raw: &str) -> FsResponse {
+    let detail: String = raw.chars().take(200).collect();
+    let detail = if detail.is_empty() { "(empty)".to_owned() } else { detail };
+    match request {
+        FsRequest::Ls { path } => FsResponse::Ls(LsResult {
+            error: Some(format!("Path '{path}': unexpected server response: {detail}")),
+            entries: None,
+        }),
+        FsRequest::Read { path, .. } => FsResponse::Read(ReadResult::error(format!(
+            "File '{path}': unexpected server response: {detail}"
+        ))),
+        FsRequest::Write { path, .. } => FsResponse::Write(WriteResult {
+            error: Some(format!("Failed to write file '{path}': unexpected server response: {detail}")),
+            path: None,
+        }),
+        FsRequest::Edit { path, .. } => FsResponse::Edit(EditResult {
+            error: Some(format!("Error editing file '{path}': unexpected server response: {detail}")),
+            ..EditResult::default()
+        }),
+        FsRequest::Glob { path, .. } => {
+            let root = glob_root(path.as_deref());
+            FsResponse::Glob(GlobResult {
+                error: Some(format!("Path '{root}': glob helper emitted unexpected output: {detail}")),
+                ..GlobResult::default()
+            })
+        }
+        FsRequest::Grep { path, .. } => FsResponse::Grep(GrepResult {
+            error: Some(format!("Path '{}': {detail}", path.as_deref().unwrap_or("."))),
+            ..GrepResult::default()
+        }),
+        FsRequest::Delete { path } => FsResponse::Delete(DeleteResult {
+            error: Some(format!("Error deleting file '{path}': {detail}")),
+            path: None,
+        }),
+    }
+}
+
+/// The glob root as the contract prints it: `/` when missing or empty, a leading `/` added.
+fn glob_root(path: Option<&str>) -> String {
+    match path {
+        None | Some("") => "/".to_owned(),
+        Some(p) if p.starts_with('/') => p.to_owned(),
+        Some(p) => format!("/{p}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_quotes_and_spaces() {
+        assert_eq!(shell_quote("a b'c"), "'a b'\\''c'");
+    }
+}
