@@ -33,6 +33,8 @@ pub mod sandbox;
 pub use adapters::agentd::AgentdSandbox;
 pub use adapters::local::LocalSandbox;
 pub use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
+/// Re-exported so other crates can implement [`BaseSandbox`] with the same macro.
+pub use async_trait::async_trait;
 pub use error::{Result, SandboxError};
 pub use link::Link;
 pub use sandbox::BaseSandbox;
