@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use agentd_host::adapters::local::{Lifetime, Started, spawn_agentd};
 use agentd_host::{AgentdSandbox, BaseSandbox as _, LocalSandbox, SandboxError};
-use agentd_protocol::ExecRequest;
+use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -59,6 +59,40 @@ enum Cmd {
     Down,
     /// Show the sandbox commands would use.
     Status,
+    /// List one directory level (directories end in `/`).
+    Ls { path: String },
+    /// Print lines of a file.
+    Read {
+        path: String,
+        /// 0-based line to start at.
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        offset: i64,
+        /// Lines to print.
+        #[arg(long, default_value_t = 2000, allow_negative_numbers = true)]
+        limit: i64,
+    },
+    /// Create or overwrite a file with the text on stdin.
+    Write { path: String },
+    /// Replace OLD by NEW in a file (OLD must occur once unless --replace-all).
+    Edit {
+        path: String,
+        old: String,
+        new: String,
+        #[arg(long)]
+        replace_all: bool,
+    },
+    /// Files matching a glob pattern under PATH (default /).
+    Glob { pattern: String, path: Option<String> },
+    /// Lines containing a literal string under PATH (default: the workspace), as path:line:text.
+    Grep {
+        pattern: String,
+        path: Option<String>,
+        /// Only files matching this glob.
+        #[arg(long)]
+        glob: Option<String>,
+    },
+    /// Remove a file, link or directory tree.
+    Rm { path: String },
 }
 
 #[derive(Args)]
@@ -139,6 +173,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Cmd::Download { remote, local } => download(&cli, remote, local).await,
         Cmd::Up { workspace } => up(&cli, workspace.as_deref()),
         Cmd::Down => down(),
+        Cmd::Ls { .. }
+        | Cmd::Read { .. }
+        | Cmd::Write { .. }
+        | Cmd::Edit { .. }
+        | Cmd::Glob { .. }
+        | Cmd::Grep { .. }
+        | Cmd::Rm { .. } => verb(&cli).await,
         Cmd::Status => {
             let target = target(&cli).await?;
             let hello = target.sandbox().link().await?.hello().clone();
@@ -373,4 +414,104 @@ fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
         .unwrap_or(true)
+}
+
+/// Runs a file verb; prints its result (the protocol's type with `--json`). Exit status 1 when the
+/// result carries an error.
+async fn verb(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let request = match &cli.command {
+        Cmd::Ls { path } => FsRequest::Ls { path: path.clone() },
+        Cmd::Read { path, offset, limit } => {
+            FsRequest::Read { path: path.clone(), offset: *offset, limit: *limit }
+        }
+        Cmd::Write { path } => {
+            let mut content = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut content)?;
+            FsRequest::Write { path: path.clone(), content }
+        }
+        Cmd::Edit { path, old, new, replace_all } => FsRequest::Edit {
+            path: path.clone(),
+            old: old.clone(),
+            new: new.clone(),
+            replace_all: *replace_all,
+        },
+        Cmd::Glob { pattern, path } => FsRequest::Glob { pattern: pattern.clone(), path: path.clone() },
+        Cmd::Grep { pattern, path, glob } => FsRequest::Grep {
+            pattern: pattern.clone(),
+            path: path.clone(),
+            glob: glob.clone(),
+            max_count: None,
+        },
+        Cmd::Rm { path } => FsRequest::Delete { path: path.clone() },
+        Cmd::Exec(_)
+        | Cmd::Upload { .. }
+        | Cmd::Download { .. }
+        | Cmd::Up { .. }
+        | Cmd::Down
+        | Cmd::Status => {
+            return Err("not a file verb".into());
+        }
+    };
+    let target = target(cli).await?;
+    let response = target.sandbox().fs(request).await?;
+    if cli.json {
+        println!("{}", serde_json::to_string(&response)?);
+    }
+    let error = match &response {
+        FsResponse::Ls(r) => r.error.clone(),
+        FsResponse::Read(r) => r.error.clone(),
+        FsResponse::Write(r) => r.error.clone(),
+        FsResponse::Edit(r) => r.error.clone(),
+        FsResponse::Glob(r) => r.error.clone(),
+        FsResponse::Grep(r) => r.error.clone(),
+        FsResponse::Delete(r) => r.error.clone(),
+    };
+    if let Some(error) = error {
+        if !cli.json {
+            eprintln!("agentctl: {error}");
+        }
+        return Ok(ExitCode::FAILURE);
+    }
+    if !cli.json {
+        print_human(&response);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_human(response: &FsResponse) {
+    match response {
+        FsResponse::Ls(r) => {
+            for entry in r.entries.iter().flatten() {
+                println!("{}{}", entry.path, if entry.is_dir { "/" } else { "" });
+            }
+        }
+        FsResponse::Read(r) => {
+            if let Some(data) = &r.file_data {
+                println!("{}", data.content);
+            }
+            if let (Some(next), Some(total)) = (r.next_offset, r.total_lines) {
+                eprintln!("agentctl: more lines follow ({total} in all); continue with --offset {next}");
+            } else if let Some(next) = r.next_offset {
+                eprintln!("agentctl: more lines follow; continue with --offset {next}");
+            }
+        }
+        FsResponse::Write(r) => println!("{}", r.path.as_deref().unwrap_or_default()),
+        FsResponse::Edit(r) => {
+            println!("{}: {} replaced", r.path.as_deref().unwrap_or_default(), r.occurrences.unwrap_or(0))
+        }
+        FsResponse::Glob(r) => {
+            for entry in r.matches.iter().flatten() {
+                println!("{}", entry.path);
+            }
+            if r.truncated {
+                eprintln!("agentctl: results truncated ({:?})", r.truncation_reason);
+            }
+        }
+        FsResponse::Grep(r) => {
+            for m in r.matches.iter().flatten() {
+                println!("{}:{}:{}", m.path, m.line, m.text);
+            }
+        }
+        FsResponse::Delete(_) => {}
+    }
 }
