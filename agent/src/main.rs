@@ -21,6 +21,7 @@ mod auth;
 mod exec;
 mod fs;
 mod oneshot;
+mod root;
 mod server;
 mod transfer;
 
@@ -35,6 +36,7 @@ use clap::{Parser, Subcommand};
 use crate::auth::{TOKEN_ENV, Token};
 use crate::exec::Executor;
 use crate::exec::reaper::Reaper;
+use crate::root::Workspace;
 use crate::server::Shared;
 
 #[derive(Parser)]
@@ -72,9 +74,10 @@ struct ServeArgs {
     /// File holding the bearer token clients must send.
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Workspace: the default working directory of commands and the base of relative paths.
-    /// Default: the current directory.
-    #[arg(long)]
+    /// Confine file verbs and transfers to DIR: `/` means DIR, and paths that leave it (`..`, or
+    /// links pointing outside) are refused as invalid_path. DIR is also the workspace (default cwd
+    /// of commands). Without it the workspace is the current directory and paths are not confined.
+    #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Timeout in seconds for commands that name none (0: no limit).
     #[arg(long, default_value_t = 1800.0)]
@@ -119,12 +122,15 @@ fn main() -> ExitCode {
 async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
     let token = Token::load(args.token_file.as_deref(), env_token)?;
     auth::check_listen(args.listen, token.as_ref())?;
+    let confined = args.root.is_some();
     let workspace = match args.root {
         Some(root) => root,
         None => std::env::current_dir()?,
     };
     let workspace = std::fs::canonicalize(&workspace)
         .map_err(|e| format!("workspace `{}` is not usable: {e}", workspace.display()))?;
+    let files =
+        if confined { Workspace::confined(workspace.clone()) } else { Workspace::open(workspace.clone()) };
     let scratch = std::env::temp_dir().join(format!("agentd-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
     let seconds = |s: f64, name: &str| {
@@ -142,6 +148,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     let executor = Executor::new(reaper, workspace, scratch.clone(), grace);
     let shared = Arc::new(Shared {
         executor,
+        workspace: files,
         token,
         default_timeout: (default_timeout > 0.0).then(|| Duration::from_secs_f64(default_timeout)),
     });

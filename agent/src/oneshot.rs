@@ -18,6 +18,7 @@ use clap::Subcommand;
 
 use crate::exec::reaper::Reaper;
 use crate::exec::{CancelHandle, CaptureMode, ExecSpec, Executor};
+use crate::root::Workspace;
 
 /// One file verb; prints its result as one line of JSON (the protocol's `FsResponse`).
 #[derive(Subcommand)]
@@ -94,7 +95,7 @@ pub fn fs(command: FsCommand) -> ExitCode {
         Ok(dir) => dir,
         Err(err) => return usage(&format!("no usable working directory: {err}")),
     };
-    print_json(&crate::fs::run(request, &base))
+    print_json(&crate::fs::run(request, &Workspace::open(base)))
 }
 
 fn print_json(response: &FsResponse) -> ExitCode {

@@ -29,6 +29,7 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 use crate::auth::Token;
 use crate::exec::{CancelHandle, CaptureMode, ExecSpec, Executor};
+use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
 
 /// Messages queued for one connection's writer. Bounded, so a client that stops reading slows its
@@ -44,6 +45,8 @@ const LIVE_QUEUE: usize = 16;
 /// What every connection shares.
 pub struct Shared {
     pub executor: Executor,
+    /// Where file verbs and transfers resolve paths (confined with `--root`).
+    pub workspace: Workspace,
     pub token: Option<Token>,
     /// Timeout for an exec that names none; `None`: no limit.
     pub default_timeout: Option<Duration>,
@@ -182,10 +185,11 @@ impl Session {
             ClientMessage::Fs(message) => {
                 let (out, shared) = (self.out.clone(), Arc::clone(&self.shared));
                 tokio::spawn(async move {
-                    let base = shared.executor.workspace().to_owned();
                     // The verbs do blocking file IO: keep it off the connection's runtime thread.
-                    let response =
-                        tokio::task::spawn_blocking(move || crate::fs::run(message.request, &base)).await;
+                    let response = tokio::task::spawn_blocking(move || {
+                        crate::fs::run(message.request, &shared.workspace)
+                    })
+                    .await;
                     let reply = match response {
                         Ok(response) => ServerMessage::FsResult(FsReply { id, response }),
                         Err(err) => ServerMessage::Error(ErrorReply {
@@ -221,13 +225,14 @@ impl Session {
                     .await;
             }
             ClientMessage::Upload(request) => {
+                let dest = transfer::destination(&self.shared.workspace, &request.path);
                 let (events, rx) = mpsc::channel(UPLOAD_QUEUE);
                 if !self.register(id, InFlight::Upload(events)).await {
                     return;
                 }
                 let (out, in_flight) = (self.out.clone(), Arc::clone(&self.in_flight));
                 tokio::spawn(async move {
-                    let error = transfer::upload(&request.path, request.mode, rx).await;
+                    let error = transfer::upload(dest, request.mode, rx).await;
                     finish(&in_flight, id);
                     let reply = ServerMessage::UploadResult(UploadResult { id, path: request.path, error });
                     let _ = out.send(Message::text(reply.to_json())).await;
@@ -249,13 +254,14 @@ impl Session {
                 }
             }
             ClientMessage::Download(request) => {
+                let source = transfer::destination(&self.shared.workspace, &request.path);
                 let cancel = Arc::new(Notify::new());
                 if !self.register(id, InFlight::Download(Arc::clone(&cancel))).await {
                     return;
                 }
                 let (out, in_flight) = (self.out.clone(), Arc::clone(&self.in_flight));
                 tokio::spawn(async move {
-                    let result = transfer::download(id, request.path, out.clone(), cancel).await;
+                    let result = transfer::download(id, request.path, source, out.clone(), cancel).await;
                     finish(&in_flight, id);
                     let _ = out.send(Message::text(ServerMessage::DownloadResult(result).to_json())).await;
                 });

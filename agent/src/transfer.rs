@@ -18,6 +18,8 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::{Notify, mpsc};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
+use crate::root::Workspace;
+
 /// What the connection hands an upload in progress.
 #[derive(Debug)]
 pub enum UploadEvent {
@@ -40,12 +42,11 @@ pub fn error_text(err: &io::Error) -> String {
 /// Receives one upload; returns its error, `None` on success. The file work runs on the blocking
 /// pool, one chunk at a time, so waiting for the disk is the upload's backpressure.
 pub async fn upload(
-    path: &str,
+    dest: Result<PathBuf, String>,
     mode: Option<u32>,
     mut events: mpsc::Receiver<UploadEvent>,
 ) -> Option<String> {
-    let owned = path.to_owned();
-    let opened = tokio::task::spawn_blocking(move || UploadTarget::open(&owned, mode)).await;
+    let opened = tokio::task::spawn_blocking(move || UploadTarget::open(&dest?, mode)).await;
     let mut target = match opened.unwrap_or_else(|e| Err(e.to_string())) {
         Ok(target) => Some(target),
         Err(error) => {
@@ -109,10 +110,17 @@ async fn blocking(work: impl FnOnce() + Send + 'static) {
     let _ = tokio::task::spawn_blocking(work).await;
 }
 
-/// Writes `bytes` to `path` as an upload does (checks, parents, temp file, rename): the one
-/// implementation behind both `upload` and the `write` verb.
-pub fn write_whole(path: &str, bytes: &[u8]) -> Result<(), String> {
-    let mut target = UploadTarget::open(path, None)?;
+/// The file a transfer's path names: the contract's first check (absolute, no NUL) without IO, then
+/// the workspace's resolution (with `--root`, an escape is `invalid_path` too).
+pub fn destination(workspace: &Workspace, path: &str) -> Result<PathBuf, String> {
+    TransferError::check_path(path).map_err(|e| e.as_str().to_owned())?;
+    workspace.resolve(path).map_err(|_| TransferError::InvalidPath.as_str().to_owned())
+}
+
+/// Writes `bytes` to `dest` as an upload does (parents, temp file, rename): the one implementation
+/// behind both `upload` and the `write` verb.
+pub fn write_whole(dest: &Path, bytes: &[u8]) -> Result<(), String> {
+    let mut target = UploadTarget::open(dest, None)?;
     if let Err(err) = target.write(bytes) {
         target.remove();
         return Err(format!("write failed: {err}"));
@@ -130,11 +138,10 @@ pub struct UploadTarget {
 }
 
 impl UploadTarget {
-    /// Checks the path (absolute, no NUL, not a directory), creates missing parents and the
+    /// Checks that `dest` (from [`destination`]) is not a directory, creates missing parents and the
     /// temporary file. The error is the contract's transfer code, or a message.
-    pub fn open(path: &str, mode: Option<u32>) -> Result<Self, String> {
-        TransferError::check_path(path).map_err(|e| e.as_str().to_owned())?;
-        let dest = PathBuf::from(path);
+    pub fn open(dest: &Path, mode: Option<u32>) -> Result<Self, String> {
+        let dest = dest.to_owned();
         let existing_mode = match std::fs::metadata(&dest) {
             Ok(meta) if meta.is_dir() => return Err(TransferError::IsDirectory.as_str().to_owned()),
             Ok(meta) => Some(meta.permissions().mode() & 0o7777),
@@ -183,6 +190,7 @@ impl UploadTarget {
 pub async fn download(
     id: u64,
     path: String,
+    source: Result<PathBuf, String>,
     out: mpsc::Sender<Message>,
     cancel: Arc<Notify>,
 ) -> DownloadResult {
@@ -193,10 +201,11 @@ pub async fn download(
         sha256: None,
         size: None,
     };
-    if let Err(code) = TransferError::check_path(&path) {
-        return failed(code.as_str().to_owned());
-    }
-    let mut file = match open_for_download(Path::new(&path)).await {
+    let source = match source {
+        Ok(source) => source,
+        Err(error) => return failed(error),
+    };
+    let mut file = match open_for_download(&source).await {
         Ok(file) => file,
         Err(error) => return failed(error),
     };

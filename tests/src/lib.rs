@@ -37,8 +37,8 @@ impl Daemon {
         let workspace = tempfile::tempdir().expect("tempdir");
         let token = format!("test-token-{}", rand::random::<u64>());
         let mut child = std::process::Command::new(binary("agentd"))
-            .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-            .arg(workspace.path())
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .current_dir(workspace.path())
             .args(extra)
             .env("AGENTD_TOKEN", &token)
             .stdout(std::process::Stdio::piped())

@@ -5,11 +5,14 @@ use std::path::Path;
 
 use agentd_protocol::fs::DeleteResult;
 
-use super::{errno, resolve};
+use super::errno;
+use crate::root::Workspace;
 
-pub fn delete(path: &str, base: &Path) -> DeleteResult {
+pub fn delete(path: &str, ws: &Workspace) -> DeleteResult {
     let fail = |error: String| DeleteResult { error: Some(error), path: None };
-    let target = resolve(base, path);
+    let Ok(target) = ws.resolve(path) else {
+        return fail(format!("Error deleting file '{path}': invalid_path"));
+    };
     if path.is_empty() || path.contains('\0') || std::fs::symlink_metadata(&target).is_err() {
         // A path hidden by an unsearchable parent is "not found" too (the reference's quirk).
         return fail(format!("Error: '{path}' not found"));
@@ -71,17 +74,18 @@ mod tests {
     fn golden_33_links_are_removed_not_followed() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path();
+        let ws = &Workspace::open(base.into());
         std::fs::write(base.join("f"), "x").unwrap();
         std::fs::create_dir_all(base.join("sub/inner")).unwrap();
         std::fs::write(base.join("sub/inner/g"), "x").unwrap();
         std::os::unix::fs::symlink(base.join("sub"), base.join("ln")).unwrap();
         std::os::unix::fs::symlink("nowhere", base.join("bad")).unwrap();
-        assert_eq!(delete("f", base), DeleteResult { error: None, path: Some("f".into()) });
-        assert_eq!(delete("f", base).error.as_deref(), Some("Error: 'f' not found"));
-        assert_eq!(delete("ln", base).path.as_deref(), Some("ln"));
-        assert_eq!(delete("bad", base).path.as_deref(), Some("bad"));
+        assert_eq!(delete("f", ws), DeleteResult { error: None, path: Some("f".into()) });
+        assert_eq!(delete("f", ws).error.as_deref(), Some("Error: 'f' not found"));
+        assert_eq!(delete("ln", ws).path.as_deref(), Some("ln"));
+        assert_eq!(delete("bad", ws).path.as_deref(), Some("bad"));
         assert!(base.join("sub/inner/g").exists(), "the link's target must survive");
-        assert_eq!(delete("sub", base).path.as_deref(), Some("sub"));
+        assert_eq!(delete("sub", ws).path.as_deref(), Some("sub"));
         assert!(!base.join("sub").exists());
     }
 
@@ -89,11 +93,19 @@ mod tests {
     fn refuses_what_rm_refuses() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(
-            delete(".", dir.path()).error.as_deref(),
+            delete(".", &Workspace::open(dir.path().into())).error.as_deref(),
             Some("Error deleting file '.': rm: refusing to remove '.' or '..' directory: skipping '.'")
         );
-        assert!(delete("/", dir.path()).error.unwrap().contains("dangerous to operate recursively on '/'"));
-        assert_eq!(delete("", dir.path()).error.as_deref(), Some("Error: '' not found"));
+        assert!(
+            delete("/", &Workspace::open(dir.path().into()))
+                .error
+                .unwrap()
+                .contains("dangerous to operate recursively on '/'")
+        );
+        assert_eq!(
+            delete("", &Workspace::open(dir.path().into())).error.as_deref(),
+            Some("Error: '' not found")
+        );
         assert!(dir.path().exists());
     }
 }

@@ -2,14 +2,14 @@
 //! applied to `new`; the file rewritten in place (through links, mode kept).
 
 use std::io::Write as _;
-use std::path::Path;
 
 use agentd_protocol::fs::EditResult;
 use nix::errno::Errno;
 
-use super::{errno, resolve};
+use super::errno;
+use crate::root::Workspace;
 
-pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, base: &Path) -> EditResult {
+pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace) -> EditResult {
     let fail = |error: String| EditResult { error: Some(error), ..EditResult::default() };
     if old.is_empty() {
         return fail("Error: old_string cannot be empty. Provide the exact text to replace.".to_owned());
@@ -19,7 +19,9 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, base: &Path) ->
     if path.contains('\0') {
         return fail(format!("Error editing file '{path}': invalid_path"));
     }
-    let file_path = resolve(base, path);
+    let Ok(file_path) = ws.resolve(path) else {
+        return fail(format!("Error editing file '{path}': invalid_path"));
+    };
     match std::fs::metadata(&file_path) {
         Ok(meta) if !meta.is_file() => return fail(format!("Error: '{path}' is not a regular file")),
         Ok(_) => {}
@@ -76,7 +78,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, initial).unwrap();
-        let result = edit("f", old, new, replace_all, dir.path());
+        let result = edit("f", old, new, replace_all, &Workspace::open(dir.path().into()));
         (result, std::fs::read(&path).unwrap())
     }
 
@@ -117,27 +119,28 @@ mod tests {
     fn golden_30_31_errors_and_links() {
         let dir = tempfile::tempdir().unwrap();
         let base = dir.path();
+        let ws = &Workspace::open(base.into());
         assert_eq!(
-            edit("missing", "", "y", false, base).error.as_deref(),
+            edit("missing", "", "y", false, ws).error.as_deref(),
             Some("Error: old_string cannot be empty. Provide the exact text to replace.")
         );
         assert_eq!(
-            edit("missing", "a", "b", false, base).error.as_deref(),
+            edit("missing", "a", "b", false, ws).error.as_deref(),
             Some("Error: File 'missing' not found")
         );
         std::fs::write(base.join("bin"), b"ab\xffcd").unwrap();
         assert_eq!(
-            edit("bin", "ab", "y", false, base).error.as_deref(),
+            edit("bin", "ab", "y", false, ws).error.as_deref(),
             Some("Error: File 'bin' is not a text file")
         );
         std::fs::create_dir(base.join("d")).unwrap();
         assert_eq!(
-            edit("d", "ab", "y", false, base).error.as_deref(),
+            edit("d", "ab", "y", false, ws).error.as_deref(),
             Some("Error: 'd' is not a regular file")
         );
         std::fs::write(base.join("f"), b"abc").unwrap();
         std::os::unix::fs::symlink(base.join("f"), base.join("ln")).unwrap();
-        assert_eq!(edit("ln", "a", "Z", false, base).error, None);
+        assert_eq!(edit("ln", "a", "Z", false, ws).error, None);
         assert_eq!(std::fs::read(base.join("f")).unwrap(), b"Zbc");
         assert!(std::fs::symlink_metadata(base.join("ln")).unwrap().file_type().is_symlink());
     }

@@ -1,12 +1,654 @@
-//! `glob` (contract §3.7). Placeholder until implemented.
+//! `glob` (contract §3.7): files under a root whose basename, or whose path relative to the root,
+//! matches a pattern with braces, `*`, `?`, `[set]` and `**`.
+//!
+//! The walk is one thread, top-down, entries in name order: truncation keeps what the walk met first,
+//! and name order makes that reproducible (the match-limit quirk of §3.7 depends on it).
 
-use std::path::Path;
+pub(crate) mod fnmatch;
 
-use agentd_protocol::fs::GlobResult;
+use std::collections::HashSet;
+use std::fs::{self, FileType};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agentd_protocol::fs::{FileInfo, GlobResult, TruncationReason};
+use nix::unistd::{AccessFlags, access};
+
+use self::fnmatch::{PYTHON, Pattern, has_magic, rewrite_caret};
+
+/// The walk stops after this long.
+const TIME_BUDGET: Duration = Duration::from_secs(5);
+/// The walk stops before examining a file once this many matches are held.
+const MAX_MATCHES: usize = 10_000;
+/// More brace expansions than this refuse the pattern.
+const MAX_EXPANSIONS: usize = 1000;
+/// Top-level directories skipped when the root resolves to `/`.
+const SKIPPED_UNDER_SLASH: [&str; 3] = ["proc", "sys", "dev"];
 
 /// Files matching `pattern` under `path` (default `/`); `base` resolves nothing here (glob roots are
 /// made absolute), it is passed for symmetry with the other verbs.
 pub fn glob(pattern: &str, path: Option<&str>, base: &Path) -> GlobResult {
-    let _ = (pattern, path, base);
-    GlobResult { error: Some("glob: not implemented".into()), ..GlobResult::default() }
+    let _ = base;
+    let root = match path {
+        None | Some("") => "/".to_owned(),
+        Some(p) if p.starts_with('/') => p.to_owned(),
+        Some(p) => format!("/{p}"),
+    };
+    let fail =
+        |code: &str| GlobResult { error: Some(format!("Path '{root}': {code}")), ..GlobResult::default() };
+
+    match fs::metadata(&root) {
+        Ok(meta) if !meta.is_dir() => return fail("not_a_directory"),
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => return fail("permission_denied"),
+        Err(_) => return fail("path_not_found"),
+    }
+    if access(root.as_str(), AccessFlags::X_OK).is_err() {
+        return fail("permission_denied");
+    }
+    if pattern.split(['/', '\\']).any(|segment| segment == "..") {
+        return fail("invalid_pattern");
+    }
+    let Some(candidates) = expand_braces(pattern, MAX_EXPANSIONS) else {
+        return fail("pattern_too_broad");
+    };
+    let real_root = match fs::canonicalize(&root) {
+        Ok(real) => real,
+        Err(e) => return fail(&format!("internal_error: OSError: {}", truncate_chars(&e.to_string(), 200))),
+    };
+
+    let rule = Rule::new(pattern.contains('/'), &candidates);
+    let mut walk = Walk {
+        rule: &rule,
+        skip_system_dirs: real_root == Path::new("/"),
+        real_root,
+        start: Instant::now(),
+        found: Vec::new(),
+        budget: false,
+        unreadable: false,
+    };
+    walk.run(PathBuf::from(&root));
+
+    let Walk { mut found, budget, unreadable, .. } = walk;
+    found.sort_unstable();
+    let prefix = root.trim_end_matches('/');
+    let matches = found.into_iter().map(|rel| FileInfo::new(format!("{prefix}/{rel}"), false)).collect();
+    let truncation_reason = if unreadable {
+        Some(TruncationReason::Unreadable)
+    } else if budget {
+        Some(TruncationReason::Budget)
+    } else {
+        None
+    };
+    GlobResult {
+        error: None,
+        matches: Some(matches),
+        truncated: truncation_reason.is_some(),
+        truncation_reason,
+    }
+}
+
+/// Expands braces (§3.7): leftmost group first, top-level commas split it, a group without a matching
+/// `}` leaves the whole rest literal, a group of fewer than two parts stays literal. `None` when the
+/// expansions exceed `limit`.
+fn expand_braces(pattern: &str, limit: usize) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    expand_into(String::new(), pattern, &mut out, limit)?;
+    Some(out)
+}
+
+/// Appends `prefix` + each expansion of `rest` to `out`.
+fn expand_into(prefix: String, rest: &str, out: &mut Vec<String>, limit: usize) -> Option<()> {
+    let literal = |out: &mut Vec<String>, mut prefix: String| {
+        prefix.push_str(rest);
+        out.push(prefix);
+        (out.len() <= limit).then_some(())
+    };
+    let Some(open) = rest.find('{') else { return literal(out, prefix) };
+    let mut depth = 0usize;
+    let mut close = None;
+    let mut commas = Vec::new();
+    // Braces and commas are ASCII, so byte offsets are char boundaries.
+    for (i, b) in rest.bytes().enumerate().skip(open) {
+        match b {
+            b'{' => depth += 1,
+            b'}' => {
+                depth -= 1;
+                if depth == 0 {
+                    close = Some(i);
+                    break;
+                }
+            }
+            b',' if depth == 1 => commas.push(i),
+            _ => {}
+        }
+    }
+    let Some(close) = close else { return literal(out, prefix) };
+    if commas.is_empty() {
+        return expand_into(prefix + &rest[..=close], &rest[close + 1..], out, limit);
+    }
+    let head = prefix + &rest[..open];
+    let suffix = &rest[close + 1..];
+    let mut start = open + 1;
+    for end in commas.into_iter().chain([close]) {
+        expand_into(head.clone(), &format!("{}{suffix}", &rest[start..end]), out, limit)?;
+        start = end + 1;
+    }
+    Some(())
+}
+
+/// One segment of a path-rule candidate.
+enum Segment {
+    /// `**`: any number of components, none starting with `.`.
+    Any,
+    Name {
+        pattern: Pattern,
+        dot: bool,
+    },
+}
+
+impl Segment {
+    fn matches(&self, component: &str) -> bool {
+        match self {
+            Segment::Any => false,
+            Segment::Name { pattern, dot } => {
+                (*dot || !component.starts_with('.')) && pattern.is_match(component)
+            }
+        }
+    }
+}
+
+/// How candidates are matched: the choice is made on the pattern before expansion.
+enum Rule {
+    /// Basename at any depth. Literal candidates go to a set.
+    Basename { literals: HashSet<String>, patterns: Vec<(Pattern, bool)> },
+    /// Path relative to the root, anchored there. Literal candidates go to a set of normalised paths.
+    Path { literals: HashSet<String>, patterns: Vec<Vec<Segment>> },
+}
+
+impl Rule {
+    fn new(path_rule: bool, candidates: &[String]) -> Self {
+        if !path_rule {
+            let mut literals = HashSet::new();
+            let mut patterns = Vec::new();
+            for candidate in candidates {
+                let pattern = Pattern::new(&rewrite_caret(candidate), PYTHON);
+                match pattern.literal() {
+                    Some(text) => {
+                        literals.insert(text.to_owned());
+                    }
+                    None => patterns.push((pattern, candidate.starts_with('.'))),
+                }
+            }
+            return Rule::Basename { literals, patterns };
+        }
+        let mut literals = HashSet::new();
+        let mut patterns = Vec::new();
+        for candidate in candidates {
+            let candidate = rewrite_caret(candidate.trim_start_matches('/'));
+            let parts: Vec<&str> = candidate.split('/').filter(|s| !s.is_empty()).collect();
+            if candidate.ends_with('/') && parts.last() != Some(&"**") {
+                continue;
+            }
+            if !parts.iter().any(|s| has_magic(s)) {
+                literals.insert(parts.join("/"));
+                continue;
+            }
+            let segments = parts
+                .iter()
+                .map(|&s| match s {
+                    "**" => Segment::Any,
+                    _ => Segment::Name { pattern: Pattern::new(s, PYTHON), dot: s.starts_with('.') },
+                })
+                .collect();
+            patterns.push(segments);
+        }
+        Rule::Path { literals, patterns }
+    }
+
+    /// `rel` is the candidate's path relative to the root, `name` its basename.
+    fn matches(&self, rel: &str, name: &str) -> bool {
+        match self {
+            Rule::Basename { literals, patterns } => {
+                literals.contains(name)
+                    || patterns.iter().any(|(p, dot)| (*dot || !name.starts_with('.')) && p.is_match(name))
+            }
+            Rule::Path { literals, patterns } => {
+                if literals.contains(rel) {
+                    return true;
+                }
+                if patterns.is_empty() {
+                    return false;
+                }
+                let components: Vec<&str> = rel.split('/').collect();
+                patterns.iter().any(|segments| path_matches(segments, &components))
+            }
+        }
+    }
+}
+
+/// Segments against components, all consumed (§3.7 path rule). `ok[s][c]`: `segments[s..]` match
+/// `components[c..]`.
+fn path_matches(segments: &[Segment], components: &[&str]) -> bool {
+    let (ns, nc) = (segments.len(), components.len());
+    let hidden: Vec<bool> = components.iter().map(|c| c.starts_with('.')).collect();
+    let mut ok = vec![vec![false; nc + 1]; ns + 1];
+    ok[ns][nc] = true;
+    for s in (0..ns).rev() {
+        for c in (0..=nc).rev() {
+            ok[s][c] = match &segments[s] {
+                // A trailing `**` takes at least one component and all that remain.
+                Segment::Any if s + 1 == ns => c < nc && !hidden[c..].contains(&true),
+                // Zero components, or one more non-dot component and still `**`.
+                Segment::Any => ok[s + 1][c] || (c < nc && !hidden[c] && ok[s][c + 1]),
+                segment => c < nc && segment.matches(components[c]) && ok[s + 1][c + 1],
+            };
+        }
+    }
+    ok[0][0]
+}
+
+struct Walk<'a> {
+    rule: &'a Rule,
+    real_root: PathBuf,
+    skip_system_dirs: bool,
+    start: Instant,
+    /// Matches as paths relative to the root.
+    found: Vec<String>,
+    budget: bool,
+    unreadable: bool,
+}
+
+impl Walk<'_> {
+    fn out_of_time(&mut self) -> bool {
+        if self.start.elapsed() > TIME_BUDGET {
+            self.budget = true;
+        }
+        self.budget
+    }
+
+    /// Top-down, depth first, each directory's files before its subdirectories.
+    fn run(&mut self, root: PathBuf) {
+        let mut stack = vec![(root, String::new())];
+        while let Some((dir, rel)) = stack.pop() {
+            let Some(entries) = self.list(&dir) else { continue };
+            if self.out_of_time() {
+                return;
+            }
+            let mut subdirs = Vec::new();
+            for (name, file_type) in entries {
+                let path = dir.join(&name);
+                let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+                let is_dir = file_type.is_dir()
+                    || (file_type.is_symlink() && fs::metadata(&path).is_ok_and(|m| m.is_dir()));
+                if is_dir {
+                    // Directory links are listed as directories but not entered.
+                    let skipped =
+                        rel.is_empty() && self.skip_system_dirs && SKIPPED_UNDER_SLASH.contains(&&*name);
+                    if file_type.is_dir() && !skipped {
+                        subdirs.push((path, child_rel));
+                    }
+                    continue;
+                }
+                if self.out_of_time() {
+                    return;
+                }
+                if self.found.len() >= MAX_MATCHES {
+                    self.budget = true;
+                    return;
+                }
+                if self.rule.matches(&child_rel, &name) && self.keeps(&path, file_type) {
+                    self.found.push(child_rel);
+                }
+            }
+            stack.extend(subdirs.into_iter().rev());
+        }
+    }
+
+    /// Entries of `dir` sorted by name; `None` (and the walk marked unreadable) when it cannot be read.
+    fn list(&mut self, dir: &Path) -> Option<Vec<(String, FileType)>> {
+        let read = || -> std::io::Result<Vec<(String, FileType)>> {
+            let mut entries = Vec::new();
+            for entry in fs::read_dir(dir)? {
+                let entry = entry?;
+                let file_type = entry.file_type()?;
+                entries.push((entry.file_name().to_string_lossy().into_owned(), file_type));
+            }
+            Ok(entries)
+        };
+        match read() {
+            Ok(mut entries) => {
+                entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                Some(entries)
+            }
+            Err(_) => {
+                self.unreadable = true;
+                None
+            }
+        }
+    }
+
+    /// Whether a matching non-directory resolves to a regular file inside the root.
+    fn keeps(&self, path: &Path, file_type: FileType) -> bool {
+        if file_type.is_file() {
+            // Reached through real directories only, so its real path is under the real root.
+            return true;
+        }
+        if !file_type.is_symlink() {
+            return false;
+        }
+        fs::canonicalize(path).is_ok_and(|real| {
+            real.starts_with(&self.real_root) && fs::metadata(&real).is_ok_and(|m| m.is_file())
+        })
+    }
+}
+
+fn truncate_chars(text: &str, max: usize) -> &str {
+    text.char_indices().nth(max).map_or(text, |(i, _)| &text[..i])
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
+
+    use super::*;
+
+    /// The glob tree `F` of §5.
+    fn tree_f() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path();
+        let files = [
+            "a.py",
+            "b.py",
+            "c.txt",
+            ".env",
+            ".hidden.py",
+            "A.PY",
+            "x.yml",
+            "file1.txt",
+            "file2.txt",
+            "file10.txt",
+            "fileA.txt",
+            "src/main.py",
+            "src/app/util.py",
+            "src/.secret/key.py",
+            "src/.env",
+            ".github/workflows/ci.yml",
+            "docs/readme.md",
+        ];
+        for file in files {
+            let path = f.join(file);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, "x").unwrap();
+        }
+        fs::create_dir(f.join("dir.py")).unwrap();
+        symlink("a.py", f.join("link_in.py")).unwrap();
+        symlink("/etc/hostname", f.join("link_out.py")).unwrap();
+        symlink("missing", f.join("broken.py")).unwrap();
+        symlink("src/", f.join("srclink")).unwrap();
+        dir
+    }
+
+    fn root_of(dir: &tempfile::TempDir) -> String {
+        dir.path().to_str().unwrap().to_owned()
+    }
+
+    /// Matches relative to `F/`, in result order; asserts success without truncation.
+    fn rel(dir: &tempfile::TempDir, pattern: &str) -> Vec<String> {
+        let root = root_of(dir);
+        let result = glob(pattern, Some(&root), Path::new("/"));
+        assert_eq!(result.error, None, "{pattern}");
+        assert!(!result.truncated, "{pattern}");
+        assert_eq!(result.truncation_reason, None);
+        let prefix = format!("{root}/");
+        result
+            .matches
+            .unwrap()
+            .into_iter()
+            .map(|info| {
+                assert!(!info.is_dir);
+                assert_eq!((info.size, info.modified_at.as_deref()), (None, None));
+                info.path.strip_prefix(&prefix).unwrap().to_owned()
+            })
+            .collect()
+    }
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn case_44_basename_and_path_rules() {
+        let f = tree_f();
+        assert_eq!(
+            rel(&f, "*.py"),
+            words("a.py b.py link_in.py src/.secret/key.py src/app/util.py src/main.py")
+        );
+        assert_eq!(rel(&f, "**/*.py"), words("a.py b.py link_in.py src/app/util.py src/main.py"));
+        assert_eq!(rel(&f, "/*.py"), words("a.py b.py link_in.py"));
+    }
+
+    #[test]
+    fn case_45_trailing_slash_and_empty_segments() {
+        let f = tree_f();
+        assert_eq!(rel(&f, "src/**"), words("src/app/util.py src/main.py"));
+        assert_eq!(rel(&f, "src/"), Vec::<String>::new());
+        assert_eq!(rel(&f, "src//main.py"), words("src/main.py"));
+    }
+
+    #[test]
+    fn case_46_star_and_double_star_slash() {
+        let f = tree_f();
+        let all = "A.PY a.py b.py c.txt docs/readme.md file1.txt file10.txt file2.txt fileA.txt link_in.py \
+                   src/app/util.py src/main.py x.yml";
+        let with_dots = format!(".github/workflows/ci.yml {all}");
+        let with_dots = with_dots.replace("link_in.py", "link_in.py src/.secret/key.py");
+        assert_eq!(rel(&f, "*"), words(&with_dots));
+        assert_eq!(rel(&f, "**"), words(&with_dots));
+        assert_eq!(rel(&f, "**/"), words(all));
+    }
+
+    #[test]
+    fn case_47_dot_names() {
+        let f = tree_f();
+        assert_eq!(rel(&f, ".*"), words(".env .hidden.py src/.env"));
+        assert_eq!(rel(&f, ".env"), words(".env src/.env"));
+        assert_eq!(rel(&f, "*.yml"), words(".github/workflows/ci.yml x.yml"));
+        assert_eq!(rel(&f, "**/*.yml"), words("x.yml"));
+        assert_eq!(rel(&f, ".github/**/*.yml"), words(".github/workflows/ci.yml"));
+    }
+
+    #[test]
+    fn case_48_braces_and_sets() {
+        let f = tree_f();
+        assert_eq!(rel(&f, "{a,b}.py"), words("a.py b.py"));
+        assert_eq!(rel(&f, "{a,{b,c}}.*"), words("a.py b.py c.txt"));
+        assert_eq!(rel(&f, "{a,b.py"), Vec::<String>::new());
+        assert_eq!(rel(&f, "file[1-2].txt"), words("file1.txt file2.txt"));
+        assert_eq!(rel(&f, "file?.txt"), words("file1.txt file2.txt fileA.txt"));
+        assert_eq!(rel(&f, "[^a].py"), words("b.py"));
+        assert_eq!(rel(&f, "[!a].py"), words("b.py"));
+        assert_eq!(rel(&f, "*.PY"), words("A.PY"));
+    }
+
+    #[test]
+    fn case_49_rule_chosen_before_expansion() {
+        let f = tree_f();
+        assert_eq!(
+            rel(&f, "*.{py,md}"),
+            words("a.py b.py docs/readme.md link_in.py src/.secret/key.py src/app/util.py src/main.py")
+        );
+        assert_eq!(rel(&f, "{src/*.py,*.md}"), words("src/main.py"));
+    }
+
+    #[test]
+    fn case_50_invalid_and_too_broad_patterns() {
+        let f = tree_f();
+        let root = root_of(&f);
+        let base = Path::new("/");
+        for pattern in ["../*.py", "x\\..\\y", "src/../a.py", ".."] {
+            let result = glob(pattern, Some(&root), base);
+            assert_eq!(result.error, Some(format!("Path '{root}': invalid_pattern")), "{pattern}");
+            assert_eq!(result.matches, None);
+        }
+        let alternatives = |n: usize| (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+        let ok = glob(&format!("a{{{}}}.py", alternatives(1000)), Some(&root), base);
+        assert_eq!(ok.error, None);
+        assert_eq!(ok.matches.unwrap(), Vec::new());
+        let broad = glob(&format!("a{{{}}}.py", alternatives(1001)), Some(&root), base);
+        assert_eq!(broad.error, Some(format!("Path '{root}': pattern_too_broad")));
+        assert_eq!(broad.matches, None);
+        // Exponential patterns are refused without being expanded.
+        let huge = glob(&"{a,b}".repeat(40), Some(&root), base);
+        assert_eq!(huge.error, Some(format!("Path '{root}': pattern_too_broad")));
+    }
+
+    #[test]
+    fn case_51_roots() {
+        let f = tree_f();
+        let root = root_of(&f);
+        let base = Path::new("/");
+        let link = format!("{root}/srclink");
+        let paths = |r: GlobResult| r.matches.unwrap().into_iter().map(|i| i.path).collect::<Vec<_>>();
+        assert_eq!(
+            paths(glob("*.py", Some(&link), base)),
+            vec![format!("{link}/.secret/key.py"), format!("{link}/app/util.py"), format!("{link}/main.py")]
+        );
+        let missing = format!("{root}/missing");
+        let result = glob("*.py", Some(&missing), base);
+        assert_eq!(result.error, Some(format!("Path '{missing}': path_not_found")));
+        assert_eq!(result.matches, None);
+        let file = format!("{root}/a.py");
+        assert_eq!(glob("*.py", Some(&file), base).error, Some(format!("Path '{file}': not_a_directory")));
+        // A relative root gets a leading `/` (not the base) and is reported that way.
+        let relative = root.trim_start_matches('/').to_owned() + "/src";
+        let result = glob("main.py", Some(&relative), Path::new("/nowhere"));
+        assert_eq!(paths(result), vec![format!("/{relative}/main.py")]);
+        let result = glob("*.py", Some("srv/case/src/definitely/missing"), base);
+        assert_eq!(result.error.as_deref(), Some("Path '/srv/case/src/definitely/missing': path_not_found"));
+        // A trailing `/` on the root is not doubled.
+        let slashed = format!("{root}/src/");
+        assert_eq!(paths(glob("main.py", Some(&slashed), base)), vec![format!("{root}/src/main.py")]);
+    }
+
+    #[test]
+    fn root_checks_precede_pattern_checks() {
+        let result = glob("../x", Some("/definitely/missing"), Path::new("/"));
+        assert_eq!(result.error.as_deref(), Some("Path '/definitely/missing': path_not_found"));
+    }
+
+    #[test]
+    fn case_52_match_limit_quirk() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(&dir);
+        fs::create_dir(dir.path().join("m")).unwrap();
+        for i in 0..10_000 {
+            fs::write(dir.path().join(format!("m/f{i:05}.py")), "").unwrap();
+        }
+        let result = glob("*.py", Some(&root), Path::new("/"));
+        assert_eq!(result.error, None);
+        let matches = result.matches.unwrap();
+        assert_eq!(matches.len(), 10_000);
+        assert_eq!(matches[0].path, format!("{root}/m/f00000.py"));
+        assert!(!result.truncated);
+        assert_eq!(result.truncation_reason, None);
+
+        fs::create_dir(dir.path().join("n")).unwrap();
+        fs::write(dir.path().join("n/z.txt"), "").unwrap();
+        let result = glob("*.py", Some(&root), Path::new("/"));
+        assert_eq!(result.matches.unwrap().len(), 10_000);
+        assert!(result.truncated);
+        assert_eq!(result.truncation_reason, Some(TruncationReason::Budget));
+    }
+
+    #[test]
+    fn case_53_unreadable_subtree() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(&dir);
+        fs::create_dir_all(dir.path().join("open")).unwrap();
+        fs::write(dir.path().join("open/a.py"), "").unwrap();
+        let locked = dir.path().join("locked");
+        fs::create_dir(&locked).unwrap();
+        fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
+        let result = glob("*.py", Some(&root), Path::new("/"));
+        let locked_root = format!("{root}/locked");
+        let locked_result = glob("*.py", Some(&locked_root), Path::new("/"));
+        fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).unwrap();
+        let paths: Vec<_> = result.matches.unwrap().into_iter().map(|i| i.path).collect();
+        assert_eq!(paths, vec![format!("{root}/open/a.py")]);
+        if nix::unistd::geteuid().is_root() {
+            // Root reads mode-000 directories: nothing is unreadable.
+            assert!(!result.truncated);
+            assert_eq!(locked_result.error, None);
+            assert_eq!(locked_result.matches, Some(Vec::new()));
+        } else {
+            assert!(result.truncated);
+            assert_eq!(result.truncation_reason, Some(TruncationReason::Unreadable));
+            assert_eq!(locked_result.error, Some(format!("Path '{locked_root}': permission_denied")));
+            assert_eq!(locked_result.matches, None);
+        }
+    }
+
+    #[test]
+    fn brace_expansion_rules() {
+        let e = |p: &str| expand_braces(p, MAX_EXPANSIONS).unwrap();
+        assert_eq!(e("{a,b}.py"), ["a.py", "b.py"]);
+        assert_eq!(e("{a,{b,c}}.*"), ["a.*", "b.*", "c.*"]);
+        assert_eq!(e("{a,b.py"), ["{a,b.py"]);
+        assert_eq!(e("{a,b.py{c,d}"), ["{a,b.py{c,d}"]);
+        assert_eq!(e("{a}{b,c}"), ["{a}b", "{a}c"]);
+        assert_eq!(e("{{a,b}}"), ["{{a,b}}"]);
+        assert_eq!(e("x{,y}"), ["x", "xy"]);
+        assert_eq!(e("{}"), ["{}"]);
+        assert_eq!(e("{a,b}{c,d}"), ["ac", "ad", "bc", "bd"]);
+        assert_eq!(e("{a,b}{c"), ["a{c", "b{c"]);
+        assert_eq!(e("a\\{b,c}"), ["a\\b", "a\\c"]);
+        assert_eq!(e("{é,ü}"), ["é", "ü"]);
+        assert_eq!(expand_braces(&format!("{{{}}}", ",".repeat(999)), 1000).map(|v| v.len()), Some(1000));
+        assert_eq!(expand_braces(&format!("{{{}}}", ",".repeat(1000)), 1000), None);
+    }
+
+    #[test]
+    fn path_rule_details() {
+        let rule = Rule::new(true, &["a/**/b".into(), "x/**".into(), ".d/*".into()]);
+        assert!(rule.matches("a/b", "b"));
+        assert!(rule.matches("a/1/2/b", "b"));
+        assert!(!rule.matches("a/.h/b", "b"));
+        assert!(rule.matches("x/y/z", "z"));
+        assert!(!rule.matches("x", "x"));
+        assert!(!rule.matches("x/.y", ".y"));
+        assert!(!rule.matches("x/y/.z", ".z"));
+        assert!(rule.matches(".d/f", "f"));
+        assert!(!rule.matches(".d/.f", ".f"));
+        let deep = Rule::new(true, &["**/**/**/**/**/**/**/**/**/**/z".into()]);
+        assert!(deep.matches(&format!("{}z", "d/".repeat(40)), "z"));
+        assert!(!deep.matches(&format!("{}y", "d/".repeat(40)), "y"));
+    }
+
+    #[test]
+    fn fifos_and_outside_links_are_never_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(&dir);
+        nix::unistd::mkfifo(&dir.path().join("p.py"), nix::sys::stat::Mode::from_bits_truncate(0o644))
+            .unwrap();
+        fs::create_dir(dir.path().join("in")).unwrap();
+        fs::write(dir.path().join("in/t.py"), "").unwrap();
+        symlink(dir.path().join("in/t.py"), dir.path().join("abs.py")).unwrap();
+        symlink(dir.path().join("in"), dir.path().join("d.py")).unwrap();
+        let paths: Vec<_> = glob("*.py", Some(&format!("{root}/")), Path::new("/"))
+            .matches
+            .unwrap()
+            .into_iter()
+            .map(|i| i.path)
+            .collect();
+        assert_eq!(paths, vec![format!("{root}/abs.py"), format!("{root}/in/t.py")]);
+        let paths: Vec<_> = glob("*.py", Some(&format!("{root}/in")), Path::new("/"))
+            .matches
+            .unwrap()
+            .into_iter()
+            .map(|i| i.path)
+            .collect();
+        assert_eq!(paths, vec![format!("{root}/in/t.py")]);
+    }
 }

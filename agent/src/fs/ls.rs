@@ -1,14 +1,13 @@
 //! `ls` (contract §3.1): one level, directory order, dot-files included, links not followed below
 //! the listed path.
 
-use std::path::Path;
-
 use agentd_protocol::fs::{FileInfo, LsResult};
 use nix::errno::Errno;
 
-use super::{errno, resolve};
+use super::errno;
+use crate::root::Workspace;
 
-pub fn ls(path: &str, base: &Path) -> LsResult {
+pub fn ls(path: &str, ws: &Workspace) -> LsResult {
     let fail = |what: &str| LsResult { error: Some(format!("Path '{path}': {what}")), entries: None };
     if path.is_empty() {
         return fail("path_not_found");
@@ -16,7 +15,8 @@ pub fn ls(path: &str, base: &Path) -> LsResult {
     if path.contains('\0') {
         return fail("invalid_path");
     }
-    let dir = match std::fs::read_dir(resolve(base, path)) {
+    let Ok(resolved) = ws.resolve(path) else { return fail("invalid_path") };
+    let dir = match std::fs::read_dir(resolved) {
         Ok(dir) => dir,
         Err(err) => {
             return match errno(&err) {
@@ -50,7 +50,7 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("sub/deep")).unwrap();
         std::os::unix::fs::symlink(dir.path().join("sub"), dir.path().join("ln")).unwrap();
         std::os::unix::fs::symlink("nowhere", dir.path().join("bad")).unwrap();
-        let mut got: Vec<(String, bool)> = ls(&format!("{t}/"), Path::new("/"))
+        let mut got: Vec<(String, bool)> = ls(&format!("{t}/"), &Workspace::open("/".into()))
             .entries
             .unwrap()
             .into_iter()
@@ -64,14 +64,14 @@ mod tests {
                 .collect();
         want.sort();
         assert_eq!(got, want);
-        let deep = ls(&format!("{t}//sub"), Path::new("/")).entries.unwrap();
+        let deep = ls(&format!("{t}//sub"), &Workspace::open("/".into())).entries.unwrap();
         assert_eq!(deep, vec![FileInfo::new(format!("{t}//sub/deep"), true)]);
         assert_eq!(
-            ls(&format!("{t}/a"), Path::new("/")).error,
+            ls(&format!("{t}/a"), &Workspace::open("/".into())).error,
             Some(format!("Path '{t}/a': not_a_directory"))
         );
-        assert_eq!(ls("", Path::new("/")).error.as_deref(), Some("Path '': path_not_found"));
+        assert_eq!(ls("", &Workspace::open("/".into())).error.as_deref(), Some("Path '': path_not_found"));
         // A link given as the path is followed.
-        assert_eq!(ls(&format!("{t}/ln"), Path::new("/")).entries.unwrap().len(), 1);
+        assert_eq!(ls(&format!("{t}/ln"), &Workspace::open("/".into())).entries.unwrap().len(), 1);
     }
 }

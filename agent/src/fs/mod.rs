@@ -3,8 +3,9 @@
 //! path runs through any exec channel. Both therefore give identical results, byte for byte.
 //!
 //! Every verb returns its result type with failures as values (`error` strings the contract fixes);
-//! nothing here returns `Err` or panics on file-system conditions. Relative paths resolve against the
-//! workspace (`base`); the path strings in results and messages are the caller's, verbatim.
+//! nothing here returns `Err` or panics on file-system conditions. Paths resolve through the
+//! [`Workspace`] (relative ones against it; with `--root`, all of them under it, escapes refused as
+//! `invalid_path`); the path strings in results and messages are the caller's, verbatim.
 //!
 //! - [`ls`], [`read`], [`write`], [`edit`], [`delete`]: one file or directory.
 //! - [`glob`], [`grep`]: tree walks with the contract's matching rules.
@@ -18,12 +19,13 @@ pub mod read;
 pub mod write;
 
 use std::io;
-use std::path::{Path, PathBuf};
 
 use agentd_protocol::fs::{FsRequest, FsResponse};
 
+use crate::root::Workspace;
+
 /// Runs one verb. Blocking: call it off the async runtime.
-pub fn run(request: FsRequest, base: &Path) -> FsResponse {
+pub fn run(request: FsRequest, base: &Workspace) -> FsResponse {
     match request {
         FsRequest::Ls { path } => FsResponse::Ls(ls::ls(&path, base)),
         FsRequest::Read { path, offset, limit } => FsResponse::Read(read::read(&path, offset, limit, base)),
@@ -31,17 +33,14 @@ pub fn run(request: FsRequest, base: &Path) -> FsResponse {
         FsRequest::Edit { path, old, new, replace_all } => {
             FsResponse::Edit(edit::edit(&path, &old, &new, replace_all, base))
         }
-        FsRequest::Glob { pattern, path } => FsResponse::Glob(glob::glob(&pattern, path.as_deref(), base)),
+        FsRequest::Glob { pattern, path } => {
+            FsResponse::Glob(glob::glob(&pattern, path.as_deref(), base.dir()))
+        }
         FsRequest::Grep { pattern, path, glob, max_count } => {
-            FsResponse::Grep(grep::grep(&pattern, path.as_deref(), glob.as_deref(), max_count, base))
+            FsResponse::Grep(grep::grep(&pattern, path.as_deref(), glob.as_deref(), max_count, base.dir()))
         }
         FsRequest::Delete { path } => FsResponse::Delete(delete::delete(&path, base)),
     }
-}
-
-/// The file a caller's path names: absolute as given, relative under `base`.
-pub fn resolve(base: &Path, path: &str) -> PathBuf {
-    base.join(path)
 }
 
 /// The errno of an IO error, when it has one.

@@ -12,7 +12,8 @@ use agentd_protocol::fs::{Encoding, FileData, ReadResult};
 use base64::Engine as _;
 use nix::errno::Errno;
 
-use super::{errno, resolve};
+use super::errno;
+use crate::root::Workspace;
 
 /// Appended when the page hit the byte cap.
 pub const TRUNCATION_MSG: &str = "\n\n[Output was truncated due to size limits. This paginated read result exceeded the sandbox stdout limit. Continue reading with a larger offset or smaller limit to inspect the rest of the file.]";
@@ -36,14 +37,14 @@ const BINARY_SUFFIXES: [&str; 26] = [
     ".pptx", ".mkv",
 ];
 
-pub fn read(path: &str, offset: i64, limit: i64, base: &Path) -> ReadResult {
+pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
     let fail = |what: &str| ReadResult::error(format!("File '{path}': {what}"));
     let offset = u64::try_from(offset).unwrap_or(0);
     let limit = u64::try_from(limit).unwrap_or(0);
     if path.contains('\0') {
         return fail("invalid_path");
     }
-    let file_path = resolve(base, path);
+    let Ok(file_path) = ws.resolve(path) else { return fail("invalid_path") };
     let meta = match std::fs::metadata(&file_path) {
         Ok(meta) => meta,
         Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => {
@@ -426,7 +427,7 @@ mod tests {
     }
 
     fn rd(path: &str, offset: i64, limit: i64) -> ReadResult {
-        read(path, offset, limit, Path::new("/"))
+        read(path, offset, limit, &Workspace::open("/".into()))
     }
 
     #[test]
@@ -619,7 +620,7 @@ mod tests {
     fn relative_paths_resolve_against_the_workspace() {
         let c = Case::new();
         c.file("rel.txt", b"hello\n");
-        let r = read("rel.txt", 0, 2000, c.dir.path());
+        let r = read("rel.txt", 0, 2000, &Workspace::open(c.dir.path().into()));
         assert_eq!(text(&r), "hello");
     }
 }

@@ -1,20 +1,21 @@
 //! `write` (contract §3.3): create missing parents (`mkdir -p` of the dirname), then write the exact
 //! bytes as an upload does, so its errors are the upload's codes.
 
-use std::path::Path;
-
 use agentd_protocol::fs::WriteResult;
 
-use super::resolve;
+use crate::root::Workspace;
 use crate::transfer;
 
-pub fn write(path: &str, content: &str, base: &Path) -> WriteResult {
+pub fn write(path: &str, content: &str, ws: &Workspace) -> WriteResult {
     let fail = |error: String| WriteResult { error: Some(error), path: None };
     let parent = dirname(path);
-    if let Err(err) = std::fs::create_dir_all(resolve(base, if parent.is_empty() { "." } else { parent })) {
+    let Ok(parent_dir) = ws.resolve(if parent.is_empty() { "." } else { parent }) else {
+        return fail(format!("Failed to write file '{path}': invalid_path"));
+    };
+    if let Err(err) = std::fs::create_dir_all(parent_dir) {
         return fail(format!("Failed to write file '{path}': cannot create directory '{parent}': {err}"));
     }
-    match transfer::write_whole(path, content.as_bytes()) {
+    match transfer::destination(ws, path).and_then(|dest| transfer::write_whole(&dest, content.as_bytes())) {
         Ok(()) => WriteResult { error: None, path: Some(path.to_owned()) },
         Err(code) => fail(format!("Failed to write file '{path}': {code}")),
     }
@@ -50,13 +51,13 @@ mod tests {
     fn golden_23() {
         let dir = tempfile::tempdir().unwrap();
         let t = dir.path().to_str().unwrap();
-        let base = Path::new("/");
+        let base = &Workspace::open("/".into());
         let target = format!("{t}/w/x/y.txt");
         assert_eq!(write(&target, "hi", base), WriteResult { error: None, path: Some(target.clone()) });
         assert_eq!(write(&target, "second", base).path, Some(target.clone()));
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "second");
         assert_eq!(
-            write("rel.txt", "x", dir.path()).error.as_deref(),
+            write("rel.txt", "x", &Workspace::open(dir.path().into())).error.as_deref(),
             Some("Failed to write file 'rel.txt': invalid_path")
         );
         assert_eq!(write(t, "x", base).error, Some(format!("Failed to write file '{t}': is_directory")));

@@ -116,8 +116,10 @@ pub fn spawn_agentd(workspace: &Path, lifetime: Lifetime) -> Result<(Child, Star
     let token = random_token();
     let mut command = Command::new(&binary);
     command
-        .args(["serve", "--listen", "127.0.0.1:0", "--root"])
-        .arg(workspace)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        // The workspace is agentd's working directory: commands start there and relative paths
+        // resolve there, while absolute paths keep their meaning on this machine (no `--root`).
+        .current_dir(workspace)
         .env("AGENTD_TOKEN", &token)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
