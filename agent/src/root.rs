@@ -33,10 +33,6 @@ impl Workspace {
         Self { dir, confined: true }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// The file `path` names.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, Escape> {
         if !self.confined {

@@ -19,6 +19,10 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace)
     if path.contains('\0') {
         return fail(format!("Error editing file '{path}': invalid_path"));
     }
+    // `stat("")` fails with ENOENT; joined to the workspace it would name the workspace itself.
+    if path.is_empty() {
+        return fail(format!("Error: File '{path}' not found"));
+    }
     let Ok(file_path) = ws.resolve(path) else {
         return fail(format!("Error editing file '{path}': invalid_path"));
     };

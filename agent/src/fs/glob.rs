@@ -17,6 +17,8 @@ use nix::unistd::{AccessFlags, access};
 
 use self::fnmatch::{PYTHON, Pattern, has_magic, rewrite_caret};
 
+use crate::root::Workspace;
+
 /// The walk stops after this long.
 const TIME_BUDGET: Duration = Duration::from_secs(5);
 /// The walk stops before examining a file once this many matches are held.
@@ -26,10 +28,9 @@ const MAX_EXPANSIONS: usize = 1000;
 /// Top-level directories skipped when the root resolves to `/`.
 const SKIPPED_UNDER_SLASH: [&str; 3] = ["proc", "sys", "dev"];
 
-/// Files matching `pattern` under `path` (default `/`); `base` resolves nothing here (glob roots are
-/// made absolute), it is passed for symmetry with the other verbs.
-pub fn glob(pattern: &str, path: Option<&str>, base: &Path) -> GlobResult {
-    let _ = base;
+/// Files matching `pattern` under `path` (default `/`). Roots are made absolute (`src` is `/src`),
+/// then resolved through the workspace (with `--root`, `/` is the root and escapes are refused).
+pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
     let root = match path {
         None | Some("") => "/".to_owned(),
         Some(p) if p.starts_with('/') => p.to_owned(),
@@ -38,13 +39,14 @@ pub fn glob(pattern: &str, path: Option<&str>, base: &Path) -> GlobResult {
     let fail =
         |code: &str| GlobResult { error: Some(format!("Path '{root}': {code}")), ..GlobResult::default() };
 
-    match fs::metadata(&root) {
+    let Ok(fs_root) = ws.resolve(&root) else { return fail("invalid_path") };
+    match fs::metadata(&fs_root) {
         Ok(meta) if !meta.is_dir() => return fail("not_a_directory"),
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::PermissionDenied => return fail("permission_denied"),
         Err(_) => return fail("path_not_found"),
     }
-    if access(root.as_str(), AccessFlags::X_OK).is_err() {
+    if access(fs_root.as_path(), AccessFlags::X_OK).is_err() {
         return fail("permission_denied");
     }
     if pattern.split(['/', '\\']).any(|segment| segment == "..") {
@@ -53,7 +55,7 @@ pub fn glob(pattern: &str, path: Option<&str>, base: &Path) -> GlobResult {
     let Some(candidates) = expand_braces(pattern, MAX_EXPANSIONS) else {
         return fail("pattern_too_broad");
     };
-    let real_root = match fs::canonicalize(&root) {
+    let real_root = match fs::canonicalize(&fs_root) {
         Ok(real) => real,
         Err(e) => return fail(&format!("internal_error: OSError: {}", truncate_chars(&e.to_string(), 200))),
     };
@@ -68,7 +70,7 @@ pub fn glob(pattern: &str, path: Option<&str>, base: &Path) -> GlobResult {
         budget: false,
         unreadable: false,
     };
-    walk.run(PathBuf::from(&root));
+    walk.run(fs_root);
 
     let Walk { mut found, budget, unreadable, .. } = walk;
     found.sort_unstable();
@@ -312,8 +314,10 @@ impl Walk<'_> {
             let mut entries = Vec::new();
             for entry in fs::read_dir(dir)? {
                 let entry = entry?;
-                let file_type = entry.file_type()?;
-                entries.push((entry.file_name().to_string_lossy().into_owned(), file_type));
+                // An entry gone since the listing is no candidate; the directory was still read.
+                if let Ok(file_type) = entry.file_type() {
+                    entries.push((entry.file_name().to_string_lossy().into_owned(), file_type));
+                }
             }
             Ok(entries)
         };
@@ -397,7 +401,7 @@ mod tests {
     /// Matches relative to `F/`, in result order; asserts success without truncation.
     fn rel(dir: &tempfile::TempDir, pattern: &str) -> Vec<String> {
         let root = root_of(dir);
-        let result = glob(pattern, Some(&root), Path::new("/"));
+        let result = glob(pattern, Some(&root), &Workspace::open("/".into()));
         assert_eq!(result.error, None, "{pattern}");
         assert!(!result.truncated, "{pattern}");
         assert_eq!(result.truncation_reason, None);
@@ -486,7 +490,7 @@ mod tests {
     fn case_50_invalid_and_too_broad_patterns() {
         let f = tree_f();
         let root = root_of(&f);
-        let base = Path::new("/");
+        let base = &Workspace::open("/".into());
         for pattern in ["../*.py", "x\\..\\y", "src/../a.py", ".."] {
             let result = glob(pattern, Some(&root), base);
             assert_eq!(result.error, Some(format!("Path '{root}': invalid_pattern")), "{pattern}");
@@ -508,7 +512,7 @@ mod tests {
     fn case_51_roots() {
         let f = tree_f();
         let root = root_of(&f);
-        let base = Path::new("/");
+        let base = &Workspace::open("/".into());
         let link = format!("{root}/srclink");
         let paths = |r: GlobResult| r.matches.unwrap().into_iter().map(|i| i.path).collect::<Vec<_>>();
         assert_eq!(
@@ -523,7 +527,7 @@ mod tests {
         assert_eq!(glob("*.py", Some(&file), base).error, Some(format!("Path '{file}': not_a_directory")));
         // A relative root gets a leading `/` (not the base) and is reported that way.
         let relative = root.trim_start_matches('/').to_owned() + "/src";
-        let result = glob("main.py", Some(&relative), Path::new("/nowhere"));
+        let result = glob("main.py", Some(&relative), &Workspace::open("/nowhere".into()));
         assert_eq!(paths(result), vec![format!("/{relative}/main.py")]);
         let result = glob("*.py", Some("srv/case/src/definitely/missing"), base);
         assert_eq!(result.error.as_deref(), Some("Path '/srv/case/src/definitely/missing': path_not_found"));
@@ -534,7 +538,7 @@ mod tests {
 
     #[test]
     fn root_checks_precede_pattern_checks() {
-        let result = glob("../x", Some("/definitely/missing"), Path::new("/"));
+        let result = glob("../x", Some("/definitely/missing"), &Workspace::open("/".into()));
         assert_eq!(result.error.as_deref(), Some("Path '/definitely/missing': path_not_found"));
     }
 
@@ -546,7 +550,7 @@ mod tests {
         for i in 0..10_000 {
             fs::write(dir.path().join(format!("m/f{i:05}.py")), "").unwrap();
         }
-        let result = glob("*.py", Some(&root), Path::new("/"));
+        let result = glob("*.py", Some(&root), &Workspace::open("/".into()));
         assert_eq!(result.error, None);
         let matches = result.matches.unwrap();
         assert_eq!(matches.len(), 10_000);
@@ -556,7 +560,7 @@ mod tests {
 
         fs::create_dir(dir.path().join("n")).unwrap();
         fs::write(dir.path().join("n/z.txt"), "").unwrap();
-        let result = glob("*.py", Some(&root), Path::new("/"));
+        let result = glob("*.py", Some(&root), &Workspace::open("/".into()));
         assert_eq!(result.matches.unwrap().len(), 10_000);
         assert!(result.truncated);
         assert_eq!(result.truncation_reason, Some(TruncationReason::Budget));
@@ -571,9 +575,9 @@ mod tests {
         let locked = dir.path().join("locked");
         fs::create_dir(&locked).unwrap();
         fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
-        let result = glob("*.py", Some(&root), Path::new("/"));
+        let result = glob("*.py", Some(&root), &Workspace::open("/".into()));
         let locked_root = format!("{root}/locked");
-        let locked_result = glob("*.py", Some(&locked_root), Path::new("/"));
+        let locked_result = glob("*.py", Some(&locked_root), &Workspace::open("/".into()));
         fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).unwrap();
         let paths: Vec<_> = result.matches.unwrap().into_iter().map(|i| i.path).collect();
         assert_eq!(paths, vec![format!("{root}/open/a.py")]);
@@ -636,14 +640,14 @@ mod tests {
         fs::write(dir.path().join("in/t.py"), "").unwrap();
         symlink(dir.path().join("in/t.py"), dir.path().join("abs.py")).unwrap();
         symlink(dir.path().join("in"), dir.path().join("d.py")).unwrap();
-        let paths: Vec<_> = glob("*.py", Some(&format!("{root}/")), Path::new("/"))
+        let paths: Vec<_> = glob("*.py", Some(&format!("{root}/")), &Workspace::open("/".into()))
             .matches
             .unwrap()
             .into_iter()
             .map(|i| i.path)
             .collect();
         assert_eq!(paths, vec![format!("{root}/abs.py"), format!("{root}/in/t.py")]);
-        let paths: Vec<_> = glob("*.py", Some(&format!("{root}/in")), Path::new("/"))
+        let paths: Vec<_> = glob("*.py", Some(&format!("{root}/in")), &Workspace::open("/".into()))
             .matches
             .unwrap()
             .into_iter()

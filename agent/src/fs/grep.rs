@@ -1,18 +1,627 @@
-//! `grep` (contract §3.6). Placeholder until implemented.
+//! `grep` (contract §3.6): lines holding a literal, case-sensitive pattern under a root.
+//!
+//! - Route A (no glob, or one without `/`): a parallel walk of everything but `.git` directories and
+//!   symlinks, basename filter, LF-only lines ([`literal`]). Order across files is unspecified by the
+//!   contract; results are sorted by path and line so they are reproducible.
+//! - Route B (a glob with `/`): Python-glob hits under the root ([`pyglob`]), searched in sorted order
+//!   with universal newlines ([`universal`]), files in parallel but reported in order.
+//!
+//! File-system failures are swallowed (the contract's quirk): unreadable files and roots give nothing.
 
-use std::path::Path;
+mod literal;
+mod pyglob;
+mod universal;
 
-use agentd_protocol::fs::GrepResult;
+use std::ffi::OsStr;
+use std::fs;
+use std::num::NonZero;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread;
 
-/// Lines containing the literal `pattern` under `path` (default `.`), relative paths resolved
-/// against `base`.
+use agentd_protocol::fs::{GrepMatch, GrepResult};
+
+use crate::fs::glob::fnmatch::{GREP_FILTER, Pattern};
+
+use crate::root::Workspace;
+
+/// Directory names route A never enters and route B never reports from (below the root).
+const EXCLUDED: &str = ".git";
+
+/// Lines containing the literal `pattern` under `path` (default `.`), resolved through the workspace.
 pub fn grep(
     pattern: &str,
     path: Option<&str>,
     glob: Option<&str>,
     max_count: Option<i64>,
-    base: &Path,
+    ws: &Workspace,
 ) -> GrepResult {
-    let _ = (pattern, path, glob, max_count, base);
-    GrepResult { error: Some("grep: not implemented".into()), ..GrepResult::default() }
+    // Python's `path or "."`: an empty path is the default too.
+    let root = path.filter(|p| !p.is_empty()).unwrap_or(".");
+    let Ok(fs_root) = ws.resolve(root) else {
+        return GrepResult {
+            error: Some(format!("Path '{root}': invalid_path")),
+            matches: None,
+            truncated: false,
+        };
+    };
+    // A negative count is unspecified; it is read as 0, like `read`'s negative limit.
+    let limit = max_count.map(|n| usize::try_from(n).unwrap_or(0));
+    let mut matches = match glob.filter(|g| !g.is_empty()) {
+        Some(glob) if glob.contains('/') => match route_b(pattern, root, &fs_root, glob, limit) {
+            Ok(matches) => matches,
+            Err(error) => return GrepResult { error: Some(error), matches: None, truncated: false },
+        },
+        filter => route_a(pattern, root, &fs_root, filter, limit),
+    };
+    let truncated = limit.is_some_and(|limit| matches.len() > limit);
+    if let Some(limit) = limit {
+        matches.truncate(limit);
+    }
+    GrepResult { error: None, matches: Some(matches), truncated }
+}
+
+/// `root` + `/` + `rel`, without doubling a trailing `/` of the root.
+fn shown(root: &str, rel: &str) -> String {
+    if root.ends_with('/') { format!("{root}{rel}") } else { format!("{root}/{rel}") }
+}
+
+fn to_matches(path: &str, lines: Vec<(u64, String)>) -> Vec<GrepMatch> {
+    lines.into_iter().map(|(line, text)| GrepMatch { path: path.to_owned(), line, text }).collect()
+}
+
+fn workers() -> usize {
+    thread::available_parallelism().map_or(2, NonZero::get).clamp(2, 4)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn route_a(
+    pattern: &str,
+    root: &str,
+    fs_root: &Path,
+    filter: Option<&str>,
+    limit: Option<usize>,
+) -> Vec<GrepMatch> {
+    let matcher = literal::LineMatcher::new(pattern);
+    let filter = filter.map(|glob| Pattern::new(glob, GREP_FILTER));
+    // The root is followed; a missing or unreadable one gives nothing.
+    let Ok(meta) = fs::metadata(fs_root) else { return Vec::new() };
+    if meta.is_file() {
+        let name = Path::new(root).file_name().map_or_else(|| root.into(), OsStr::to_string_lossy);
+        if filter.as_ref().is_some_and(|f| !f.is_match(&name)) {
+            return Vec::new();
+        }
+        return to_matches(root, matcher.search_file(fs_root).unwrap_or_default());
+    }
+    if !meta.is_dir() {
+        return Vec::new();
+    }
+    let walker = Walker {
+        matcher: &matcher,
+        filter: filter.as_ref(),
+        root,
+        limit,
+        queue: Mutex::new(Queue { items: vec![Item::Dir(fs_root.to_path_buf(), String::new())], busy: 0 }),
+        ready: Condvar::new(),
+        found: Mutex::new(Vec::new()),
+        held: AtomicUsize::new(0),
+        stop: AtomicBool::new(false),
+    };
+    thread::scope(|scope| {
+        for _ in 0..workers() {
+            scope.spawn(|| walker.work());
+        }
+    });
+    let mut found = walker.found.into_inner().unwrap_or_else(PoisonError::into_inner);
+    found.sort_unstable();
+    found
+}
+
+/// Work for route A's walkers: directories to list and files to search, with their paths relative
+/// to the root.
+enum Item {
+    Dir(PathBuf, String),
+    File(PathBuf, String),
+}
+
+struct Queue {
+    items: Vec<Item>,
+    /// Items taken and not finished: the walk is over when none are queued and none are busy.
+    busy: usize,
+}
+
+struct Walker<'a> {
+    matcher: &'a literal::LineMatcher,
+    filter: Option<&'a Pattern>,
+    root: &'a str,
+    limit: Option<usize>,
+    queue: Mutex<Queue>,
+    ready: Condvar,
+    found: Mutex<Vec<GrepMatch>>,
+    held: AtomicUsize,
+    /// Set once more than `limit` matches are held: the rest of the walk cannot change the result's
+    /// size or truncation.
+    stop: AtomicBool,
+}
+
+impl Walker<'_> {
+    fn work(&self) {
+        while let Some(item) = self.next() {
+            match item {
+                Item::Dir(dir, rel) => self.list(&dir, &rel),
+                Item::File(path, rel) => self.search(&path, &rel),
+            }
+            let mut queue = lock(&self.queue);
+            queue.busy -= 1;
+            if queue.busy == 0 && queue.items.is_empty() {
+                self.ready.notify_all();
+            }
+        }
+    }
+
+    fn next(&self) -> Option<Item> {
+        let mut queue = lock(&self.queue);
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            if let Some(item) = queue.items.pop() {
+                queue.busy += 1;
+                return Some(item);
+            }
+            if queue.busy == 0 {
+                return None;
+            }
+            queue = self.ready.wait(queue).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Queues the subdirectories (but `.git`) and the regular files (that pass the filter) of `dir`;
+    /// symlinks are not followed, so they are neither.
+    fn list(&self, dir: &Path, rel: &str) {
+        let Ok(entries) = fs::read_dir(dir) else { return };
+        let mut items = Vec::new();
+        for entry in entries.filter_map(Result::ok) {
+            let Ok(file_type) = entry.file_type() else { continue };
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let child_rel = if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") };
+            if file_type.is_dir() {
+                if name != EXCLUDED {
+                    items.push(Item::Dir(entry.path(), child_rel));
+                }
+            } else if file_type.is_file() && self.filter.is_none_or(|f| f.is_match(&name)) {
+                items.push(Item::File(entry.path(), child_rel));
+            }
+        }
+        if !items.is_empty() {
+            lock(&self.queue).items.extend(items);
+            self.ready.notify_all();
+        }
+    }
+
+    fn search(&self, path: &Path, rel: &str) {
+        let Some(lines) = self.matcher.search_file(path) else { return };
+        if lines.is_empty() {
+            return;
+        }
+        let count = lines.len();
+        let matches = to_matches(&shown(self.root, rel), lines);
+        lock(&self.found).extend(matches);
+        let held = self.held.fetch_add(count, Ordering::Relaxed) + count;
+        if self.limit.is_some_and(|limit| held > limit) {
+            self.stop.store(true, Ordering::Relaxed);
+            // Under the lock, so no worker is between its check of `stop` and its wait.
+            let _queue = lock(&self.queue);
+            self.ready.notify_all();
+        }
+    }
+}
+
+fn route_b(
+    pattern: &str,
+    root: &str,
+    fs_root: &Path,
+    glob: &str,
+    limit: Option<usize>,
+) -> Result<Vec<GrepMatch>, String> {
+    let matcher = universal::LineMatcher::new(pattern);
+    if !fs::metadata(fs_root).is_ok_and(|m| m.is_dir()) {
+        // A file is searched alone, the glob ignored; anything else gives nothing.
+        if !fs::metadata(fs_root).is_ok_and(|m| m.is_file()) {
+            return Ok(Vec::new());
+        }
+        return Ok(to_matches(root, matcher.search_file(fs_root).unwrap_or_default()));
+    }
+    let glob = glob.trim_start_matches('/');
+    if glob.split(['/', '\\']).any(|segment| segment == "..") {
+        // What the reference's helper reports when it refuses such a glob.
+        return Err(format!("Path '{root}': exit code 2"));
+    }
+    let Ok(real_root) = fs::canonicalize(fs_root) else { return Ok(Vec::new()) };
+    let mut hits = pyglob::expand(fs_root, glob);
+    hits.sort_unstable();
+    let files: Vec<(PathBuf, String)> = hits
+        .iter()
+        .filter(|hit| {
+            let mut dirs = hit.split(|&b| b == b'/');
+            dirs.next_back();
+            !dirs.any(|dir| dir == EXCLUDED.as_bytes())
+        })
+        .filter_map(|hit| {
+            let real = fs::canonicalize(fs_root.join(OsStr::from_bytes(hit))).ok()?;
+            let rel = real.strip_prefix(&real_root).ok()?.to_string_lossy().into_owned();
+            let file = !rel.is_empty() && fs::metadata(&real).is_ok_and(|m| m.is_file());
+            file.then(|| (real, shown(root, &rel)))
+        })
+        .collect();
+    Ok(search_in_order(&files, &matcher, limit))
+}
+
+/// Searches `files` (path, shown path) in parallel and returns their matches in the order of
+/// `files`, stopping once the finished prefix holds more than `limit` matches.
+fn search_in_order(
+    files: &[(PathBuf, String)],
+    matcher: &universal::LineMatcher,
+    limit: Option<usize>,
+) -> Vec<GrepMatch> {
+    struct Slots {
+        done: Vec<Option<Vec<GrepMatch>>>,
+        /// `done[..prefix]` are all finished and hold `held` matches.
+        prefix: usize,
+        held: usize,
+    }
+    let slots = Mutex::new(Slots { done: vec![None; files.len()], prefix: 0, held: 0 });
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let work = || {
+        while !stop.load(Ordering::Relaxed) {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some((path, shown)) = files.get(i) else { break };
+            let found = to_matches(shown, matcher.search_file(path).unwrap_or_default());
+            let mut slots = lock(&slots);
+            slots.done[i] = Some(found);
+            while let Some(Some(found)) = slots.done.get(slots.prefix) {
+                slots.held += found.len();
+                slots.prefix += 1;
+            }
+            if limit.is_some_and(|limit| slots.held > limit) {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+    };
+    let threads = workers().min(files.len());
+    if threads <= 1 {
+        work();
+    } else {
+        thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(work);
+            }
+        });
+    }
+    let slots = slots.into_inner().unwrap_or_else(PoisonError::into_inner);
+    slots.done.into_iter().take(slots.prefix).flatten().flatten().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    /// The grep tree `G` of §5.
+    fn tree_g() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let files: [(&str, &[u8]); 12] = [
+            ("a.py", b"needle one\nno\nneedle two\n"),
+            ("sub/b.py", b"xx needle\n"),
+            ("sub/c.txt", b"needle txt\n"),
+            (".hidden.py", b"needle hidden\n"),
+            (".hdir/d.py", b"needle in hidden dir\n"),
+            (".git/config", b"needle in git\n"),
+            ("sub/.git/x", b"needle in nested git\n"),
+            ("we:ird.py", b"needle colon\n"),
+            ("crlf.py", b"needle crlf\r\nother\r\n"),
+            ("cr.py", b"first\rneedle cr\rlast"),
+            ("src/app/main.py", b"needle main\n"),
+            ("src/top.py", b"needle top\n"),
+        ];
+        for (name, content) in files {
+            let path = dir.path().join(name);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, content).unwrap();
+        }
+        dir
+    }
+
+    fn root_of(dir: &tempfile::TempDir) -> String {
+        dir.path().to_str().unwrap().to_owned()
+    }
+
+    /// (path relative to `root/`, line, text) in result order.
+    fn rel(root: &str, result: GrepResult) -> Vec<(String, u64, String)> {
+        assert_eq!(result.error, None);
+        let prefix = format!("{root}/");
+        result
+            .matches
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.path.strip_prefix(&prefix).unwrap().to_owned(), m.line, m.text))
+            .collect()
+    }
+
+    fn set(root: &str, result: GrepResult) -> BTreeSet<(String, u64, String)> {
+        rel(root, result).into_iter().collect()
+    }
+
+    fn expect(rows: &[(&str, u64, &str)]) -> Vec<(String, u64, String)> {
+        rows.iter().map(|&(p, l, t)| (p.to_owned(), l, t.to_owned())).collect()
+    }
+
+    const CASE_35: [(&str, u64, &str); 11] = [
+        (".hdir/d.py", 1, "needle in hidden dir"),
+        (".hidden.py", 1, "needle hidden"),
+        ("a.py", 1, "needle one"),
+        ("a.py", 3, "needle two"),
+        ("cr.py", 1, "first\rneedle cr\rlast"),
+        ("crlf.py", 1, "needle crlf\r"),
+        ("src/app/main.py", 1, "needle main"),
+        ("src/top.py", 1, "needle top"),
+        ("sub/b.py", 1, "xx needle"),
+        ("sub/c.txt", 1, "needle txt"),
+        ("we:ird.py", 1, "needle colon"),
+    ];
+
+    fn grep_at(pattern: &str, root: &str, glob: Option<&str>) -> GrepResult {
+        grep(pattern, Some(root), glob, None, &Workspace::open("/".into()))
+    }
+
+    #[test]
+    fn case_35_walks_everything_but_git() {
+        let g = tree_g();
+        let root = root_of(&g);
+        let result = grep_at("needle", &root, None);
+        assert!(!result.truncated);
+        assert_eq!(set(&root, result), expect(&CASE_35).into_iter().collect());
+    }
+
+    #[test]
+    fn case_35_default_root_is_dot_of_base() {
+        let g = tree_g();
+        let result = grep("needle two", None, None, None, &Workspace::open(g.path().into()));
+        assert_eq!(
+            result.matches.unwrap(),
+            vec![GrepMatch { path: "./a.py".into(), line: 3, text: "needle two".into() }]
+        );
+        let result = grep("needle two", Some(""), None, None, &Workspace::open(g.path().into()));
+        assert_eq!(result.matches.unwrap()[0].path, "./a.py");
+        let result = grep("xx", Some("sub"), None, None, &Workspace::open(g.path().into()));
+        assert_eq!(result.matches.unwrap()[0].path, "sub/b.py");
+        let result = grep("xx", Some("sub/"), None, None, &Workspace::open(g.path().into()));
+        assert_eq!(result.matches.unwrap()[0].path, "sub/b.py");
+    }
+
+    #[test]
+    fn case_36_basename_glob_includes_dot_files() {
+        let g = tree_g();
+        let root = root_of(&g);
+        let expected = CASE_35.iter().filter(|r| r.0 != "sub/c.txt").copied().collect::<Vec<_>>();
+        assert_eq!(
+            set(&root, grep_at("needle", &root, Some("*.py"))),
+            expect(&expected).into_iter().collect()
+        );
+    }
+
+    #[test]
+    fn case_37_path_glob_is_ordered_python_glob() {
+        let g = tree_g();
+        let root = root_of(&g);
+        let result = grep_at("needle", &root, Some("**/*.py"));
+        assert!(!result.truncated);
+        assert_eq!(
+            rel(&root, result),
+            expect(&[
+                ("a.py", 1, "needle one"),
+                ("a.py", 3, "needle two"),
+                ("cr.py", 2, "needle cr"),
+                ("crlf.py", 1, "needle crlf"),
+                ("src/app/main.py", 1, "needle main"),
+                ("src/top.py", 1, "needle top"),
+                ("sub/b.py", 1, "xx needle"),
+                ("we:ird.py", 1, "needle colon"),
+            ])
+        );
+    }
+
+    #[test]
+    fn case_38_anchored_globs_git_root_and_literal_braces() {
+        let g = tree_g();
+        let root = root_of(&g);
+        let lines = |r: GrepResult| rel(&root, r).into_iter().map(|(p, l, _)| (p, l)).collect::<Vec<_>>();
+        let pl = |rows: &[(&str, u64)]| rows.iter().map(|&(p, l)| (p.to_owned(), l)).collect::<Vec<_>>();
+        assert_eq!(
+            lines(grep_at("needle", &root, Some("/*.py"))),
+            pl(&[("a.py", 1), ("a.py", 3), ("cr.py", 2), ("crlf.py", 1), ("we:ird.py", 1)])
+        );
+        assert_eq!(
+            lines(grep_at("needle", &root, Some("src/**/*.py"))),
+            pl(&[("src/app/main.py", 1), ("src/top.py", 1)])
+        );
+        let git = format!("{root}/.git");
+        let result = grep_at("needle", &git, None);
+        assert_eq!(
+            result.matches.unwrap(),
+            vec![GrepMatch { path: format!("{git}/config"), line: 1, text: "needle in git".into() }]
+        );
+        let result = grep_at("needle", &root, Some("*.{py,txt}"));
+        assert_eq!((result.error, result.matches, result.truncated), (None, Some(Vec::new()), false));
+    }
+
+    #[test]
+    fn case_39_parent_glob_and_missing_root() {
+        let g = tree_g();
+        let root = root_of(&g);
+        let result = grep_at("needle", &root, Some("../*.py"));
+        assert_eq!(result.error, Some(format!("Path '{root}': exit code 2")));
+        assert_eq!(result.matches, None);
+        let result = grep("needle", None, Some("a\\..\\b/x"), None, &Workspace::open(g.path().into()));
+        assert_eq!(result.error.as_deref(), Some("Path '.': exit code 2"));
+        let result = grep_at("x", &format!("{root}/missing"), None);
+        assert_eq!((result.error, result.matches, result.truncated), (None, Some(Vec::new()), false));
+        let result = grep_at("x", &format!("{root}/missing"), Some("**/*.py"));
+        assert_eq!((result.error, result.matches), (None, Some(Vec::new())));
+    }
+
+    #[test]
+    fn case_40_max_count() {
+        let g = tree_g();
+        let root = root_of(&g);
+        let all: BTreeSet<_> = expect(&CASE_35).into_iter().collect();
+        let run = |n: i64| grep("needle", Some(&root), None, Some(n), &Workspace::open("/".into()));
+        let two = run(2);
+        assert!(two.truncated);
+        let two = set(&root, two);
+        assert_eq!(two.len(), 2);
+        assert!(two.is_subset(&all));
+        let eleven = run(11);
+        assert!(!eleven.truncated);
+        assert_eq!(set(&root, eleven), all);
+        let twelve = run(12);
+        assert!(!twelve.truncated);
+        let zero = run(0);
+        assert!(zero.truncated);
+        assert_eq!(zero.matches, Some(Vec::new()));
+        let negative = run(-3);
+        assert!(negative.truncated);
+        assert_eq!(negative.matches, Some(Vec::new()));
+        // Route B keeps the first n in its order.
+        let b = grep("needle", Some(&root), Some("**/*.py"), Some(3), &Workspace::open("/".into()));
+        assert!(b.truncated);
+        assert_eq!(
+            rel(&root, b),
+            expect(&[("a.py", 1, "needle one"), ("a.py", 3, "needle two"), ("cr.py", 2, "needle cr")])
+        );
+        let b = grep("needle", Some(&root), Some("**/*.py"), Some(8), &Workspace::open("/".into()));
+        assert!(!b.truncated);
+        assert_eq!(b.matches.unwrap().len(), 8);
+        let none = grep("absent", Some(&root), None, Some(0), &Workspace::open("/".into()));
+        assert!(!none.truncated);
+    }
+
+    #[test]
+    fn case_41_crlf_by_route() {
+        let g = tree_g();
+        let root = root_of(&g);
+        let file = format!("{root}/crlf.py");
+        let result = grep_at("other", &file, None);
+        assert_eq!(
+            result.matches.unwrap(),
+            vec![GrepMatch { path: file.clone(), line: 2, text: "other\r".into() }]
+        );
+        let result = grep_at("other", &root, Some("/crlf.py"));
+        assert_eq!(result.matches.unwrap(), vec![GrepMatch { path: file, line: 2, text: "other".into() }]);
+    }
+
+    #[test]
+    fn case_42_file_roots_and_globs() {
+        let g = tree_g();
+        let root = root_of(&g);
+        let file = format!("{root}/a.py");
+        let result = grep_at("needle", &file, Some("*.txt"));
+        assert_eq!(result.matches, Some(Vec::new()));
+        let result = grep_at("needle", &file, Some("*.py"));
+        assert_eq!(result.matches.unwrap().len(), 2);
+        let result = grep_at("needle", &file, Some("zzz/*.txt"));
+        assert_eq!(
+            result.matches.unwrap(),
+            vec![
+                GrepMatch { path: file.clone(), line: 1, text: "needle one".into() },
+                GrepMatch { path: file.clone(), line: 3, text: "needle two".into() },
+            ]
+        );
+        // The glob is ignored for a file root even when it would be refused for a directory.
+        assert_eq!(grep_at("needle", &file, Some("../*")).matches.unwrap().len(), 2);
+    }
+
+    #[test]
+    fn case_43_pattern_ending_in_lf() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(&dir);
+        fs::write(dir.path().join("f.txt"), b"abc\nxyz\nb\n").unwrap();
+        let result = grep_at("b\n", &root, None);
+        assert_eq!(
+            set(&root, result),
+            expect(&[("f.txt", 1, "abc"), ("f.txt", 2, "xyz"), ("f.txt", 3, "b")]).into_iter().collect()
+        );
+        let result = grep_at("b\n", &root, Some("/*.txt"));
+        assert_eq!(rel(&root, result), expect(&[("f.txt", 3, "b")]));
+    }
+
+    #[test]
+    fn symlinks_binary_and_root_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(&dir);
+        let d = dir.path();
+        fs::create_dir(d.join("real")).unwrap();
+        fs::write(d.join("real/f.txt"), "hit\n").unwrap();
+        fs::write(d.join("bin.dat"), b"hit\n\0").unwrap();
+        symlink("real", d.join("dirlink")).unwrap();
+        symlink("real/f.txt", d.join("filelink")).unwrap();
+        // Links met in the walk are not followed.
+        assert_eq!(rel(&root, grep_at("hit", &root, None)), expect(&[("real/f.txt", 1, "hit")]));
+        // A linked root is.
+        let linked = format!("{root}/dirlink");
+        assert_eq!(grep_at("hit", &linked, None).matches.unwrap()[0].path, format!("{linked}/f.txt"));
+        let file_link = format!("{root}/filelink");
+        assert_eq!(grep_at("hit", &file_link, None).matches.unwrap()[0].path, file_link);
+        // Route B follows links and reports the resolved path.
+        assert_eq!(
+            rel(&root, grep_at("hit", &root, Some("*/f.txt"))),
+            expect(&[("real/f.txt", 1, "hit"), ("real/f.txt", 1, "hit")])
+        );
+        assert_eq!(
+            rel(&root, grep_at("hit", &root, Some("./filelink"))),
+            expect(&[("real/f.txt", 1, "hit")])
+        );
+        // Route B treats NUL as text and skips hits under `.git` or outside the root.
+        assert_eq!(rel(&root, grep_at("hit", &root, Some("/bin.dat"))), expect(&[("bin.dat", 1, "hit")]));
+        fs::create_dir(d.join(".git")).unwrap();
+        fs::write(d.join(".git/h"), "hit\n").unwrap();
+        assert_eq!(grep_at("hit", &root, Some(".git/*")).matches, Some(Vec::new()));
+        symlink("/etc/hostname", d.join("out")).unwrap();
+        assert_eq!(grep_at("", &root, Some("/out")).matches, Some(Vec::new()));
+    }
+
+    #[test]
+    fn big_tree_in_parallel() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(&dir);
+        let mut expected = BTreeSet::new();
+        for d in 0..20 {
+            let sub = dir.path().join(format!("d{d}/e"));
+            fs::create_dir_all(&sub).unwrap();
+            for f in 0..50 {
+                let text = format!("line\nneedle {d} {f}\n");
+                fs::write(sub.join(format!("f{f}.txt")), text.as_bytes()).unwrap();
+                expected.insert((format!("d{d}/e/f{f}.txt"), 2, format!("needle {d} {f}")));
+            }
+        }
+        let result = grep_at("needle", &root, None);
+        assert_eq!(set(&root, result.clone()), expected);
+        let listed = rel(&root, result);
+        assert!(listed.windows(2).all(|w| w[0] <= w[1]), "route A output is sorted");
+        let limited = grep("needle", Some(&root), None, Some(10), &Workspace::open("/".into()));
+        assert!(limited.truncated);
+        assert_eq!(limited.matches.unwrap().len(), 10);
+        let ordered = grep("needle", Some(&root), Some("d1*/e/*.txt"), Some(5), &Workspace::open("/".into()));
+        let first: Vec<_> = rel(&root, ordered).into_iter().map(|r| r.0).collect();
+        assert_eq!(first, ["d1/e/f0.txt", "d1/e/f1.txt", "d1/e/f10.txt", "d1/e/f11.txt", "d1/e/f12.txt"]);
+    }
 }

@@ -33,11 +33,9 @@ pub fn run(request: FsRequest, base: &Workspace) -> FsResponse {
         FsRequest::Edit { path, old, new, replace_all } => {
             FsResponse::Edit(edit::edit(&path, &old, &new, replace_all, base))
         }
-        FsRequest::Glob { pattern, path } => {
-            FsResponse::Glob(glob::glob(&pattern, path.as_deref(), base.dir()))
-        }
+        FsRequest::Glob { pattern, path } => FsResponse::Glob(glob::glob(&pattern, path.as_deref(), base)),
         FsRequest::Grep { pattern, path, glob, max_count } => {
-            FsResponse::Grep(grep::grep(&pattern, path.as_deref(), glob.as_deref(), max_count, base.dir()))
+            FsResponse::Grep(grep::grep(&pattern, path.as_deref(), glob.as_deref(), max_count, base))
         }
         FsRequest::Delete { path } => FsResponse::Delete(delete::delete(&path, base)),
     }

@@ -44,6 +44,10 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
     if path.contains('\0') {
         return fail("invalid_path");
     }
+    // `stat("")` fails with ENOENT; joined to the workspace it would name the workspace itself.
+    if path.is_empty() {
+        return fail("file_not_found");
+    }
     let Ok(file_path) = ws.resolve(path) else { return fail("invalid_path") };
     let meta = match std::fs::metadata(&file_path) {
         Ok(meta) => meta,
@@ -58,25 +62,28 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
     if meta.len() == 0 {
         return whole(EMPTY_REMINDER.to_owned(), Encoding::Utf8);
     }
+    // Failures below carry the text after `File '{p}': `.
     let open = |file_path: &Path| match File::open(file_path) {
         Ok(file) => Ok(file),
         Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => {
-            Err(fail("permission_denied"))
+            Err("permission_denied".to_owned())
         }
-        Err(err) => Err(fail(&format!("unexpected server response: {err}"))),
+        Err(err) => Err(format!("unexpected server response: {err}")),
     };
+    let whole_base64 =
+        |file_path: &Path| match open(file_path).and_then(|f| read_all(f).map_err(|e| e.to_string())) {
+            Ok(bytes) => whole(base64(&bytes), Encoding::Base64),
+            Err(what) => fail(&what),
+        };
     if has_binary_suffix(path) {
         if meta.len() > BINARY_PREVIEW_MAX {
             return fail(&format!("Binary file exceeds maximum preview size of {BINARY_PREVIEW_MAX} bytes"));
         }
-        return match open(&file_path).and_then(|f| read_all(f).map_err(|e| fail(&e.to_string()))) {
-            Ok(bytes) => whole(base64(&bytes), Encoding::Base64),
-            Err(result) => result,
-        };
+        return whole_base64(&file_path);
     }
     let mut reader = match open(&file_path) {
         Ok(file) => BufReader::with_capacity(64 * 1024, file),
-        Err(result) => return result,
+        Err(what) => return fail(&what),
     };
     let text = match sniff(&mut reader) {
         Ok(text) => text,
@@ -84,11 +91,7 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
     };
     if !text {
         // The reference returns the whole file as base64, with no size cap (quirk).
-        let all = open(&file_path).and_then(|f| read_all(f).map_err(|e| fail(&e.to_string())));
-        return match all {
-            Ok(bytes) => whole(base64(&bytes), Encoding::Base64),
-            Err(result) => result,
-        };
+        return whole_base64(&file_path);
     }
     if limit == 0 {
         return ReadResult {

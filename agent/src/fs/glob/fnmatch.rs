@@ -171,13 +171,13 @@ impl Pattern {
 
 /// The inside of `[…]` (without the brackets), split into ranges the way `fnmatch.translate` does.
 fn parse_set(stuff: &[char], dialect: Dialect) -> Token {
-    let negated = stuff[0] == '!' || (dialect.caret_negates && stuff[0] == '^');
+    let bang = |c: char| c == '!' || (dialect.caret_negates && c == '^');
     // Chunks are separated by the hyphens that form ranges: the last char of one chunk and the first
     // of the next are a range's ends. A hyphen is never a separator right after `[`/`[!`, nor right
     // after a range's end.
     let mut chunks: Vec<Vec<char>> = Vec::new();
     let mut lo = 0;
-    let mut k = if negated { 2 } else { 1 };
+    let mut k = if bang(stuff[0]) { 2 } else { 1 };
     while let Some(at) = stuff.get(k..).and_then(|rest| rest.iter().position(|&c| c == '-')) {
         let at = k + at;
         chunks.push(stuff[lo..at].to_vec());
@@ -202,25 +202,38 @@ fn parse_set(stuff: &[char], dialect: Dialect) -> Token {
             chunks[k - 1].extend_from_slice(&tail[1..]);
         }
     }
-    let flat: Vec<char> = chunks.concat();
-    if flat.is_empty() {
-        return Token::Set { negated: false, ranges: Vec::new() };
-    }
-    if negated && flat.len() == 1 {
-        return Token::One;
-    }
-    let mut ranges = Vec::new();
-    let last = chunks.len() - 1;
+    // The class as Python's regex then reads it: chunks joined by range hyphens (`None`), negated
+    // when what is left starts with `!` (fusing can move one there), a join right after it literal.
+    let mut seq: Vec<Option<char>> = Vec::new();
     for (idx, chunk) in chunks.iter().enumerate() {
-        let from = usize::from(idx > 0) + usize::from(idx == 0 && negated);
-        let to = if idx < last { chunk.len().saturating_sub(1) } else { chunk.len() };
-        if from < to {
-            ranges.extend(chunk[from..to].iter().map(|&c| (c, c)));
+        if idx > 0 {
+            seq.push(None);
         }
-        if idx < last
-            && let (Some(&a), Some(&b)) = (chunk.last(), chunks[idx + 1].first())
-        {
-            ranges.push((a, b));
+        seq.extend(chunk.iter().map(|&c| Some(c)));
+    }
+    let negated = match seq.as_slice() {
+        [] => return Token::Set { negated: false, ranges: Vec::new() },
+        [Some(c)] if bang(*c) => return Token::One,
+        [Some(c), ..] => bang(*c),
+        _ => false,
+    };
+    let body = &seq[usize::from(negated)..];
+    let mut ranges = Vec::new();
+    let mut i = 0;
+    while i < body.len() {
+        match (body[i], body.get(i + 1), body.get(i + 2)) {
+            (Some(a), Some(None), Some(&Some(b))) => {
+                ranges.push((a, b));
+                i += 3;
+            }
+            (Some(a), ..) => {
+                ranges.push((a, a));
+                i += 1;
+            }
+            (None, ..) => {
+                ranges.push(('-', '-'));
+                i += 1;
+            }
         }
     }
     Token::Set { negated, ranges }
@@ -286,6 +299,12 @@ mod tests {
         assert!(m("[c-a-z]", "-"));
         assert!(m("[c-a-z]", "z"));
         assert!(!m("[c-a-z]", "c"));
+        // Fusing can leave a leading `!`, which then negates; a join right after it is literal.
+        assert!(m("[]-\\!]", "\\"));
+        assert!(m("[]-\\!]", "!"));
+        assert!(m("[]-\\!-z]", "a"));
+        assert!(!m("[]-\\!-z]", "-"));
+        assert!(!m("[]-\\!-z]", "z"));
         // Backslash is ordinary.
         assert!(m("a\\b", "a\\b"));
         assert!(m("[\\]", "\\"));
