@@ -191,7 +191,7 @@ impl Session {
                     })
                     .await;
                     let reply = match response {
-                        Ok(response) => ServerMessage::FsResult(FsReply { id, response }),
+                        Ok(response) => ServerMessage::FsResult(FsReply { id, result: response }),
                         Err(err) => ServerMessage::Error(ErrorReply {
                             id: Some(id),
                             code: ErrorCode::Internal,

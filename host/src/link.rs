@@ -184,7 +184,7 @@ impl Link {
         let (id, mut route) = self.open_route();
         self.send(ClientMessage::Fs(FsMessage { id, request })).await?;
         match self.terminal(&mut route).await? {
-            ServerMessage::FsResult(reply) => Ok(reply.response),
+            ServerMessage::FsResult(reply) => Ok(reply.result),
             other => Err(unexpected(&other)),
         }
     }

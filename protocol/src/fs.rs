@@ -57,9 +57,10 @@ fn default_limit() -> i64 {
     DEFAULT_READ_LIMIT
 }
 
-/// The result of one verb, tagged with the verb's name.
+/// The result of one verb, keyed by the verb's name: `{"read": {…ReadResult…}}`. (Externally tagged,
+/// so a large result is parsed in one pass, with no buffering to find its tag.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "verb", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum FsResponse {
     Ls(LsResult),
     Read(ReadResult),

@@ -44,16 +44,15 @@ impl ClientMessage {
 
     /// Encodes the message as the JSON text the server expects.
     pub fn to_json(&self) -> String {
-        let (kind, body) = match self {
-            Self::Hello(m) => ("hello", serde_json::to_string(m)),
-            Self::Exec(m) => ("exec", serde_json::to_string(m)),
-            Self::Cancel(m) => ("cancel", serde_json::to_string(m)),
-            Self::Upload(m) => ("upload", serde_json::to_string(m)),
-            Self::UploadEnd(m) => ("upload_end", serde_json::to_string(m)),
-            Self::Download(m) => ("download", serde_json::to_string(m)),
-            Self::Fs(m) => ("fs", serde_json::to_string(m)),
-        };
-        with_type(kind, body)
+        match self {
+            Self::Hello(m) => with_type("hello", m),
+            Self::Exec(m) => with_type("exec", m),
+            Self::Cancel(m) => with_type("cancel", m),
+            Self::Upload(m) => with_type("upload", m),
+            Self::UploadEnd(m) => with_type("upload_end", m),
+            Self::Download(m) => with_type("download", m),
+            Self::Fs(m) => with_type("fs", m),
+        }
     }
 }
 
@@ -153,12 +152,11 @@ pub struct FsMessage {
     pub request: FsRequest,
 }
 
-/// The result of an `fs` request: the verb's result type, tagged with `verb`.
+/// The result of an `fs` request: `result` is the verb's result keyed by the verb's name.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FsReply {
     pub id: u64,
-    #[serde(flatten)]
-    pub response: FsResponse,
+    pub result: FsResponse,
 }
 
 /// Messages from the server.
@@ -178,33 +176,39 @@ pub enum ServerMessage {
 impl ServerMessage {
     /// Encodes the message as JSON text.
     pub fn to_json(&self) -> String {
-        let (kind, body) = match self {
-            Self::Hello(m) => ("hello", serde_json::to_string(m)),
-            Self::ExecStarted(m) => ("exec_started", serde_json::to_string(m)),
-            Self::ExecResult(m) => ("exec_result", serde_json::to_string(m)),
-            Self::CancelResult(m) => ("cancel_result", serde_json::to_string(m)),
-            Self::UploadResult(m) => ("upload_result", serde_json::to_string(m)),
-            Self::DownloadStart(m) => ("download_start", serde_json::to_string(m)),
-            Self::DownloadResult(m) => ("download_result", serde_json::to_string(m)),
-            Self::FsResult(m) => ("fs_result", serde_json::to_string(m)),
-            Self::Error(m) => ("error", serde_json::to_string(m)),
-        };
-        with_type(kind, body)
+        match self {
+            Self::Hello(m) => with_type("hello", m),
+            Self::ExecStarted(m) => with_type("exec_started", m),
+            Self::ExecResult(m) => with_type("exec_result", m),
+            Self::CancelResult(m) => with_type("cancel_result", m),
+            Self::UploadResult(m) => with_type("upload_result", m),
+            Self::DownloadStart(m) => with_type("download_start", m),
+            Self::DownloadResult(m) => with_type("download_result", m),
+            Self::FsResult(m) => with_type("fs_result", m),
+            Self::Error(m) => with_type("error", m),
+        }
     }
 
     /// Parses a server message (what a client does with each text frame).
     pub fn from_json(text: &str) -> Result<Self, DecodeError> {
-        let (kind, id, value) = split_envelope(text)?;
-        match kind.as_str() {
-            "hello" => from_value(value, id).map(Self::Hello),
-            "exec_started" => from_value(value, id).map(Self::ExecStarted),
-            "exec_result" => from_value(value, id).map(Self::ExecResult),
-            "cancel_result" => from_value(value, id).map(Self::CancelResult),
-            "upload_result" => from_value(value, id).map(Self::UploadResult),
-            "download_start" => from_value(value, id).map(Self::DownloadStart),
-            "download_result" => from_value(value, id).map(Self::DownloadResult),
-            "fs_result" => from_value(value, id).map(Self::FsResult),
-            "error" => from_value(value, id).map(Self::Error),
+        // Read `type` and `id` first, then the whole text straight into its type: no intermediate
+        // tree, which matters for a grep result of megabytes.
+        let envelope: Envelope<'_> = serde_json::from_str(text)
+            .map_err(|e| DecodeError::new(None, ErrorCode::MalformedFrame, format!("not a message: {e}")))?;
+        let id = envelope.id;
+        let Some(kind) = envelope.kind else {
+            return Err(DecodeError::new(id, ErrorCode::MissingField, "missing field `type`"));
+        };
+        match kind.as_ref() {
+            "hello" => typed(text, id).map(Self::Hello),
+            "exec_started" => typed(text, id).map(Self::ExecStarted),
+            "exec_result" => typed(text, id).map(Self::ExecResult),
+            "cancel_result" => typed(text, id).map(Self::CancelResult),
+            "upload_result" => typed(text, id).map(Self::UploadResult),
+            "download_start" => typed(text, id).map(Self::DownloadStart),
+            "download_result" => typed(text, id).map(Self::DownloadResult),
+            "fs_result" => typed(text, id).map(Self::FsResult),
+            "error" => typed(text, id).map(Self::Error),
             _ => Err(DecodeError::new(id, ErrorCode::UnknownType, format!("unknown message type `{kind}`"))),
         }
     }
@@ -443,6 +447,28 @@ pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
     }
 }
 
+/// The part of a server message read before its type is known.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<u64>,
+}
+
+/// A server message's text as its type (server messages ignore the `type` field they carry).
+fn typed<T: for<'de> Deserialize<'de>>(text: &str, id: Option<u64>) -> Result<T, DecodeError> {
+    serde_json::from_str(text).map_err(|e| {
+        let message = e.to_string();
+        let code = if message.starts_with("missing field") {
+            ErrorCode::MissingField
+        } else {
+            ErrorCode::InvalidField
+        };
+        DecodeError::new(id, code, message)
+    })
+}
+
 /// Reads `type` and `id` and returns the object without `type`.
 fn split_envelope(text: &str) -> Result<(String, Option<u64>, Value), DecodeError> {
     let value: Value = serde_json::from_str(text)
@@ -475,12 +501,23 @@ fn from_value<T: for<'de> Deserialize<'de>>(value: Value, id: Option<u64>) -> Re
     })
 }
 
-fn with_type(kind: &str, body: Result<String, serde_json::Error>) -> String {
-    // Our message structs always serialize to a JSON object; put `type` first for readers of logs.
-    let body = body.unwrap_or_default();
-    let rest = body.strip_prefix('{').unwrap_or("}");
-    let separator = if rest.starts_with('}') { "" } else { "," };
-    format!("{{\"type\":\"{kind}\"{separator}{rest}")
+/// `{"type":"<kind>", …the fields of `body`…}`, serialized once into one buffer (`type` first for
+/// readers of logs).
+fn with_type<T: Serialize>(kind: &str, body: &T) -> String {
+    let mut out = format!("{{\"type\":\"{kind}\"").into_bytes();
+    let start = out.len();
+    // Our message structs always serialize to a JSON object, which cannot fail.
+    if serde_json::to_writer(&mut out, body).is_err() || out.get(start) != Some(&b'{') {
+        out.truncate(start);
+        out.push(b'}');
+    } else if out.len() == start + 2 {
+        // `{}`: no fields to follow `type`.
+        out.truncate(start + 1);
+        out[start] = b'}';
+    } else {
+        out[start] = b',';
+    }
+    String::from_utf8(out).unwrap_or_default()
 }
 
 fn is_false(value: &bool) -> bool {

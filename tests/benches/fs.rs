@@ -97,7 +97,8 @@ async fn run() {
         let l = sb.ls(&format!("{tree_s}/pkg01")).await.unwrap();
         lss.push(t.elapsed());
         assert_eq!(l.entries.map(|e| e.len()), Some(FILES_PER_DIR));
-        let (old, new) = if i.is_multiple_of(2) { ("result_7 =", "RESULT_7 =") } else { ("RESULT_7 =", "result_7 =") };
+        let (old, new) =
+            if i.is_multiple_of(2) { ("result_7 =", "RESULT_7 =") } else { ("RESULT_7 =", "result_7 =") };
         let t = Instant::now();
         let e = sb.edit(&edited, old, new, false).await.unwrap();
         edits.push(t.elapsed());

@@ -112,8 +112,11 @@ fn route_a(
         held: AtomicUsize::new(0),
         stop: AtomicBool::new(false),
     };
+    // With a limit, one walker in sorted order: which matches are "the first n" must not depend on
+    // thread timing (the native and derived paths must agree, run after run).
+    let workers = if limit.is_some() { 1 } else { workers() };
     thread::scope(|scope| {
-        for _ in 0..workers() {
+        for _ in 0..workers {
             scope.spawn(|| walker.work());
         }
     });
@@ -127,6 +130,15 @@ fn route_a(
 enum Item {
     Dir(PathBuf, String),
     File(PathBuf, String),
+}
+
+impl Item {
+    fn sort_key(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            Item::Dir(_, rel) => format!("{rel}/").into(),
+            Item::File(_, rel) => rel.as_str().into(),
+        }
+    }
 }
 
 struct Queue {
@@ -200,6 +212,10 @@ impl Walker<'_> {
             }
         }
         if !items.is_empty() {
+            // The queue is a stack: push in descending order so the smallest path comes off first,
+            // making a single walker visit files in the order the results are sorted in (a
+            // directory sorts as its name plus `/`, as its files' paths do).
+            items.sort_unstable_by(|a, b| b.sort_key().cmp(&a.sort_key()));
             lock(&self.queue).items.extend(items);
             self.ready.notify_all();
         }

@@ -1,6 +1,7 @@
 //! Route A line search (contract §3.6): a file is bytes split at LF only, the pattern is one or more
 //! LF-separated literals found with `memchr::memmem`, and a file holding NUL is skipped whole.
 
+use std::cell::RefCell;
 use std::fs::File;
 use std::io::{ErrorKind, Read as _};
 use std::path::Path;
@@ -30,31 +31,54 @@ impl LineMatcher {
     /// Matching lines of the file at `path` as (1-based number, text without LF, decoded lossily).
     /// `None` when it cannot be read or holds a NUL byte.
     pub(super) fn search_file(&self, path: &Path) -> Option<Vec<(u64, String)>> {
-        let mut file = File::open(path).ok()?;
-        let mut buf: Vec<u8> = Vec::new();
+        // One buffer per walker thread, reused for every file: a small file costs an open, one
+        // read that fills it and one that sees the end (reading into a fresh growing Vec took ~11).
+        thread_local! {
+            static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
+        BUFFER.with(|buffer| {
+            let mut buffer = buffer.borrow_mut();
+            self.search_with(File::open(path).ok()?, &mut buffer)
+        })
+    }
+
+    fn search_with(&self, mut file: File, buf: &mut Vec<u8>) -> Option<Vec<(u64, String)>> {
+        if buf.len() < CHUNK {
+            buf.resize(CHUNK, 0);
+        }
         let mut found = Vec::new();
         let mut lines = 0u64;
+        // `buf[..filled]` holds bytes read but not yet scanned; it always starts a line.
+        let mut filled = 0;
         loop {
-            let filled = buf.len();
+            if filled == buf.len() {
+                // One line longer than the buffer: grow it.
+                let len = buf.len();
+                buf.resize(len * 2, 0);
+            }
             let read = loop {
-                match (&mut file).take(CHUNK as u64).read_to_end(&mut buf) {
+                match file.read(&mut buf[filled..]) {
                     Ok(n) => break n,
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     Err(_) => return None,
                 }
             };
-            if memchr(0, &buf[filled..]).is_some() {
-                return None;
-            }
-            if read < CHUNK {
+            if read == 0 {
                 // End of file: the rest is the last line, with or without its LF.
-                self.scan(&buf, lines, &mut found);
+                self.scan(&buf[..filled], lines, &mut found);
                 return Some(found);
             }
-            if let Some(last) = memrchr(b'\n', &buf[filled..]) {
-                let end = filled + last + 1;
+            if memchr(0, &buf[filled..filled + read]).is_some() {
+                return None;
+            }
+            filled += read;
+            if filled == buf.len()
+                && let Some(last) = memrchr(b'\n', &buf[..filled])
+            {
+                let end = last + 1;
                 lines = self.scan(&buf[..end], lines, &mut found);
-                buf.drain(..end);
+                buf.copy_within(end..filled, 0);
+                filled -= end;
             }
         }
     }
