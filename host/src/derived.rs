@@ -11,6 +11,7 @@ use agentd_protocol::fs::{
 };
 use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
 use agentd_protocol::{ExecuteOffloadResult, framing, meta};
+use rand::RngCore;
 
 use crate::error::Result;
 use crate::sandbox::BaseSandbox;
@@ -22,12 +23,10 @@ const CHANNEL_MARGIN: Duration = Duration::from_secs(5);
 /// Runs `request` through `agentd fs request`. Output that is not a result becomes the verb's own
 /// error value (the contract's catch-all), never an `Err`: transport failures are `execute`'s.
 pub async fn fs<S: BaseSandbox + ?Sized>(sandbox: &S, request: FsRequest) -> FsResponse {
-    let json = match serde_json::to_string(&request) {
-        Ok(json) => json,
+    let script = match fs_script(sandbox.agentd_command(), &request, &mut rand::rng()) {
+        Ok(script) => script,
         Err(err) => return unexpected(&request, &err.to_string()),
     };
-    let head = format!("{} fs request", sandbox.agentd_command());
-    let script = framing::frame(&head, &json, &mut rand::rng());
     let response = match sandbox.execute(&script, None).await {
         Ok(response) => response,
         Err(err) => return unexpected(&request, &err.to_string()),
@@ -39,6 +38,16 @@ pub async fn fs<S: BaseSandbox + ?Sized>(sandbox: &S, request: FsRequest) -> FsR
     }
 }
 
+/// The script that runs `request`: the JSON in a quoted heredoc whose delimiter `rng` draws.
+pub fn fs_script<R: RngCore + ?Sized>(
+    agentd: &str,
+    request: &FsRequest,
+    rng: &mut R,
+) -> serde_json::Result<String> {
+    let json = serde_json::to_string(request)?;
+    Ok(framing::frame(&format!("{agentd} fs request"), &json, rng))
+}
+
 /// `agentd exec` with a fresh random sentinel; the meta line is parsed by the contract's rules.
 pub async fn execute_with_offload<S: BaseSandbox + ?Sized>(
     sandbox: &S,
@@ -48,25 +57,58 @@ pub async fn execute_with_offload<S: BaseSandbox + ?Sized>(
     max_capture_bytes: Option<u64>,
     timeout: Option<Duration>,
 ) -> Result<ExecuteOffloadResult> {
-    let max_capture_bytes = max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES);
-    // The thread-local generator is not `Send`: draw everything before the first await.
-    let (sentinel, script) = {
-        let mut rng = rand::rng();
-        let sentinel = meta::sentinel(&mut rng);
+    let offload = OffloadScript::new(
+        sandbox.agentd_command(),
+        command,
+        capture_path,
+        inline_budget,
+        max_capture_bytes,
+        timeout,
+        &mut rand::rng(),
+    );
+    offload.run(sandbox, timeout).await
+}
+
+/// A framed `agentd exec` call and the sentinel its result line must carry.
+pub struct OffloadScript {
+    pub sentinel: String,
+    pub script: String,
+}
+
+impl OffloadScript {
+    /// Draws the sentinel, then the heredoc delimiter, from `rng`.
+    pub fn new<R: RngCore + ?Sized>(
+        agentd: &str,
+        command: &str,
+        capture_path: &str,
+        inline_budget: u64,
+        max_capture_bytes: Option<u64>,
+        timeout: Option<Duration>,
+        rng: &mut R,
+    ) -> Self {
+        let sentinel = meta::sentinel(rng);
+        let max_capture_bytes = max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES);
         let mut head = format!(
-            "{} exec --meta {sentinel} --capture-path {} --inline-budget {inline_budget} --max-capture-bytes {max_capture_bytes}",
-            sandbox.agentd_command(),
+            "{agentd} exec --meta {sentinel} --capture-path {} --inline-budget {inline_budget} --max-capture-bytes {max_capture_bytes}",
             shell_quote(capture_path),
         );
         if let Some(timeout) = timeout.filter(|t| !t.is_zero()) {
             head.push_str(&format!(" --timeout {}", timeout.as_secs_f64()));
         }
-        let script = framing::frame(&head, command, &mut rng);
-        (sentinel, script)
-    };
-    let response =
-        sandbox.execute(&script, timeout.map(|t| if t.is_zero() { t } else { t + CHANNEL_MARGIN })).await?;
-    Ok(meta::parse(response, &sentinel))
+        let script = framing::frame(&head, command, rng);
+        Self { sentinel, script }
+    }
+
+    /// Runs the script through `execute` and parses its result line.
+    pub async fn run<S: BaseSandbox + ?Sized>(
+        self,
+        sandbox: &S,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteOffloadResult> {
+        let channel_timeout = timeout.map(|t| if t.is_zero() { t } else { t + CHANNEL_MARGIN });
+        let response = sandbox.execute(&self.script, channel_timeout).await?;
+        Ok(meta::parse(response, &self.sentinel))
+    }
 }
 
 /// Single-quotes `text` for `sh`.
