@@ -458,15 +458,7 @@ struct Envelope<'a> {
 
 /// A server message's text as its type (server messages ignore the `type` field they carry).
 fn typed<T: for<'de> Deserialize<'de>>(text: &str, id: Option<u64>) -> Result<T, DecodeError> {
-    serde_json::from_str(text).map_err(|e| {
-        let message = e.to_string();
-        let code = if message.starts_with("missing field") {
-            ErrorCode::MissingField
-        } else {
-            ErrorCode::InvalidField
-        };
-        DecodeError::new(id, code, message)
-    })
+    serde_json::from_str(text).map_err(|e| field_error(id, &e))
 }
 
 /// Reads `type` and `id` and returns the object without `type`.
@@ -490,15 +482,15 @@ fn split_envelope(text: &str) -> Result<(String, Option<u64>, Value), DecodeErro
 }
 
 fn from_value<T: for<'de> Deserialize<'de>>(value: Value, id: Option<u64>) -> Result<T, DecodeError> {
-    serde_json::from_value(value).map_err(|e| {
-        let message = e.to_string();
-        let code = if message.starts_with("missing field") {
-            ErrorCode::MissingField
-        } else {
-            ErrorCode::InvalidField
-        };
-        DecodeError::new(id, code, message)
-    })
+    serde_json::from_value(value).map_err(|e| field_error(id, &e))
+}
+
+/// A serde error as a decode error: `missing_field` or `invalid_field`, with serde's words.
+fn field_error(id: Option<u64>, err: &serde_json::Error) -> DecodeError {
+    let message = err.to_string();
+    let code =
+        if message.starts_with("missing field") { ErrorCode::MissingField } else { ErrorCode::InvalidField };
+    DecodeError::new(id, code, message)
 }
 
 /// `{"type":"<kind>", …the fields of `body`…}`, serialized once into one buffer (`type` first for
