@@ -53,6 +53,37 @@ impl Token {
     }
 }
 
+/// Takes the token out of agentd's environment: returns its value, overwrites it in the process's
+/// original environment block (which `/proc/<pid>/environ` shows, even after `unsetenv`), then
+/// removes the variable so no child inherits it.
+///
+/// # Safety
+/// Must run before any other thread exists: it writes to the environment without locks.
+pub unsafe fn take_env_token() -> Option<String> {
+    let value = std::env::var(TOKEN_ENV).ok();
+    unsafe extern "C" {
+        static mut environ: *mut *mut libc::c_char;
+    }
+    let prefix = format!("{TOKEN_ENV}=");
+    // SAFETY: single-threaded (the caller's promise); `environ` is the NULL-terminated array of
+    // NUL-terminated strings the kernel placed in writable memory at exec, and each write stays
+    // within the string it overwrites (its own length, found with `strlen`).
+    unsafe {
+        let mut entry = environ;
+        while !entry.is_null() && !(*entry).is_null() {
+            let text = *entry;
+            let len = libc::strlen(text);
+            let bytes = std::slice::from_raw_parts(text.cast::<u8>(), len);
+            if bytes.starts_with(prefix.as_bytes()) {
+                std::ptr::write_bytes(text.add(prefix.len()), 0, len - prefix.len());
+            }
+            entry = entry.add(1);
+        }
+        std::env::remove_var(TOKEN_ENV);
+    }
+    value
+}
+
 /// Checks the rule that a non-loopback listener needs a token.
 pub fn check_listen(addr: SocketAddr, token: Option<&Token>) -> Result<(), AuthError> {
     if token.is_none() && !addr.ip().is_loopback() {

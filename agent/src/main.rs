@@ -18,6 +18,7 @@
 //! ```
 
 mod auth;
+mod confine;
 mod exec;
 mod fs;
 mod oneshot;
@@ -33,11 +34,13 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-use crate::auth::{TOKEN_ENV, Token};
+use crate::auth::Token;
+use crate::confine::Confiner;
 use crate::exec::Executor;
 use crate::exec::reaper::Reaper;
 use crate::root::Workspace;
 use crate::server::Shared;
+use agentd_protocol::profile::SandboxProfile;
 
 #[derive(Parser)]
 #[command(
@@ -82,16 +85,20 @@ struct ServeArgs {
     /// Timeout in seconds for commands that name none (0: no limit).
     #[arg(long, default_value_t = 1800.0)]
     default_timeout: f64,
+    /// Sandbox profile (TOML) applied to every command: writable/readable roots, network, environment,
+    /// timeouts, resource limits. See README, "Sandbox profiles".
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when a command times out or is cancelled.
     #[arg(long, default_value_t = 1.0)]
     kill_grace: f64,
 }
 
 fn main() -> ExitCode {
-    // Before any thread exists: take the token out of our environment so no child inherits it.
-    let env_token = std::env::var(TOKEN_ENV).ok();
-    // SAFETY: no other thread runs yet, so nothing reads the environment concurrently.
-    unsafe { std::env::remove_var(TOKEN_ENV) };
+    // Before any thread exists: take the token out of our environment (and out of
+    // /proc/<pid>/environ) so no child inherits or reads it.
+    // SAFETY: no other thread runs yet.
+    let env_token = unsafe { auth::take_env_token() };
     // Non-dumpable: other processes of the same user cannot ptrace agentd or read its memory.
     let _ = nix::sys::prctl::set_dumpable(false);
 
@@ -146,9 +153,16 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     // The SIGCHLD handler must exist before the first child.
     let reaper = Reaper::start()?;
     let executor = Executor::new(reaper, workspace, scratch.clone(), grace);
+    let profiled = args.profile.is_some();
+    let profile = match &args.profile {
+        Some(path) => Confiner::load(path)?,
+        None => SandboxProfile { name: "none".to_owned(), ..SandboxProfile::default() },
+    };
     let shared = Arc::new(Shared {
         executor,
         workspace: files,
+        confiner: Confiner::new(profile),
+        profiled,
         token,
         default_timeout: (default_timeout > 0.0).then(|| Duration::from_secs_f64(default_timeout)),
     });
@@ -166,6 +180,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     }
     // Nothing may outlive agentd: every running exec's tree is killed before it exits.
     shared.executor.kill_all().await;
+    shared.confiner.remove_cgroups();
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
 }

@@ -150,6 +150,7 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         stdin: None,
         max_capture_bytes: args.max_capture_bytes.max(1),
         mode,
+        confined: None,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,

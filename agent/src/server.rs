@@ -28,7 +28,8 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 use crate::auth::Token;
-use crate::exec::{CancelHandle, CaptureMode, ExecSpec, Executor};
+use crate::confine::{ConfineError, Confiner};
+use crate::exec::{CancelHandle, CaptureMode, Confined, ExecSpec, Executor};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
 
@@ -47,6 +48,10 @@ pub struct Shared {
     pub executor: Executor,
     /// Where file verbs and transfers resolve paths (confined with `--root`).
     pub workspace: Workspace,
+    /// The sandbox profile (a permissive one when `--profile` was not given).
+    pub confiner: Confiner,
+    /// `--profile` was given: every command is confined.
+    pub profiled: bool,
     pub token: Option<Token>,
     /// Timeout for an exec that names none; `None`: no limit.
     pub default_timeout: Option<Duration>,
@@ -178,6 +183,8 @@ impl Session {
                     pid: std::process::id(),
                     max_text_message: MAX_TEXT_MESSAGE as u64,
                     max_binary_message: MAX_BINARY_MESSAGE as u64,
+                    landlock_abi: self.shared.confiner.landlock_abi(),
+                    profile: self.shared.profiled.then(|| self.shared.confiner.capability()),
                 };
                 self.send(ServerMessage::Hello(reply)).await;
             }
@@ -346,14 +353,40 @@ impl Session {
 
     fn exec_spec(&self, request: ExecRequest) -> Result<ExecSpec, DecodeError> {
         let invalid = |message: &str| DecodeError::new(Some(request.id), ErrorCode::InvalidField, message);
-        let timeout = match request.timeout {
+        let refused =
+            |code: ErrorCode, err: ConfineError| DecodeError::new(Some(request.id), code, err.to_string());
+        // The profile for this command: the server's (if any), tightened by the request's.
+        let profile = if self.shared.profiled || request.profile.is_some() {
+            let confiner = &self.shared.confiner;
+            let profile = confiner
+                .effective(request.profile.as_deref())
+                .map_err(|e| refused(ErrorCode::ProfileViolation, e))?;
+            Confiner::check_command(&profile, &request.command)
+                .map_err(|e| refused(ErrorCode::ProfileViolation, e))?;
+            Some(profile)
+        } else {
+            None
+        };
+        let max_timeout = profile.as_ref().and_then(|p| p.max_timeout);
+        let default_timeout = match profile.as_ref().and_then(|p| p.default_timeout) {
+            Some(seconds) => Some(Duration::from_secs_f64(seconds)),
             None => self.shared.default_timeout,
+        };
+        let timeout = match request.timeout {
+            None => default_timeout,
             Some(t) if !t.is_finite() || !(0.0..=1e9).contains(&t) => {
                 return Err(invalid("`timeout` must be a number of seconds between 0 and 1e9 (0: no limit)"));
             }
             Some(0.0) => None,
             Some(t) => Some(Duration::from_secs_f64(t)),
         };
+        if let Some(max) = max_timeout {
+            let asked = timeout.map_or(f64::INFINITY, |t| t.as_secs_f64());
+            if asked > max {
+                let message = format!("a timeout of {asked} s is above the profile's max_timeout of {max} s");
+                return Err(DecodeError::new(Some(request.id), ErrorCode::ProfileViolation, message));
+            }
+        }
         let stdin = match &request.stdin_base64 {
             None => None,
             Some(b64) => Some(
@@ -382,7 +415,23 @@ impl Session {
                 "`command` and `env` must not contain NUL, and env names must not be empty or contain `=`",
             ));
         }
+        let confined = match profile {
+            None => None,
+            Some(profile) => {
+                let plan = self.shared.confiner.plan(&profile).map_err(|e| match e {
+                    ConfineError::NotEnforceable { .. } => refused(ErrorCode::NotEnforceable, e),
+                    _ => refused(ErrorCode::Internal, e),
+                })?;
+                Some(Confined {
+                    plan,
+                    env_allowlist: profile.env_allowlist,
+                    fixed_env: profile.env,
+                    limits: profile.limits,
+                })
+            }
+        };
         Ok(ExecSpec {
+            confined,
             command: request.command,
             cwd: request.cwd,
             env: request.env,

@@ -15,6 +15,7 @@
 //!   `FileUploadResponse`, …) and the per-file transfer error codes.
 //! - [`fs`]: the seven file verbs: [`FsRequest`](fs::FsRequest) and the result types.
 //! - [`framing`]: a random quoted-heredoc delimiter that never occurs in the command it frames.
+//! - [`profile`]: sandbox profiles, per-request tightening, and the report of what was enforced.
 //! - [`meta`]: the result meta line with a random per-call sentinel, so command output cannot forge it.
 //!
 //! ## Example
@@ -38,6 +39,7 @@ pub mod fs;
 pub mod limits;
 pub mod message;
 pub mod meta;
+pub mod profile;
 
 pub use contract::{
     ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse, TransferError,

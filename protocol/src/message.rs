@@ -11,6 +11,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::fs::{FsRequest, FsResponse};
+use crate::profile::{Enforcement, ProfileOverride};
 
 /// The protocol version this crate speaks. A client offers the versions it knows in `hello`; the
 /// server picks the highest one it shares.
@@ -93,6 +94,9 @@ pub struct ExecRequest {
     /// Present: keep large output in a file and answer with a preview (the contract's offload).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<Offload>,
+    /// Tightens the server's sandbox profile for this command; loosening is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Box<ProfileOverride>>,
 }
 
 /// Where an offloaded exec keeps its output, and how much may come back inline.
@@ -245,6 +249,12 @@ pub struct HelloReply {
     pub max_text_message: u64,
     /// Largest binary message accepted (id header included).
     pub max_binary_message: u64,
+    /// The kernel's landlock ABI (0: none).
+    #[serde(default)]
+    pub landlock_abi: u32,
+    /// The server's sandbox profile and what of it this kernel can enforce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Enforcement>,
 }
 
 /// Sent before any output of a streamed exec.
@@ -296,6 +306,12 @@ pub struct ExecResult {
     /// Lines the head/tail preview left out (the number in its marker); 0 without that marker.
     #[serde(default)]
     pub omitted_lines: u64,
+    /// What the sandbox profile enforced for this command (absent without a profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
+    /// The command was stopped by a resource limit: `cpu_seconds` (SIGXCPU) or `file_size` (SIGXFSZ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_exceeded: Option<String>,
 }
 
 impl ExecResult {
@@ -404,6 +420,10 @@ pub enum ErrorCode {
     TooManyRequests,
     /// The command could not be started (missing cwd, shell not executable, …).
     SpawnFailed,
+    /// The request would loosen the sandbox profile, or the command is not in `allowed_commands`.
+    ProfileViolation,
+    /// A strict profile's rules cannot all be enforced on this kernel: nothing was run.
+    NotEnforceable,
     /// A failure inside agentd that is not the client's fault.
     Internal,
 }

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use agentd_protocol::ExecResult;
+use agentd_protocol::profile::Limits;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use thiserror::Error;
 use tokio::io::AsyncWriteExt as _;
@@ -35,12 +36,13 @@ use capture::{CaptureFile, DrainEnd};
 use reaper::{Exit, Reaper};
 use tree::{TAG_VAR, TimeoutLadder};
 
+use crate::confine::Plan;
+
 /// How long the pipe is still read after the shell was reaped, for output a background process
 /// writes late. Past it the result goes out and the pipe is drained to nowhere.
 pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
 
 /// What to run and how.
-#[derive(Debug)]
 pub struct ExecSpec {
     pub command: String,
     /// Absolute, or relative to the workspace.
@@ -51,6 +53,16 @@ pub struct ExecSpec {
     pub stdin: Option<Vec<u8>>,
     pub max_capture_bytes: u64,
     pub mode: CaptureMode,
+    /// The sandbox profile's part, when one is in force.
+    pub confined: Option<Confined>,
+}
+
+/// A command under a sandbox profile: its prepared confinement and the profile's environment rules.
+pub struct Confined {
+    pub plan: Plan,
+    pub env_allowlist: Option<Vec<String>>,
+    pub fixed_env: BTreeMap<String, String>,
+    pub limits: Limits,
 }
 
 /// What happens to the captured output.
@@ -172,7 +184,14 @@ impl Executor {
             Some(_) => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?),
             None => None,
         };
+        let no_env = BTreeMap::new();
+        let (plan, env_allowlist, fixed_env, limits) = match spec.confined {
+            Some(c) => (Some(c.plan), c.env_allowlist, c.fixed_env, Some(c.limits)),
+            None => (None, None, no_env, None),
+        };
         let shell = spawn::Shell {
+            env_allowlist: env_allowlist.as_deref(),
+            fixed_env: &fixed_env,
             command: &spec.command,
             cwd: &cwd,
             base_env: &self.base_env,
@@ -182,10 +201,19 @@ impl Executor {
             output: &writer,
         };
         let start = Instant::now();
+        let mut confinement = None;
         let (pid, exited) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-            let spawned = self.reaper.spawn(|| spawn::spawn(&shell)).map_err(ExecError::Shell)?;
+            let spawned = match plan {
+                Some(plan) => {
+                    let (report, steps, cleanup) = plan.into_parts();
+                    confinement = Some((report, cleanup));
+                    self.reaper.spawn(|| spawn::spawn_confined(&shell, steps))
+                }
+                None => self.reaper.spawn(|| spawn::spawn(&shell)),
+            }
+            .map_err(ExecError::Shell)?;
             running.insert(seq, (spawned.0, tag.clone()));
             spawned
         };
@@ -256,8 +284,13 @@ impl Executor {
             duration: duration.as_secs_f64(),
             total_bytes: capture.total(),
             capped: capture.is_full(),
+            limit_exceeded: limit_exceeded(exit, limits.as_ref()),
             ..ExecResult::default()
         };
+        if let Some((report, cleanup)) = confinement {
+            result.enforcement = Some(report);
+            cleanup.finish();
+        }
         let path = capture.path().to_owned();
         finish_capture(capture, &spec.mode, &mut result)
             .map_err(|source| ExecError::Capture { path, source })?;
@@ -290,6 +323,30 @@ impl Executor {
                 }
                 Ok(CaptureFile::new(path, spec.max_capture_bytes))
             }
+        }
+    }
+}
+
+/// Which resource limit ended the command, if one did: its own death by SIGXCPU/SIGXFSZ, or a shell
+/// reporting a child's (exit 128 + n) when that limit is set.
+fn limit_exceeded(exit: Exit, limits: Option<&Limits>) -> Option<String> {
+    use nix::sys::signal::Signal;
+    let named = |signal: Signal| match signal {
+        Signal::SIGXCPU => Some("cpu_seconds".to_owned()),
+        Signal::SIGXFSZ => Some("file_size".to_owned()),
+        _ => None,
+    };
+    match exit {
+        Exit::Signal(signal) => named(signal),
+        Exit::Code(code) => {
+            let limits = limits?;
+            let signal = Signal::try_from(code - 128).ok()?;
+            let set = match signal {
+                Signal::SIGXCPU => limits.cpu_seconds.is_some(),
+                Signal::SIGXFSZ => limits.file_size.is_some(),
+                _ => false,
+            };
+            if set { named(signal) } else { None }
         }
     }
 }

@@ -15,6 +15,8 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::Path;
 
+use crate::confine::ChildSteps;
+
 /// agentd's environment as `KEY=VALUE` C strings, built once: it does not change after start-up
 /// (the token was removed before), and every exec starts from it.
 #[derive(Debug)]
@@ -38,6 +40,10 @@ impl BaseEnv {
 
 /// What to start.
 pub struct Shell<'a> {
+    /// With a profile: only these variables of `base_env` are passed (`None`: all).
+    pub env_allowlist: Option<&'a [String]>,
+    /// With a profile: variables every command gets, before the request's own.
+    pub fixed_env: &'a BTreeMap<String, String>,
     pub command: &'a str,
     pub cwd: &'a Path,
     /// agentd's own environment (which no longer holds the token).
@@ -147,4 +153,37 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
         libc::posix_spawnattr_destroy(attr.as_mut_ptr());
         result
     }
+}
+
+/// Starts the shell confined: `fork`, then `steps` in the child before `exec` (landlock, rlimits,
+/// cgroup, new session). Slower than [`spawn`] (a `fork` copies page tables), so it is used only when
+/// a profile is in force.
+pub fn spawn_confined(shell: &Shell<'_>, mut steps: ChildSteps) -> io::Result<u32> {
+    let mut command = std::process::Command::new("/bin/sh");
+    command.arg("-c").arg(shell.command).current_dir(shell.cwd).env_clear();
+    for entry in &shell.base_env.entries {
+        let entry = entry.as_bytes();
+        let (key, value) = match entry.iter().position(|b| *b == b'=') {
+            Some(eq) => (&entry[..eq], &entry[eq + 1..]),
+            None => continue,
+        };
+        let allowed = shell.env_allowlist.is_none_or(|names| names.iter().any(|n| n.as_bytes() == key));
+        if allowed {
+            command.env(std::ffi::OsStr::from_bytes(key), std::ffi::OsStr::from_bytes(value));
+        }
+    }
+    command.envs(shell.fixed_env).envs(shell.env).env(shell.tag.0, shell.tag.1);
+    command.stdin(match shell.stdin {
+        Some(stdin) => std::process::Stdio::from(stdin.try_clone()?),
+        None => std::process::Stdio::null(),
+    });
+    command.stdout(std::process::Stdio::from(shell.output.try_clone()?));
+    command.stderr(std::process::Stdio::from(shell.output.try_clone()?));
+    // SAFETY: `enter` only makes system calls (setsid, write, setrlimit, prctl, landlock) on data
+    // prepared before the fork; it neither allocates nor takes locks.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || steps.enter());
+    }
+    let child = command.spawn()?;
+    Ok(child.id())
 }

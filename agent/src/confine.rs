@@ -1,0 +1,495 @@
+//! Confinement: a [`SandboxProfile`] applied to each command's own process, after fork and before
+//! exec, so agentd itself stays unconfined and can still serve, kill and clean up.
+//!
+//! Order in the child ([`Plan::enter`]), each step before the next for a reason:
+//! 1. `setsid`: its own session and process group, so the kill ladder reaches all of it;
+//! 2. join the per-command pids cgroup, so every process it forks counts against `processes`;
+//! 3. rlimits (core dumps off always), while nothing else can still fail halfway;
+//! 4. `no_new_privs`, then landlock (filesystem and TCP rules) last: landlock needs `no_new_privs`
+//!    for an unprivileged caller, and once it is in force the child could no longer open what it
+//!    needs for the steps above.
+//!
+//! Everything that allocates or opens files (the landlock ruleset, the cgroup, the environment) is
+//! prepared in the parent by [`Confiner::plan`]; the child only makes system calls.
+//!
+//! Landlock also forbids a confined process to ptrace, or read `/proc/<pid>/{environ,mem}` of, a
+//! process outside its domain: agentd's own memory and environment are out of reach.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, ProfileOverride, SandboxProfile};
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible as _, PathBeneath, PathFd, Ruleset,
+    RulesetAttr as _, RulesetCreated, RulesetCreatedAttr as _,
+};
+use rlimit::Resource;
+use thiserror::Error;
+
+/// The landlock ABI our rules are written for (filesystem rights up to `IoctlDev`, TCP rules).
+const RULES_ABI: ABI = ABI::V5;
+
+#[derive(Debug, Error)]
+pub enum ConfineError {
+    #[error("cannot read the profile `{path}`: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    #[error("the profile `{path}` is not valid: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("profile `{profile}`: {message}")]
+    Loosen { profile: String, message: String },
+    #[error("profile `{profile}` does not allow the command `{word}` (allowed: {allowed})")]
+    CommandNotAllowed { profile: String, word: String, allowed: String },
+    #[error("strict profile `{profile}` cannot be fully enforced here, so nothing was run: {notes}")]
+    NotEnforceable { profile: String, notes: String },
+    #[error("profile `{profile}`: cannot prepare its rules: {message}")]
+    Prepare { profile: String, message: String },
+}
+
+/// The server's profile and what this machine offers to enforce it.
+pub struct Confiner {
+    profile: SandboxProfile,
+    /// Names the per-command cgroups.
+    next_plan: std::sync::atomic::AtomicU64,
+    abi: u32,
+    /// Parent of the per-command pids cgroups, when agentd can create them.
+    cgroups: Option<PathBuf>,
+}
+
+impl Confiner {
+    /// Reads a TOML profile.
+    pub fn load(path: &Path) -> Result<SandboxProfile, ConfineError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfineError::Read { path: path.to_owned(), source })?;
+        let profile: SandboxProfile = toml::from_str(&text)
+            .map_err(|e| ConfineError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        validate(&profile).map_err(|message| ConfineError::Parse { path: path.to_owned(), message })?;
+        Ok(profile)
+    }
+
+    pub fn new(profile: SandboxProfile) -> Self {
+        // Created lazily would race between requests; created here it may go unused.
+        let cgroups = pids_cgroup_parent();
+        Self { profile, next_plan: Default::default(), abi: kernel_landlock_abi(), cgroups }
+    }
+
+    /// The kernel's landlock ABI (0: none).
+    pub fn landlock_abi(&self) -> u32 {
+        self.abi
+    }
+
+    /// What of the server's profile this machine can enforce (for `hello`).
+    pub fn capability(&self) -> Enforcement {
+        self.report(&self.profile)
+    }
+
+    /// The profile for one command: the server's, tightened by `over`; loosening is refused.
+    pub fn effective(&self, over: Option<&ProfileOverride>) -> Result<SandboxProfile, ConfineError> {
+        let base = &self.profile;
+        let Some(over) = over else { return Ok(base.clone()) };
+        let loosen = |message: String| ConfineError::Loosen { profile: base.name.clone(), message };
+        let mut out = base.clone();
+        if let Some(roots) = &over.writable_roots {
+            within(roots, base.writable_roots.as_deref(), "writable_roots").map_err(loosen)?;
+            out.writable_roots = Some(roots.clone());
+        }
+        if let Some(roots) = &over.readable_roots {
+            within(roots, base.readable_roots.as_deref(), "readable_roots").map_err(loosen)?;
+            out.readable_roots = Some(roots.clone());
+        }
+        match (over.network, base.network) {
+            (Some(Network::Allow), Network::Deny) => {
+                return Err(loosen("network = \"allow\" would loosen network = \"deny\"".to_owned()));
+            }
+            (Some(network), _) => out.network = network,
+            (None, _) => {}
+        }
+        if let Some(names) = &over.env_allowlist {
+            subset(names, base.env_allowlist.as_deref(), "env_allowlist").map_err(loosen)?;
+            out.env_allowlist = Some(names.clone());
+        }
+        if let Some(words) = &over.allowed_commands {
+            subset(words, base.allowed_commands.as_deref(), "allowed_commands").map_err(loosen)?;
+            out.allowed_commands = Some(words.clone());
+        }
+        if let Some(limits) = &over.limits {
+            out.limits = tighter_limits(&base.limits, limits).map_err(loosen)?;
+        }
+        if let Some(max) = over.max_timeout {
+            if !max.is_finite() || max <= 0.0 {
+                return Err(loosen("max_timeout must be a positive number of seconds".to_owned()));
+            }
+            if base.max_timeout.is_some_and(|b| max > b) {
+                return Err(loosen(format!(
+                    "max_timeout {max} is above the profile's {}",
+                    base.max_timeout.unwrap_or(0.0)
+                )));
+            }
+            out.max_timeout = Some(max);
+        }
+        Ok(out)
+    }
+
+    /// The advisory `allowed_commands` check on the command's first word.
+    pub fn check_command(profile: &SandboxProfile, command: &str) -> Result<(), ConfineError> {
+        let Some(allowed) = &profile.allowed_commands else { return Ok(()) };
+        let word = command.split_whitespace().next().unwrap_or("");
+        let name = word.rsplit('/').next().unwrap_or(word);
+        if allowed.iter().any(|a| a == word || a == name) {
+            return Ok(());
+        }
+        Err(ConfineError::CommandNotAllowed {
+            profile: profile.name.clone(),
+            word: word.to_owned(),
+            allowed: allowed.join(", "),
+        })
+    }
+
+    /// Prepares everything the child will apply, and the report of it. A strict profile whose rules
+    /// cannot all be enforced is refused here, before anything runs.
+    pub fn plan(&self, profile: &SandboxProfile) -> Result<Plan, ConfineError> {
+        let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let report = self.report(profile);
+        if report.mode == Mode::Strict && report.level != Level::Full && report.level != Level::NotRequested {
+            return Err(ConfineError::NotEnforceable {
+                profile: profile.name.clone(),
+                notes: report.notes.join("; "),
+            });
+        }
+        let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
+        let ruleset = if asks_for_landlock(profile) && self.abi > 0 {
+            Some(build_ruleset(profile).map_err(prepare)?)
+        } else {
+            None
+        };
+        let cgroup = match (profile.limits.processes, &self.cgroups) {
+            (Some(max), Some(parent)) => {
+                Some(PidsCgroup::create(parent, seq, max).map_err(|e| prepare(e.to_string()))?)
+            }
+            _ => None,
+        };
+        let mut rlimits = vec![(Resource::CORE, 0, 0)];
+        let limits = &profile.limits;
+        // A hard CPU limit one second above the soft one: the command gets SIGXCPU (which the
+        // result can name) rather than an anonymous SIGKILL.
+        rlimits.extend(limits.cpu_seconds.map(|v| (Resource::CPU, v, v.saturating_add(1))));
+        rlimits.extend(limits.address_space.map(|v| (Resource::AS, v, v)));
+        rlimits.extend(limits.file_size.map(|v| (Resource::FSIZE, v, v)));
+        rlimits.extend(limits.open_files.map(|v| (Resource::NOFILE, v, v)));
+        // Without a cgroup, the per-user process limit is the fallback (it does not bind uid 0).
+        if cgroup.is_none() {
+            rlimits.extend(limits.processes.map(|v| (Resource::NPROC, v, v)));
+        }
+        let cgroup_procs = match &cgroup {
+            Some(cgroup) => Some(cgroup.procs.try_clone().map_err(|e| prepare(e.to_string()))?),
+            None => None,
+        };
+        Ok(Plan { report, child: ChildSteps { ruleset, rlimits, cgroup_procs }, cgroup })
+    }
+
+    /// What would be enforced for `profile` on this machine.
+    fn report(&self, profile: &SandboxProfile) -> Enforcement {
+        let mut notes = Vec::new();
+        let abi_short = profile.landlock_abi.filter(|need| *need > self.abi);
+        let landlock_level = |what: &str, min_abi: u32, notes: &mut Vec<String>| {
+            if self.abi < min_abi {
+                notes.push(format!("{what} needs landlock ABI {min_abi}, the kernel has {}", self.abi));
+                Level::NotEnforced
+            } else if let Some(need) = abi_short {
+                notes.push(format!(
+                    "{what}: the profile requires landlock ABI {need}, the kernel has {}",
+                    self.abi
+                ));
+                Level::Partial
+            } else {
+                Level::Full
+            }
+        };
+        let filesystem = if profile.writable_roots.is_some() || profile.readable_roots.is_some() {
+            landlock_level("filesystem rules", 1, &mut notes)
+        } else {
+            Level::NotRequested
+        };
+        let network = match profile.network {
+            Network::Deny => landlock_level("network = \"deny\"", 4, &mut notes),
+            Network::Allow => Level::NotRequested,
+        };
+        let limits = if profile.limits == Limits::default() {
+            Level::NotRequested
+        } else if profile.limits.processes.is_some()
+            && self.cgroups.is_none()
+            && nix::unistd::geteuid().is_root()
+        {
+            notes.push(
+                "processes: no pids cgroup could be created and RLIMIT_NPROC does not bind uid 0".to_owned(),
+            );
+            Level::Partial
+        } else {
+            Level::Full
+        };
+        let level = [filesystem, network, limits].into_iter().filter(|l| *l != Level::NotRequested).min();
+        let mode =
+            profile.mode.unwrap_or(if asks_for_landlock(profile) { Mode::Strict } else { Mode::BestEffort });
+        Enforcement {
+            profile: profile.name.clone(),
+            mode,
+            level: level.unwrap_or(Level::NotRequested),
+            landlock_abi: self.abi,
+            filesystem,
+            network,
+            limits,
+            notes,
+        }
+    }
+}
+
+/// One command's confinement: the report, what the child applies, and what the parent cleans up.
+pub struct Plan {
+    pub report: Enforcement,
+    child: ChildSteps,
+    cgroup: Option<PidsCgroup>,
+}
+
+impl Plan {
+    pub fn into_parts(self) -> (Enforcement, ChildSteps, Cleanup) {
+        (self.report, self.child, Cleanup { _cgroup: self.cgroup })
+    }
+}
+
+/// What remains to undo once the command ended.
+pub struct Cleanup {
+    /// Held for its `Drop`.
+    _cgroup: Option<PidsCgroup>,
+}
+
+impl Cleanup {
+    /// Removes the command's cgroup (its tree is gone by now).
+    pub fn finish(self) {
+        drop(self);
+    }
+}
+
+/// What the child applies to itself between fork and exec; prepared by the parent.
+pub struct ChildSteps {
+    ruleset: Option<RulesetCreated>,
+    rlimits: Vec<(Resource, u64, u64)>,
+    /// A duplicate of the command's `cgroup.procs`.
+    cgroup_procs: Option<OwnedFd>,
+}
+
+impl ChildSteps {
+    /// Runs in the child: system calls only, nothing allocated.
+    pub fn enter(&mut self) -> io::Result<()> {
+        nix::unistd::setsid().map_err(io::Error::from)?;
+        if let Some(procs) = &self.cgroup_procs {
+            join_cgroup(procs)?;
+        }
+        for (resource, soft, hard) in &self.rlimits {
+            resource.set(*soft, *hard)?;
+        }
+        nix::sys::prctl::set_no_new_privs().map_err(io::Error::from)?;
+        if let Some(ruleset) = self.ruleset.take() {
+            ruleset.restrict_self().map_err(|_| io::Error::from(io::ErrorKind::PermissionDenied))?;
+        }
+        Ok(())
+    }
+}
+
+/// `write(procs, getpid())`, the number formatted on the stack.
+fn join_cgroup(procs: &OwnedFd) -> io::Result<()> {
+    let mut digits = [0u8; 20];
+    let mut pid = std::process::id();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (pid % 10) as u8;
+        pid /= 10;
+        if pid == 0 {
+            break;
+        }
+    }
+    let written = nix::unistd::write(procs, &digits[at..]).map_err(io::Error::from)?;
+    if written == digits.len() - at { Ok(()) } else { Err(io::ErrorKind::WriteZero.into()) }
+}
+
+fn asks_for_landlock(profile: &SandboxProfile) -> bool {
+    profile.writable_roots.is_some() || profile.readable_roots.is_some() || profile.network == Network::Deny
+}
+
+fn build_ruleset(profile: &SandboxProfile) -> Result<RulesetCreated, String> {
+    let error = |e: landlock::RulesetError| e.to_string();
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort);
+    let filesystem = profile.writable_roots.is_some() || profile.readable_roots.is_some();
+    if filesystem {
+        ruleset = ruleset.handle_access(AccessFs::from_all(RULES_ABI)).map_err(error)?;
+    }
+    if profile.network == Network::Deny {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(error)?;
+    }
+    let mut created = ruleset.create().map_err(error)?;
+    if filesystem {
+        let read = AccessFs::from_read(RULES_ABI);
+        let all = AccessFs::from_all(RULES_ABI);
+        let readable = profile.readable_roots.clone().unwrap_or_else(|| vec!["/".to_owned()]);
+        for root in &readable {
+            created = add_path(created, root, read)?;
+        }
+        // Writable roots default to nothing when only readable roots are given.
+        for root in profile.writable_roots.iter().flatten() {
+            created = add_path(created, root, all)?;
+        }
+        // Every shell writes to /dev/null.
+        created = add_path(created, "/dev/null", AccessFs::from_file(RULES_ABI))?;
+    }
+    Ok(created)
+}
+
+fn add_path(
+    ruleset: RulesetCreated,
+    path: &str,
+    access: landlock::BitFlags<AccessFs>,
+) -> Result<RulesetCreated, String> {
+    match PathFd::new(path) {
+        // A file gets only the rights that apply to files.
+        Ok(fd) => {
+            let access =
+                if Path::new(path).is_dir() { access } else { access & AccessFs::from_file(RULES_ABI) };
+            ruleset.add_rule(PathBeneath::new(fd, access)).map_err(|e| format!("{path}: {e}"))
+        }
+        // A root that does not exist grants nothing.
+        Err(_) => Ok(ruleset),
+    }
+}
+
+/// The kernel's landlock ABI: `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
+fn kernel_landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the kernel only returns the
+    // ABI number (or -1 with errno); no memory is read or written.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(abi).unwrap_or(0)
+}
+
+/// Checks what `toml` cannot: timeouts are positive numbers.
+fn validate(profile: &SandboxProfile) -> Result<(), String> {
+    for (name, value) in [("default_timeout", profile.default_timeout), ("max_timeout", profile.max_timeout)]
+    {
+        if value.is_some_and(|v| !v.is_finite() || v <= 0.0) {
+            return Err(format!("{name} must be a positive number of seconds"));
+        }
+    }
+    if let (Some(default), Some(max)) = (profile.default_timeout, profile.max_timeout)
+        && default > max
+    {
+        return Err("default_timeout is above max_timeout".to_owned());
+    }
+    if profile.name.is_empty() {
+        return Err("name must not be empty".to_owned());
+    }
+    Ok(())
+}
+
+/// Each of `roots` lies beneath one of `allowed` (absent: anything is allowed).
+fn within(roots: &[String], allowed: Option<&[String]>, field: &str) -> Result<(), String> {
+    let Some(allowed) = allowed else { return Ok(()) };
+    for root in roots {
+        if !allowed.iter().any(|a| Path::new(root).starts_with(a)) {
+            return Err(format!("{field}: `{root}` is not beneath the profile's {}", allowed.join(", ")));
+        }
+    }
+    Ok(())
+}
+
+fn subset(names: &[String], allowed: Option<&[String]>, field: &str) -> Result<(), String> {
+    let Some(allowed) = allowed else { return Ok(()) };
+    match names.iter().find(|n| !allowed.contains(n)) {
+        Some(extra) => Err(format!("{field}: `{extra}` is not in the profile's list")),
+        None => Ok(()),
+    }
+}
+
+fn tighter_limits(base: &Limits, over: &Limits) -> Result<Limits, String> {
+    let pick = |name: &str, base: Option<u64>, over: Option<u64>| match (base, over) {
+        (Some(b), Some(o)) if o > b => Err(format!("limits.{name} = {o} is above the profile's {b}")),
+        (_, Some(o)) => Ok(Some(o)),
+        (b, None) => Ok(b),
+    };
+    Ok(Limits {
+        cpu_seconds: pick("cpu_seconds", base.cpu_seconds, over.cpu_seconds)?,
+        address_space: pick("address_space", base.address_space, over.address_space)?,
+        processes: pick("processes", base.processes, over.processes)?,
+        file_size: pick("file_size", base.file_size, over.file_size)?,
+        open_files: pick("open_files", base.open_files, over.open_files)?,
+    })
+}
+
+/// Where agentd can create pids cgroups: under the v1 `pids` hierarchy, or under a v2 root that
+/// offers the `pids` controller (enabled for agentd's children).
+fn pids_cgroup_parent() -> Option<PathBuf> {
+    let name = format!("agentd-{}", std::process::id());
+    let v1 = Path::new("/sys/fs/cgroup/pids");
+    if v1.join("cgroup.procs").exists() {
+        let dir = v1.join(&name);
+        return std::fs::create_dir_all(&dir).is_ok().then_some(dir);
+    }
+    let v2 = Path::new("/sys/fs/cgroup");
+    let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
+    if !controllers.split_whitespace().any(|c| c == "pids") {
+        return None;
+    }
+    let dir = v2.join(&name);
+    std::fs::create_dir_all(&dir).ok()?;
+    match std::fs::write(dir.join("cgroup.subtree_control"), "+pids") {
+        Ok(()) => Some(dir),
+        Err(_) => {
+            let _ = std::fs::remove_dir(&dir);
+            None
+        }
+    }
+}
+
+impl Confiner {
+    /// Removes agentd's cgroups at shutdown, once every process is gone.
+    pub fn remove_cgroups(&self) {
+        let Some(parent) = &self.cgroups else { return };
+        if let Ok(children) = std::fs::read_dir(parent) {
+            for child in children.flatten() {
+                let _ = std::fs::remove_dir(child.path());
+            }
+        }
+        let _ = std::fs::remove_dir(parent);
+    }
+}
+
+/// One command's pids cgroup.
+struct PidsCgroup {
+    dir: PathBuf,
+    /// `cgroup.procs`, opened by the parent: the child writes its own pid there.
+    procs: OwnedFd,
+}
+
+impl PidsCgroup {
+    fn create(parent: &Path, seq: u64, max: u64) -> io::Result<Self> {
+        let dir = parent.join(seq.to_string());
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("pids.max"), max.to_string())?;
+        let procs = File::options().write(true).open(dir.join("cgroup.procs"))?;
+        Ok(Self { dir, procs: procs.into() })
+    }
+}
+
+impl Drop for PidsCgroup {
+    /// Removes the cgroup; it fails (harmlessly) while a background process still lives in it, and
+    /// shutdown sweeps what is left.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
