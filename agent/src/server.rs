@@ -370,7 +370,12 @@ impl Session {
         let max_timeout = profile.as_ref().and_then(|p| p.max_timeout);
         let default_timeout = match profile.as_ref().and_then(|p| p.default_timeout) {
             Some(seconds) => Some(Duration::from_secs_f64(seconds)),
-            None => self.shared.default_timeout,
+            // The server's default never exceeds the profile's maximum.
+            None => match (self.shared.default_timeout, max_timeout) {
+                (Some(default), Some(max)) => Some(default.min(Duration::from_secs_f64(max))),
+                (None, Some(max)) => Some(Duration::from_secs_f64(max)),
+                (default, None) => default,
+            },
         };
         let timeout = match request.timeout {
             None => default_timeout,

@@ -34,7 +34,11 @@ impl Daemon {
 
     /// Starts agentd with extra `serve` arguments.
     pub fn start_with(extra: &[&str]) -> Self {
-        let workspace = tempfile::tempdir().expect("tempdir");
+        Self::start_in(tempfile::tempdir().expect("tempdir"), extra)
+    }
+
+    /// Starts agentd in `workspace` (its working directory) with extra `serve` arguments.
+    pub fn start_in(workspace: tempfile::TempDir, extra: &[&str]) -> Self {
         let token = format!("test-token-{}", rand::random::<u64>());
         let mut child = std::process::Command::new(binary("agentd"))
             .args(["serve", "--listen", "127.0.0.1:0"])
