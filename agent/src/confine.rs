@@ -58,12 +58,16 @@ pub struct Confiner {
 }
 
 impl Confiner {
-    /// Reads a TOML profile.
+    /// Reads a profile: JSON when the file name ends in `.json`, else TOML.
     pub fn load(path: &Path) -> Result<SandboxProfile, ConfineError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfineError::Read { path: path.to_owned(), source })?;
-        let profile: SandboxProfile = toml::from_str(&text)
-            .map_err(|e| ConfineError::Parse { path: path.to_owned(), message: e.to_string() })?;
+        let parse = |message: String| ConfineError::Parse { path: path.to_owned(), message };
+        let profile: SandboxProfile = if path.extension().is_some_and(|e| e == "json") {
+            serde_json::from_str(&text).map_err(|e| parse(e.to_string()))?
+        } else {
+            toml::from_str(&text).map_err(|e| parse(e.to_string()))?
+        };
         validate(&profile).map_err(|message| ConfineError::Parse { path: path.to_owned(), message })?;
         Ok(profile)
     }

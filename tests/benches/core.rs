@@ -49,7 +49,8 @@ async fn run(agentd: PathBuf) {
         agentd.display(),
         std::fs::metadata(&agentd).unwrap().len() as f64 / 1048576.0
     );
-    let sb = LocalSandbox::start().await.unwrap();
+    // The core figure is agentd's own path: no sandbox profile (see the confined figure below).
+    let sb = LocalSandbox::start_unconfined().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_rss = agentd_tests::status_kb(sb.pid(), "VmRSS");
     println!("agentd idle RSS: {:.2} MiB", idle_rss as f64 / 1024.0);
@@ -97,6 +98,23 @@ async fn run(agentd: PathBuf) {
         micros(lm) / micros(sm),
         micros(lp) / micros(sp)
     );
+
+    // The same round trip under the embedded default profile (fork + landlock + rlimits per command).
+    let confined = LocalSandbox::start().await.unwrap();
+    let mut confined_times = Vec::with_capacity(ROUND_TRIPS / 4);
+    for _ in 0..ROUND_TRIPS / 4 {
+        let start = Instant::now();
+        confined.execute("true", None).await.unwrap();
+        confined_times.push(start.elapsed());
+    }
+    confined_times.sort();
+    let cm = percentile(&confined_times, 0.5);
+    println!(
+        "exec `true` under the default profile: median {:.0} µs ({:.2}x raw spawn)",
+        micros(cm),
+        micros(cm) / micros(sm)
+    );
+    drop(confined);
 
     let capture_path = sb.workspace().join("capture.bin").to_string_lossy().into_owned();
     let mut capture_times = Vec::new();

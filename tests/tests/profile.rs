@@ -243,3 +243,26 @@ async fn strict_refuses_what_it_cannot_enforce_and_best_effort_reports_it() {
     assert_eq!((enforcement.level, enforcement.filesystem), (Level::Partial, Level::Partial));
     assert!(enforcement.notes.iter().any(|n| n.contains("landlock ABI 99")), "{:?}", enforcement.notes);
 }
+
+#[tokio::test]
+async fn the_embedded_default_is_confined_to_its_workspace_and_private_tmp() {
+    let sb = agentd_host::LocalSandbox::start().await.unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let command = format!(
+        "echo a > in-workspace && echo b > \"$TMPDIR/in-tmp\" && echo both-ok; echo c > {}/escape",
+        outside.path().display()
+    );
+    let r = sb.agentd().exec(ExecRequest { command, ..ExecRequest::default() }, None).await.unwrap();
+    let enforcement = r.enforcement.clone().unwrap();
+    assert_eq!(enforcement.profile, "local-default");
+    if enforcement.landlock_abi == 0 {
+        assert!(std::env::var_os("AGENTD_REQUIRE_LANDLOCK").is_none(), "landlock required");
+        println!("skipped: no landlock on this kernel");
+        return;
+    }
+    let output = r.output.unwrap();
+    assert!(output.starts_with("both-ok\n") && output.contains("Permission denied"), "{output}");
+    assert!(sb.workspace().join("in-workspace").exists());
+    assert!(!outside.path().join("escape").exists());
+    assert_eq!(enforcement.filesystem, Level::Full);
+}

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agentd_protocol::profile::{Mode, SandboxProfile};
 use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use agentd_protocol::{FsRequest, FsResponse};
 use async_trait::async_trait;
@@ -32,6 +33,46 @@ pub struct LocalSandbox {
     sandbox: AgentdSandbox,
     child: Child,
     workspace: tempfile::TempDir,
+    /// The default profile's private tmp and its profile file (absent when unconfined).
+    _confinement: Option<DefaultProfile>,
+}
+
+/// The embedded default's sandbox profile: commands may write only to the workspace and a private
+/// tmp (`TMPDIR`), read everything, and use the network. Best-effort, so a kernel without landlock
+/// still runs commands, and each result says what was enforced.
+pub struct DefaultProfile {
+    pub tmp: tempfile::TempDir,
+    config: tempfile::TempDir,
+}
+
+impl DefaultProfile {
+    pub fn create(workspace: &Path) -> Result<Self> {
+        let tmp = tempfile::Builder::new().prefix("agentd-tmp-").tempdir()?;
+        let config = tempfile::Builder::new().prefix("agentd-profile-").tempdir()?;
+        let profile = SandboxProfile {
+            name: "local-default".to_owned(),
+            mode: Some(Mode::BestEffort),
+            writable_roots: Some(vec![
+                workspace.to_string_lossy().into_owned(),
+                tmp.path().to_string_lossy().into_owned(),
+            ]),
+            env: [("TMPDIR".to_owned(), tmp.path().to_string_lossy().into_owned())].into(),
+            ..SandboxProfile::default()
+        };
+        let text = serde_json::to_string_pretty(&profile).map_err(|e| SandboxError::Start(e.to_string()))?;
+        std::fs::write(config.path().join("profile.json"), text)?;
+        Ok(Self { tmp, config })
+    }
+
+    /// The file to give `agentd serve --profile`.
+    pub fn file(&self) -> PathBuf {
+        self.config.path().join("profile.json")
+    }
+
+    /// Keeps both directories past this value (for `agentctl up`): (tmp, profile directory).
+    pub fn keep(self) -> (PathBuf, PathBuf) {
+        (self.tmp.keep(), self.config.keep())
+    }
 }
 
 /// Where a started agentd listens and with which secret.
@@ -43,14 +84,25 @@ pub struct Started {
 }
 
 impl LocalSandbox {
-    /// Starts agentd with a fresh temporary workspace.
+    /// Starts agentd with a fresh temporary workspace, confined by [`DefaultProfile`].
     pub async fn start() -> Result<Self> {
+        Self::start_with(true).await
+    }
+
+    /// Starts agentd without a sandbox profile (commands are confined only by the machine).
+    pub async fn start_unconfined() -> Result<Self> {
+        Self::start_with(false).await
+    }
+
+    async fn start_with(confined: bool) -> Result<Self> {
         let workspace = tempfile::Builder::new().prefix("agentd-workspace-").tempdir()?;
-        let (child, started) = spawn_agentd(workspace.path(), Lifetime::TiedToParent)?;
+        let confinement = if confined { Some(DefaultProfile::create(workspace.path())?) } else { None };
+        let profile = confinement.as_ref().map(DefaultProfile::file);
+        let (child, started) = spawn_agentd(workspace.path(), Lifetime::TiedToParent, profile.as_deref())?;
         let mut guard = ChildGuard(Some(child));
         let sandbox = AgentdSandbox::connect(&started.url, Some(&started.token)).await?;
         let child = guard.0.take().ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
-        Ok(Self { sandbox, child, workspace })
+        Ok(Self { sandbox, child, workspace, _confinement: confinement })
     }
 
     /// The workspace directory on this machine (the default cwd of commands).
@@ -110,8 +162,13 @@ pub enum Lifetime {
     Detached { log: std::fs::File },
 }
 
-/// Starts `agentd serve` on a free loopback port with a random token, in `workspace`.
-pub fn spawn_agentd(workspace: &Path, lifetime: Lifetime) -> Result<(Child, Started)> {
+/// Starts `agentd serve` on a free loopback port with a random token, in `workspace`, with the
+/// sandbox profile in `profile` if given.
+pub fn spawn_agentd(
+    workspace: &Path,
+    lifetime: Lifetime,
+    profile: Option<&Path>,
+) -> Result<(Child, Started)> {
     let binary = agentd_binary()?;
     let token = random_token();
     let mut command = Command::new(&binary);
@@ -120,6 +177,7 @@ pub fn spawn_agentd(workspace: &Path, lifetime: Lifetime) -> Result<(Child, Star
         // The workspace is agentd's working directory: commands start there and relative paths
         // resolve there, while absolute paths keep their meaning on this machine (no `--root`).
         .current_dir(workspace)
+        .args(profile.map(|p| ["--profile".as_ref(), p.as_os_str()]).into_iter().flatten())
         .env("AGENTD_TOKEN", &token)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentd_host::adapters::local::{Lifetime, Started, spawn_agentd};
+use agentd_host::adapters::local::{DefaultProfile, Lifetime, Started, spawn_agentd};
 use agentd_host::{AgentdSandbox, BaseSandbox as _, LocalSandbox, SandboxError};
 use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
@@ -127,6 +127,9 @@ struct SessionFile {
     workspace: PathBuf,
     /// The workspace was created by `up`, so `down` removes it.
     owns_workspace: bool,
+    /// The profile's private tmp and profile directory, removed by `down`.
+    #[serde(default)]
+    private_dirs: Vec<PathBuf>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -369,8 +372,26 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
         std::fs::create_dir_all(dir)?;
     }
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
-    let (_child, Started { url, token, pid }) = spawn_agentd(&workspace, Lifetime::Detached { log })?;
-    let session = SessionFile { url: url.clone(), token, pid, workspace: workspace.clone(), owns_workspace };
+    // The same default profile as the embedded sandbox: writes only to the workspace and a private tmp.
+    let profile = DefaultProfile::create(&workspace)?;
+    let spawned = spawn_agentd(&workspace, Lifetime::Detached { log }, Some(&profile.file()));
+    let (tmp, profile_dir) = profile.keep();
+    let (_child, Started { url, token, pid }) = match spawned {
+        Ok(spawned) => spawned,
+        Err(err) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            let _ = std::fs::remove_dir_all(&profile_dir);
+            return Err(err.into());
+        }
+    };
+    let session = SessionFile {
+        url: url.clone(),
+        token,
+        pid,
+        workspace: workspace.clone(),
+        owns_workspace,
+        private_dirs: vec![tmp, profile_dir],
+    };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -404,6 +425,9 @@ fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     if session.owns_workspace {
         let _ = std::fs::remove_dir_all(&session.workspace);
+    }
+    for dir in &session.private_dirs {
+        let _ = std::fs::remove_dir_all(dir);
     }
     std::fs::remove_file(&path)?;
     println!("agentd down (pid {})", session.pid);
