@@ -67,6 +67,11 @@ enum Command {
     ///
     /// Meant for a quoted heredoc: `agentd exec --meta S <<'DELIM'` … `DELIM`.
     Exec(oneshot::ExecArgs),
+    /// Exit 0 when an agentd accepts connections at ADDR (for container health checks).
+    Health {
+        #[arg(long, default_value = "127.0.0.1:7700")]
+        listen: SocketAddr,
+    },
 }
 
 #[derive(clap::Args)]
@@ -74,6 +79,10 @@ struct ServeArgs {
     /// Address to listen on, e.g. 127.0.0.1:7700 (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:7700")]
     listen: SocketAddr,
+    /// Serve one session on stdin/stdout instead of listening (websocket frames without the HTTP
+    /// upgrade, no token: the channel, e.g. `docker exec -i`, is already authenticated). Exits at EOF.
+    #[arg(long, conflicts_with_all = ["listen", "token_file"])]
+    stdio: bool,
     /// File holding the bearer token clients must send.
     #[arg(long)]
     token_file: Option<PathBuf>,
@@ -112,6 +121,15 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Fs(command) => return oneshot::fs(command),
         Command::Exec(args) => return oneshot::exec(args),
+        Command::Health { listen } => {
+            return match std::net::TcpStream::connect_timeout(&listen, Duration::from_secs(2)) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("agentd: nothing accepts connections at {listen}: {err}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
         Command::Serve(args) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
             Ok(runtime) => runtime.block_on(serve(args, env_token)),
             Err(err) => Err(format!("cannot start the runtime: {err}").into()),
@@ -128,7 +146,9 @@ fn main() -> ExitCode {
 
 async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
     let token = Token::load(args.token_file.as_deref(), env_token)?;
-    auth::check_listen(args.listen, token.as_ref())?;
+    if !args.stdio {
+        auth::check_listen(args.listen, token.as_ref())?;
+    }
     let confined = args.root.is_some();
     let workspace = match args.root {
         Some(root) => root,
@@ -166,17 +186,24 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         token,
         default_timeout: (default_timeout > 0.0).then(|| Duration::from_secs_f64(default_timeout)),
     });
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    let bound = listener.local_addr()?;
-    // One line on stdout tells a parent process (LocalSandbox, scripts) where to connect.
-    println!("agentd listening on ws://{bound}");
-
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    tokio::select! {
-        () = server::serve(listener, Arc::clone(&shared)) => {}
-        _ = terminate.recv() => {}
-        _ = interrupt.recv() => {}
+    if args.stdio {
+        tokio::select! {
+            () = server::serve_stdio(Arc::clone(&shared)) => {}
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
+    } else {
+        let listener = tokio::net::TcpListener::bind(args.listen).await?;
+        let bound = listener.local_addr()?;
+        // One line on stdout tells a parent process (LocalSandbox, scripts) where to connect.
+        println!("agentd listening on ws://{bound}");
+        tokio::select! {
+            () = server::serve(listener, Arc::clone(&shared)) => {}
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
+        }
     }
     // Nothing may outlive agentd: every running exec's tree is killed before it exits.
     shared.executor.kill_all().await;

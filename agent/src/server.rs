@@ -22,9 +22,10 @@ use base64::Engine as _;
 use futures_util::StreamExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 use crate::auth::Token;
@@ -77,10 +78,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     let _ = stream.set_nodelay(true);
     #[allow(clippy::result_large_err)] // tungstenite's `Callback` signature
     let auth = |request: &Request, response: Response| authorize(shared.token.as_ref(), request, response);
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_WEBSOCKET_MESSAGE))
-        .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE));
-    let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, auth, Some(config)).await {
+    let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, auth, Some(ws_config())).await {
         Ok(ws) => ws,
         Err(err) => {
             tracing::info!(%peer, "websocket upgrade refused: {err}");
@@ -88,6 +86,29 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
         }
     };
     tracing::debug!(%peer, "connected");
+    session(ws, shared).await;
+    tracing::debug!(%peer, "disconnected");
+}
+
+/// Serves one session over stdin/stdout: websocket frames without the HTTP upgrade, for a channel
+/// that is already authenticated (`docker exec -i … agentd serve --stdio`). Returns at EOF.
+pub async fn serve_stdio(shared: Arc<Shared>) {
+    let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
+    let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(ws_config())).await;
+    session(ws, shared).await;
+}
+
+fn ws_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(MAX_WEBSOCKET_MESSAGE))
+        .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE))
+}
+
+/// One client's requests until its connection ends.
+async fn session<S>(ws: WebSocketStream<S>, shared: Arc<Shared>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (sink, mut source) = ws.split();
     let (out, mut outgoing) = mpsc::channel::<Message>(OUTGOING_QUEUE);
     // `forward` flushes only when the queue is momentarily empty: many small results, one write.
@@ -102,7 +123,7 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
             Ok(Message::Close(_)) => break,
             Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => {}
             Err(err) => {
-                tracing::debug!(%peer, "connection ended: {err}");
+                tracing::debug!("connection ended: {err}");
                 break;
             }
         }
@@ -110,7 +131,6 @@ async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
     session.close();
     drop(session);
     let _ = writer.await;
-    tracing::debug!(%peer, "disconnected");
 }
 
 /// Accepts the upgrade only with the right bearer token (when agentd has one); else HTTP 401.

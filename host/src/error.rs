@@ -19,8 +19,10 @@ pub enum SandboxError {
     Refused { code: ErrorCode, message: String },
     #[error("sha256 mismatch on download of {path}: agentd sent {expected}, received {actual}")]
     DigestMismatch { path: String, expected: String, actual: String },
-    #[error("cannot start the local agentd: {0}")]
+    #[error("cannot start agentd: {0}")]
     Start(String),
+    #[error("Docker: {0}")]
+    Docker(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

@@ -18,9 +18,10 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Bytes, Message};
 
 use crate::error::{Result, SandboxError};
@@ -68,16 +69,32 @@ impl Link {
                 .map_err(|e| connect_error(e.to_string()))?;
             request.headers_mut().insert("authorization", value);
         }
-        // Inline outputs travel as one JSON message; their size is bounded by agentd's capture cap.
-        let config =
-            WebSocketConfig::default().max_message_size(Some(512 << 20)).max_frame_size(Some(512 << 20));
-        let (ws, _) = match tokio_tungstenite::connect_async_with_config(request, Some(config), true).await {
+        let (ws, _) = match tokio_tungstenite::connect_async_with_config(request, Some(config()), true).await
+        {
             Ok(connected) => connected,
             Err(tungstenite::Error::Http(response)) if response.status() == StatusCode::UNAUTHORIZED => {
                 return Err(SandboxError::Unauthorized { url: url.to_owned() });
             }
             Err(err) => return Err(connect_error(err.to_string())),
         };
+        Self::over(ws, url).await
+    }
+
+    /// A link over an already open byte stream that speaks websocket frames without the HTTP
+    /// upgrade (`agentd serve --stdio` behind `docker exec -i`); `label` names it in errors.
+    pub async fn over_stream<S>(stream: S, label: &str) -> Result<Self>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let ws = WebSocketStream::from_raw_socket(stream, Role::Client, Some(config())).await;
+        Self::over(ws, label).await
+    }
+
+    /// Starts the reader and writer tasks on `ws` and completes the `hello` handshake.
+    async fn over<S>(ws: WebSocketStream<S>, url: &str) -> Result<Self>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let (sink, mut source) = ws.split();
         let (out, mut outgoing) = mpsc::channel::<Message>(ROUTE_QUEUE);
         // `forward` flushes only when the queue is momentarily empty: one write for a burst.
@@ -298,6 +315,11 @@ impl Drop for Link {
             task.abort();
         }
     }
+}
+
+/// Inline outputs travel as one JSON message; their size is bounded by agentd's capture cap.
+fn config() -> WebSocketConfig {
+    WebSocketConfig::default().max_message_size(Some(512 << 20)).max_frame_size(Some(512 << 20))
 }
 
 /// Sends `cancel` for an exec whose caller stopped waiting.

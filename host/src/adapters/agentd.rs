@@ -19,30 +19,54 @@ use crate::sandbox::BaseSandbox;
 
 /// A sandbox reached through agentd's websocket.
 pub struct AgentdSandbox {
-    url: String,
-    token: Option<String>,
+    connector: Box<dyn Connector>,
     id: String,
     link: Mutex<Arc<Link>>,
+}
+
+/// How to open (and reopen) the link to one agentd.
+#[async_trait]
+pub trait Connector: Send + Sync {
+    async fn connect(&self) -> Result<Link>;
+}
+
+/// A websocket URL and its bearer token.
+struct UrlConnector {
+    url: String,
+    token: Option<String>,
+}
+
+#[async_trait]
+impl Connector for UrlConnector {
+    async fn connect(&self) -> Result<Link> {
+        Link::connect(&self.url, self.token.as_deref()).await
+    }
 }
 
 impl AgentdSandbox {
     /// Connects to the agentd at `url` (`ws://host:port`).
     pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
-        let link = Link::connect(url, token).await?;
+        let connector = UrlConnector { url: url.to_owned(), token: token.map(str::to_owned) };
+        let link = connector.connect().await?;
         let id = format!("agentd:{}#{}", url, link.hello().pid);
-        Ok(Self {
-            url: url.to_owned(),
-            token: token.map(str::to_owned),
-            id,
-            link: Mutex::new(Arc::new(link)),
-        })
+        Ok(Self::from_parts(Box::new(connector), link, id))
+    }
+
+    /// A sandbox whose link `connector` opens (and reopens when it dropped), named `id`.
+    pub async fn with_connector(connector: Box<dyn Connector>, id: String) -> Result<Self> {
+        let link = connector.connect().await?;
+        Ok(Self::from_parts(connector, link, id))
+    }
+
+    fn from_parts(connector: Box<dyn Connector>, link: Link, id: String) -> Self {
+        Self { connector, id, link: Mutex::new(Arc::new(link)) }
     }
 
     /// The current link, reconnected first if the previous one closed.
     pub async fn link(&self) -> Result<Arc<Link>> {
         let mut link = self.link.lock().await;
         if link.is_closed() {
-            *link = Arc::new(Link::connect(&self.url, self.token.as_deref()).await?);
+            *link = Arc::new(self.connector.connect().await?);
         }
         Ok(Arc::clone(&link))
     }
