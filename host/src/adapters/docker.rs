@@ -110,7 +110,7 @@ impl DockerSandbox {
         let cleanup = Cleanup { docker: docker.clone(), container: container.clone(), armed: true };
         // The token arrives as a file before start: never in the image, the command line or the env.
         let tar = tar_one(TOKEN_FILE, token.as_bytes(), 0o600)?;
-        upload_tar(&docker, &container, "/", tar).await.map_err(|e| SandboxError::Docker(e))?;
+        upload_tar(&docker, &container, "/", tar).await.map_err(SandboxError::Docker)?;
         docker
             .start_container(&container, None::<bollard::query_parameters::StartContainerOptions>)
             .await
@@ -476,6 +476,26 @@ impl BaseSandbox for DockerSandbox {
             .execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
             .await
     }
+}
+
+/// The static agentd to inject: `$AGENTD_STATIC_BIN`, else the static build of this workspace next
+/// to the running program (`target/x86_64-unknown-linux-gnu/release/agentd`).
+pub fn static_agentd() -> Result<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("AGENTD_STATIC_BIN") {
+        return Ok(path.into());
+    }
+    let exe = std::env::current_exe()?;
+    let found = exe
+        .ancestors()
+        .skip(1)
+        .take(3)
+        .map(|dir| dir.join("x86_64-unknown-linux-gnu/release/agentd"))
+        .find(|p| p.is_file());
+    found.ok_or_else(|| {
+        SandboxError::Start(
+            "no static agentd to inject: build it (see README) or set AGENTD_STATIC_BIN".to_owned(),
+        )
+    })
 }
 
 fn random_hex() -> String {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use agentd_host::adapters::docker::{self, DockerSandbox};
 use agentd_host::adapters::local::{DefaultProfile, Lifetime, Started, spawn_agentd};
 use agentd_host::{AgentdSandbox, BaseSandbox as _, LocalSandbox, SandboxError};
 use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
@@ -37,6 +38,10 @@ struct Cli {
     /// Print results as JSON (the protocol's result types) for scripts.
     #[arg(long, global = true)]
     json: bool,
+    /// Run in a container instead: docker:IMAGE (agentd baked in; created, then removed) or
+    /// docker-attach:CONTAINER (a running container; the static agentd is injected).
+    #[arg(long, global = true, value_name = "docker:IMAGE|docker-attach:CONTAINER")]
+    sandbox: Option<String>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -59,6 +64,11 @@ enum Cmd {
     Down,
     /// Show the sandbox commands would use.
     Status,
+    /// Containers agentctl created (label dev.agentd.sandbox).
+    #[command(subcommand)]
+    Sandbox(SandboxCmd),
+    /// Remove every container agentctl created and left behind.
+    Gc,
     /// List one directory level (directories end in `/`).
     Ls { path: String },
     /// Print lines of a file.
@@ -93,6 +103,14 @@ enum Cmd {
     },
     /// Remove a file, link or directory tree.
     Rm { path: String },
+}
+
+#[derive(Subcommand)]
+enum SandboxCmd {
+    /// List them: id, image, status.
+    Ls,
+    /// Stop and remove the given ones.
+    Rm { ids: Vec<String> },
 }
 
 #[derive(Args)]
@@ -148,6 +166,7 @@ async fn main() -> ExitCode {
 enum Target {
     Remote(AgentdSandbox),
     Private(LocalSandbox),
+    Docker(DockerSandbox),
 }
 
 impl Target {
@@ -155,11 +174,33 @@ impl Target {
         match self {
             Self::Remote(sandbox) => sandbox,
             Self::Private(local) => local.agentd(),
+            Self::Docker(docker) => docker.agentd(),
+        }
+    }
+
+    /// Releases what this command started: a container it created is stopped and removed.
+    async fn finish(self) {
+        match self {
+            Self::Docker(docker) => {
+                if let Err(err) = docker.close().await {
+                    eprintln!("agentctl: {err}");
+                }
+            }
+            Self::Remote(_) | Self::Private(_) => {}
         }
     }
 }
 
 async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
+    if let Some(spec) = &cli.sandbox {
+        if let Some(image) = spec.strip_prefix("docker:") {
+            return Ok(Target::Docker(DockerSandbox::create(image).await?));
+        }
+        if let Some(container) = spec.strip_prefix("docker-attach:") {
+            return Ok(Target::Docker(DockerSandbox::attach(container, &docker::static_agentd()?).await?));
+        }
+        return Err(format!("--sandbox {spec}: expected docker:IMAGE or docker-attach:CONTAINER").into());
+    }
     if let Some(url) = &cli.url {
         return Ok(Target::Remote(AgentdSandbox::connect(url, cli.token.as_deref()).await?));
     }
@@ -171,9 +212,19 @@ async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
 
 async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match &cli.command {
-        Cmd::Exec(args) => exec(&cli, args).await,
-        Cmd::Upload { local, remote } => upload(&cli, local, remote).await,
-        Cmd::Download { remote, local } => download(&cli, remote, local).await,
+        Cmd::Exec(_) | Cmd::Upload { .. } | Cmd::Download { .. } => {
+            let target = target(&cli).await?;
+            let outcome = match &cli.command {
+                Cmd::Exec(args) => exec(&cli, args, &target).await,
+                Cmd::Upload { local, remote } => upload(&cli, local, remote, &target).await,
+                Cmd::Download { remote, local } => download(&cli, remote, local, &target).await,
+                _ => verb(&cli, &target).await,
+            };
+            target.finish().await;
+            outcome
+        }
+        Cmd::Sandbox(command) => sandbox_command(command).await,
+        Cmd::Gc => gc().await,
         Cmd::Up { workspace } => up(&cli, workspace.as_deref()),
         Cmd::Down => down(),
         Cmd::Ls { .. }
@@ -182,13 +233,19 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         | Cmd::Edit { .. }
         | Cmd::Glob { .. }
         | Cmd::Grep { .. }
-        | Cmd::Rm { .. } => verb(&cli).await,
+        | Cmd::Rm { .. } => {
+            let target = target(&cli).await?;
+            let outcome = verb(&cli, &target).await;
+            target.finish().await;
+            outcome
+        }
         Cmd::Status => {
             let target = target(&cli).await?;
             let hello = target.sandbox().link().await?.hello().clone();
             let kind = match &target {
                 Target::Remote(_) => "attached",
                 Target::Private(_) => "private (no `agentctl up` session)",
+                Target::Docker(_) => "container",
             };
             println!(
                 "{kind}: {} pid {} workspace {} (agentd {})",
@@ -197,13 +254,13 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
                 hello.workspace,
                 hello.agentd_version
             );
+            target.finish().await;
             Ok(ExitCode::SUCCESS)
         }
     }
 }
 
-async fn exec(cli: &Cli, args: &ExecArgs) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let target = target(cli).await?;
+async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let request = ExecRequest {
         command: args.command.join(" "),
         cwd: args.cwd.clone(),
@@ -253,10 +310,14 @@ fn progress_bar(len: u64) -> ProgressBar {
     bar
 }
 
-async fn upload(cli: &Cli, local: &Path, remote: &str) -> Result<ExitCode, Box<dyn std::error::Error>> {
+async fn upload(
+    cli: &Cli,
+    local: &Path,
+    remote: &str,
+    target: &Target,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let file = tokio::fs::File::open(local).await.map_err(|e| format!("{}: {e}", local.display()))?;
     let len = file.metadata().await?.len();
-    let target = target(cli).await?;
     let remote = remote_path(target.sandbox(), remote).await?;
     let bar = progress_bar(len);
     let error = target.sandbox().link().await?.upload(&remote, file, |n| bar.inc(n)).await?;
@@ -281,8 +342,12 @@ async fn upload(cli: &Cli, local: &Path, remote: &str) -> Result<ExitCode, Box<d
     }
 }
 
-async fn download(cli: &Cli, remote: &str, local: &Path) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let target = target(cli).await?;
+async fn download(
+    cli: &Cli,
+    remote: &str,
+    local: &Path,
+    target: &Target,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let remote = remote_path(target.sandbox(), remote).await?;
     // Written beside the destination and renamed, so a failed download leaves nothing half-written.
     let dir = local.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -442,7 +507,7 @@ fn is_zombie(pid: u32) -> bool {
 
 /// Runs a file verb; prints its result (the protocol's type with `--json`). Exit status 1 when the
 /// result carries an error.
-async fn verb(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+async fn verb(cli: &Cli, target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let request = match &cli.command {
         Cmd::Ls { path } => FsRequest::Ls { path: path.clone() },
         Cmd::Read { path, offset, limit } => {
@@ -472,11 +537,12 @@ async fn verb(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         | Cmd::Download { .. }
         | Cmd::Up { .. }
         | Cmd::Down
-        | Cmd::Status => {
+        | Cmd::Status
+        | Cmd::Sandbox(_)
+        | Cmd::Gc => {
             return Err("not a file verb".into());
         }
     };
-    let target = target(cli).await?;
     let response = target.sandbox().fs(request).await?;
     if cli.json {
         println!("{}", serde_json::to_string(&response)?);
@@ -538,4 +604,33 @@ fn print_human(response: &FsResponse) {
         }
         FsResponse::Delete(_) => {}
     }
+}
+
+async fn sandbox_command(command: &SandboxCmd) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let engine = docker::engine().await?;
+    match command {
+        SandboxCmd::Ls => {
+            for (id, image, status) in docker::list(&engine).await? {
+                println!("{}  {image}  {status}", &id[..id.len().min(12)]);
+            }
+        }
+        SandboxCmd::Rm { ids } => {
+            for id in ids {
+                docker::remove(&engine, id).await?;
+                println!("removed {id}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn gc() -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let engine = docker::engine().await?;
+    let leftovers = docker::list(&engine).await?;
+    for (id, image, _) in &leftovers {
+        docker::remove(&engine, id).await?;
+        println!("removed {} ({image})", &id[..id.len().min(12)]);
+    }
+    println!("{} container(s) removed", leftovers.len());
+    Ok(ExitCode::SUCCESS)
 }
