@@ -13,20 +13,12 @@ use std::time::{Duration, Instant};
 
 use agentd_host::BaseSandbox;
 use agentd_host::adapters::docker::DockerSandbox;
+use agentd_tests::stats::{median, ms};
 
 const IMAGE: &str = "agentd-busybox:latest";
 const LINK_RUNS: usize = 500;
 const DOCKER_EXEC_RUNS: usize = 50;
 const CREATE_RUNS: usize = 7;
-
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 fn docker(args: &[&str]) -> Duration {
     let start = Instant::now();

@@ -14,21 +14,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentd_host::{BaseSandbox, LocalSandbox};
+use agentd_tests::stats::{median, ms};
 
 const DIRS: usize = 100;
 const FILES_PER_DIR: usize = 100;
 const LINES_PER_FILE: usize = 200;
 const SMALL_RUNS: usize = 300;
 const TREE_RUNS: usize = 7;
-
-fn median(mut times: Vec<Duration>) -> Duration {
-    times.sort();
-    times[times.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
 
 /// 100 directories × 100 files × 200 lines; one line in 50 holds the needle.
 fn generate(root: &Path) {

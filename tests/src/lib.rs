@@ -298,3 +298,19 @@ fn transfer_code(err: &std::io::Error) -> String {
         None => err.to_string(),
     }
 }
+
+/// Small helpers the benchmarks share.
+pub mod stats {
+    use std::time::Duration;
+
+    /// The middle of `times` (sorted in place).
+    pub fn median(mut times: Vec<Duration>) -> Duration {
+        times.sort();
+        times[times.len() / 2]
+    }
+
+    /// Milliseconds, for printing.
+    pub fn ms(d: Duration) -> f64 {
+        d.as_secs_f64() * 1e3
+    }
+}
