@@ -1,5 +1,6 @@
 //! Containers on the real Docker engine: agentd baked into `agentd-busybox` / `agentd-debian` (built by
-//! `images/build.sh`), and injected into a running container from a base image without it.
+//! `images/build.sh`), and injected into a running container from a base image without it. (The file
+//! verbs run the whole conformance suite on the same four sandboxes: `conformance_docker_*.rs`.)
 //!
 //! Without a reachable engine (or without the images) each test prints one line and returns, unless
 //! `AGENTD_REQUIRE_DOCKER=1` (set by `.ci/run`) makes that a failure.
@@ -9,165 +10,15 @@
 
 use std::time::{Duration, Instant};
 
+use agentd_host::BaseSandbox;
 use agentd_host::adapters::docker::{self, DockerSandbox};
-use agentd_host::{BaseSandbox, Result as HostResult};
-use agentd_protocol::fs::{FsRequest, FsResponse};
-use agentd_protocol::{ExecRequest, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
+use agentd_protocol::ExecRequest;
 use sha2::{Digest as _, Sha256};
 
 const BUSYBOX: &str = "agentd-busybox:latest";
 const DEBIAN: &str = "agentd-debian:latest";
 const BUSYBOX_BASE: &str = "agentd-base-busybox:latest";
 const DEBIAN_BASE: &str = "agentd-base-debian:latest";
-
-/// Whether the engine and `image` are there; prints why not (or fails when Docker is required).
-async fn available(image: &str) -> bool {
-    let reason = match docker::engine().await {
-        Err(err) => Some(format!("{err}")),
-        Ok(engine) => match engine.inspect_image(image).await {
-            Ok(_) => None,
-            Err(_) => Some(format!("image {image} is missing: run images/build.sh")),
-        },
-    };
-    match reason {
-        None => true,
-        Some(reason) => {
-            assert!(std::env::var_os("AGENTD_REQUIRE_DOCKER").is_none(), "Docker required but: {reason}");
-            println!("skipped: {reason}");
-            false
-        }
-    }
-}
-
-/// A running container from `image` with a shell that just waits (no agentd in it).
-async fn plain_container(image: &str) -> String {
-    let out = std::process::Command::new("docker")
-        .args(["run", "-d", "--label", docker::LABEL, "--entrypoint", "/bin/sh", image, "-c", "sleep 3600"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-fn static_agentd() -> std::path::PathBuf {
-    let release = agentd_tests::binary("agentd");
-    let target = release.parent().and_then(|p| p.parent()).unwrap();
-    let path = target.join("x86_64-unknown-linux-gnu/release/agentd");
-    assert!(path.is_file(), "{} is missing: images/build.sh builds it", path.display());
-    path
-}
-
-/// The same sandbox seen only through its four required members: the verbs take the derived path.
-struct ExecOnly<'a>(&'a DockerSandbox);
-
-#[agentd_host::async_trait]
-impl BaseSandbox for ExecOnly<'_> {
-    fn id(&self) -> &str {
-        self.0.id()
-    }
-    fn agentd_command(&self) -> &str {
-        self.0.agentd_command()
-    }
-    async fn execute(&self, command: &str, timeout: Option<Duration>) -> HostResult<ExecuteResponse> {
-        self.0.execute(command, timeout).await
-    }
-    async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> HostResult<Vec<FileUploadResponse>> {
-        self.0.upload_files(files).await
-    }
-    async fn download_files(&self, paths: &[String]) -> HostResult<Vec<FileDownloadResponse>> {
-        self.0.download_files(paths).await
-    }
-}
-
-/// Verbs on a fixture inside the container: native (link) and derived (`agentd fs` through execute)
-/// give identical results, and the golden values where the spec fixes them.
-async fn verbs_agree(sb: &DockerSandbox) {
-    let derived = ExecOnly(sb);
-    let t = "/tmp/conf";
-    let setup = format!(
-        "rm -rf {t} && mkdir -p {t}/sub/deep {t}/.git && printf 'a\\r\\nb\\r\\nc\\r\\n' > {t}/crlf && \
-         printf 'needle one\\nno\\nneedle two\\n' > {t}/a.py && printf 'xx needle\\n' > {t}/sub/b.py && \
-         printf 'needle in git\\n' > {t}/.git/config && printf 'apple\\nbanana\\napple\\n' > {t}/fruit && \
-         ln -s {t}/sub {t}/ln && ln -s nowhere {t}/bad && : > {t}/empty.txt"
-    );
-    let requests = vec![
-        FsRequest::Ls { path: format!("{t}/") },
-        FsRequest::Read { path: format!("{t}/crlf"), offset: 0, limit: 2000 },
-        FsRequest::Read { path: format!("{t}/crlf"), offset: 1, limit: 1 },
-        FsRequest::Read { path: format!("{t}/crlf"), offset: 3, limit: 2000 },
-        FsRequest::Read { path: format!("{t}/empty.txt"), offset: 0, limit: 10 },
-        FsRequest::Read { path: format!("{t}/missing"), offset: 0, limit: 10 },
-        FsRequest::Grep { pattern: "needle".into(), path: Some(t.into()), glob: None, max_count: None },
-        FsRequest::Grep {
-            pattern: "needle".into(),
-            path: Some(t.into()),
-            glob: Some("**/*.py".into()),
-            max_count: None,
-        },
-        FsRequest::Glob { pattern: "**/*.py".into(), path: Some(t.into()) },
-        FsRequest::Edit {
-            path: format!("{t}/fruit"),
-            old: "apple".into(),
-            new: "pear".into(),
-            replace_all: false,
-        },
-        FsRequest::Edit {
-            path: format!("{t}/fruit"),
-            old: "apple".into(),
-            new: "pear".into(),
-            replace_all: true,
-        },
-        FsRequest::Edit {
-            path: format!("{t}/crlf"),
-            old: "b\nc".into(),
-            new: "X\nY".into(),
-            replace_all: false,
-        },
-        FsRequest::Write { path: format!("{t}/w/x/y.txt"), content: "hi\n".into() },
-        FsRequest::Write { path: "rel.txt".into(), content: "x".into() },
-        FsRequest::Delete { path: format!("{t}/ln") },
-        FsRequest::Delete { path: format!("{t}/ln") },
-    ];
-    for request in requests {
-        assert_eq!(sb.execute(&setup, None).await.unwrap().exit_code, Some(0));
-        let native = sb.fs(request.clone()).await.unwrap();
-        let native_state =
-            sb.execute(&format!("cd {t} && find . | sort && cat fruit crlf"), None).await.unwrap();
-        assert_eq!(sb.execute(&setup, None).await.unwrap().exit_code, Some(0));
-        let derived_result = derived.fs(request.clone()).await.unwrap();
-        let derived_state =
-            sb.execute(&format!("cd {t} && find . | sort && cat fruit crlf"), None).await.unwrap();
-        let (native, derived_result) = (sorted(native), sorted(derived_result));
-        assert_eq!(native, derived_result, "native vs derived for {request:?}");
-        assert_eq!(native_state.output, derived_state.output, "file state after {request:?}");
-    }
-    // Golden values the spec fixes.
-    sb.execute(&setup, None).await.unwrap();
-    let read = sb.read(&format!("{t}/crlf"), 0, 2000).await.unwrap();
-    assert_eq!(read.file_data.unwrap().content, "a\nb\nc");
-    let edit = sb.edit(&format!("{t}/fruit"), "apple", "pear", false).await.unwrap();
-    assert_eq!(
-        edit.error.as_deref(),
-        Some(
-            "Error: String 'apple' appears multiple times. Use replace_all=True to replace all occurrences."
-        )
-    );
-    let grep = sb.grep("needle", Some(t), None, None).await.unwrap();
-    assert_eq!(grep.matches.unwrap().len(), 3, "nothing from .git");
-}
-
-/// Route-A grep order is unspecified: compare as sorted.
-fn sorted(response: FsResponse) -> FsResponse {
-    match response {
-        FsResponse::Grep(mut grep) => {
-            if let Some(matches) = grep.matches.as_mut() {
-                matches.sort();
-            }
-            FsResponse::Grep(grep)
-        }
-        other => other,
-    }
-}
 
 async fn transfers(sb: &DockerSandbox) {
     let mut data = vec![0u8; 100 << 20];
@@ -208,14 +59,15 @@ async fn transfers(sb: &DockerSandbox) {
 
 #[tokio::test]
 async fn baked_busybox_runs_commands_transfers_and_verbs() {
-    if !available(BUSYBOX).await {
+    if !agentd_tests::docker_available(BUSYBOX).await {
         return;
     }
     let sb = DockerSandbox::create(BUSYBOX).await.unwrap();
+    // Removed even when an assertion fails (close() below removes it on success).
+    let _remove = agentd_tests::RemoveOnDrop(sb.container().to_owned());
     let r = sb.execute("printf a; printf b >&2; exit 3", None).await.unwrap();
     assert_eq!((r.output.as_str(), r.exit_code), ("ab", Some(3)));
     transfers(&sb).await;
-    verbs_agree(&sb).await;
     let id = sb.container().to_owned();
     sb.close().await.unwrap();
     let engine = docker::engine().await.unwrap();
@@ -229,10 +81,12 @@ async fn baked_busybox_runs_commands_transfers_and_verbs() {
 
 #[tokio::test]
 async fn agentd_as_pid_1_reaps_orphans_keeps_exit_codes_and_stops_fast() {
-    if !available(BUSYBOX).await {
+    if !agentd_tests::docker_available(BUSYBOX).await {
         return;
     }
     let sb = DockerSandbox::create(BUSYBOX).await.unwrap();
+    // Removed even when an assertion fails (close() below removes it on success).
+    let _remove = agentd_tests::RemoveOnDrop(sb.container().to_owned());
     // 50 orphans that exit quickly, while other execs run and report their own codes.
     let orphans =
         sb.execute("for i in $(seq 50); do (sleep 0.2 &) ; done; echo spawned", None).await.unwrap();
@@ -280,32 +134,30 @@ async fn agentd_as_pid_1_reaps_orphans_keeps_exit_codes_and_stops_fast() {
 
 #[tokio::test]
 async fn injected_into_a_busybox_container_without_agentd() {
-    if !available(BUSYBOX_BASE).await {
+    if !agentd_tests::docker_available(BUSYBOX_BASE).await {
         return;
     }
-    let container = plain_container(BUSYBOX_BASE).await;
-    let sb = DockerSandbox::attach(&container, &static_agentd()).await.unwrap();
+    let container = agentd_tests::plain_container(BUSYBOX_BASE, &[]);
+    let _remove = agentd_tests::RemoveOnDrop(container.clone());
+    let sb = DockerSandbox::attach(&container, &agentd_tests::static_agentd()).await.unwrap();
     let r = sb.execute("echo injected; exit 4", None).await.unwrap();
     assert_eq!((r.output.as_str(), r.exit_code), ("injected\n", Some(4)));
     transfers(&sb).await;
-    verbs_agree(&sb).await;
-    let engine = docker::engine().await.unwrap();
-    docker::remove(&engine, &container).await.unwrap();
 }
 
 #[tokio::test]
 async fn debian_baked_and_injected() {
-    if !available(DEBIAN).await || !available(DEBIAN_BASE).await {
+    if !agentd_tests::docker_available(DEBIAN).await || !agentd_tests::docker_available(DEBIAN_BASE).await {
         return;
     }
     let sb = DockerSandbox::create(DEBIAN).await.unwrap();
+    let _remove = agentd_tests::RemoveOnDrop(sb.container().to_owned());
     let r = sb.execute("python3 -c 'print(6*7)'", None).await.unwrap();
     assert_eq!(r.output, "42\n");
-    verbs_agree(&sb).await;
     sb.close().await.unwrap();
-    let container = plain_container(DEBIAN_BASE).await;
-    let sb = DockerSandbox::attach(&container, &static_agentd()).await.unwrap();
-    verbs_agree(&sb).await;
-    let engine = docker::engine().await.unwrap();
-    docker::remove(&engine, &container).await.unwrap();
+    let container = agentd_tests::plain_container(DEBIAN_BASE, &[]);
+    let _remove = agentd_tests::RemoveOnDrop(container.clone());
+    let sb = DockerSandbox::attach(&container, &agentd_tests::static_agentd()).await.unwrap();
+    let r = sb.execute("python3 -c 'print(6*7)'; exit 5", None).await.unwrap();
+    assert_eq!((r.output.as_str(), r.exit_code), ("42\n", Some(5)));
 }

@@ -79,14 +79,29 @@ pub async fn engine() -> Result<Docker> {
     Ok(docker)
 }
 
+/// How to create or attach a container.
+#[derive(Debug, Clone, Default)]
+pub struct DockerOptions {
+    /// Host directories mounted at the same path inside the container.
+    pub mounts: Vec<std::path::PathBuf>,
+    /// agentd's working directory (its workspace) inside the container.
+    pub workdir: Option<String>,
+}
+
 impl DockerSandbox {
     /// Creates and starts a container from `image` (agentd baked in), waits until agentd answers.
     pub async fn create(image: &str) -> Result<Self> {
+        Self::create_with(image, &DockerOptions::default()).await
+    }
+
+    /// [`DockerSandbox::create`] with bind mounts and a working directory.
+    pub async fn create_with(image: &str, options: &DockerOptions) -> Result<Self> {
         let docker = engine().await?;
         let token = random_hex();
         let port_key = format!("{PORT}/tcp");
         let body = ContainerCreateBody {
             image: Some(image.to_owned()),
+            working_dir: options.workdir.clone(),
             labels: Some(HashMap::from([(LABEL.to_owned(), "1".to_owned())])),
             exposed_ports: Some(HashMap::from([(port_key.clone(), HashMap::new())])),
             host_config: Some(HostConfig {
@@ -98,6 +113,7 @@ impl DockerSandbox {
                         host_port: Some(String::new()),
                     }]),
                 )])),
+                binds: Some(options.mounts.iter().map(|dir| format!("{0}:{0}", dir.display())).collect()),
                 ..HostConfig::default()
             }),
             ..ContainerCreateBody::default()
@@ -136,6 +152,11 @@ impl DockerSandbox {
     /// Links to a running container that has no agentd: copies the static `agentd_binary` in and
     /// runs it over a `docker exec -i` attach stream.
     pub async fn attach(container: &str, agentd_binary: &Path) -> Result<Self> {
+        Self::attach_with(container, agentd_binary, None).await
+    }
+
+    /// [`DockerSandbox::attach`] with agentd's working directory inside the container.
+    pub async fn attach_with(container: &str, agentd_binary: &Path, workdir: Option<String>) -> Result<Self> {
         let docker = engine().await?;
         let inspect = docker
             .inspect_container(container, None::<InspectContainerOptions>)
@@ -146,7 +167,7 @@ impl DockerSandbox {
             .map_err(|e| SandboxError::Start(format!("cannot read {}: {e}", agentd_binary.display())))?;
         let tar = tar_one(INJECTED_AGENTD.trim_start_matches('/'), &binary, 0o755)?;
         upload_tar(&docker, &id, "/", tar).await.map_err(SandboxError::Docker)?;
-        let connector = StdioConnector { docker: docker.clone(), container: id.clone() };
+        let connector = StdioConnector { docker: docker.clone(), container: id.clone(), workdir };
         let agentd = AgentdSandbox::with_connector(Box::new(connector), format!("docker:{id}")).await?;
         Ok(Self { docker, container: id, agentd, agentd_path: INJECTED_AGENTD.to_owned(), owned: false })
     }
@@ -233,6 +254,7 @@ async fn connect_when_ready(url: &str, token: &str, container: &str) -> Result<A
 struct StdioConnector {
     docker: Docker,
     container: String,
+    workdir: Option<String>,
 }
 
 #[async_trait]
@@ -248,6 +270,7 @@ impl Connector for StdioConnector {
                     attach_stderr: Some(true),
                     tty: Some(false),
                     cmd: Some(vec![INJECTED_AGENTD.to_owned(), "serve".to_owned(), "--stdio".to_owned()]),
+                    working_dir: self.workdir.clone(),
                     ..CreateExecOptions::default()
                 },
             )
