@@ -120,7 +120,10 @@ async fn background_process_holding_the_pipe_does_not_hang_the_result() {
     assert!(start.elapsed() < Duration::from_secs(2), "took {:?}", start.elapsed());
     // The orphan is still running (not killed on a normal exit) and reaped later, not a zombie.
     assert_eq!(processes_named("sleep 1004").len(), 1);
-    sb.execute("pkill -f 'sleep 1004'", None).await.unwrap();
+    for pid in processes_named("sleep 1004") {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL)
+            .unwrap();
+    }
     assert!(all_gone("sleep 1004").await);
 }
 

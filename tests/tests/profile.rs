@@ -99,14 +99,14 @@ writable_roots = ["{W}"]
 async fn network_deny_blocks_tcp_connect_and_allow_does_not() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let connect = format!(
-        "python3 -c 'import socket; s=socket.create_connection((\"127.0.0.1\", {port})); print(\"connected\")'"
-    );
+    // The probe is agentd's own `health` (a TCP connect), so the test needs no python or netcat.
+    let agentd = agentd_tests::binary("agentd");
+    let connect = format!("{} health --listen 127.0.0.1:{port} && echo connected", agentd.display());
     let deny = "name = \"offline\"\nnetwork = \"deny\"\n";
     let Some((_daemon, sb, _dir)) = profiled(deny).await else { return };
     let r = run(&sb, &connect).await;
     let output = r.output.unwrap();
-    assert!(output.contains("PermissionError") && !output.contains("connected"), "{output}");
+    assert!(output.contains("Permission denied") && !output.contains("connected"), "{output}");
     assert_eq!(r.enforcement.unwrap().network, Level::Full);
     drop(sb);
     let allow = "name = \"online\"\nnetwork = \"allow\"\n";
