@@ -53,8 +53,9 @@ pub struct Confiner {
     /// Names the per-command cgroups.
     next_plan: std::sync::atomic::AtomicU64,
     abi: u32,
-    /// Parent of the per-command pids cgroups, when agentd can create them.
-    cgroups: Option<PathBuf>,
+    /// Parent of the per-command pids cgroups, when agentd can create them; made on first need (a
+    /// profile with `limits.processes`), so an agentd that never needs one leaves no trace.
+    cgroups: std::sync::OnceLock<Option<PathBuf>>,
 }
 
 impl Confiner {
@@ -73,9 +74,12 @@ impl Confiner {
     }
 
     pub fn new(profile: SandboxProfile) -> Self {
-        // Created lazily would race between requests; created here it may go unused.
-        let cgroups = pids_cgroup_parent();
-        Self { profile, next_plan: Default::default(), abi: kernel_landlock_abi(), cgroups }
+        Self {
+            profile,
+            next_plan: Default::default(),
+            abi: kernel_landlock_abi(),
+            cgroups: Default::default(),
+        }
     }
 
     /// The kernel's landlock ABI (0: none).
@@ -167,11 +171,11 @@ impl Confiner {
         } else {
             None
         };
-        let cgroup = match (profile.limits.processes, &self.cgroups) {
-            (Some(max), Some(parent)) => {
+        let cgroup = match profile.limits.processes.and_then(|max| Some((max, self.cgroup_parent()?))) {
+            Some((max, parent)) => {
                 Some(PidsCgroup::create(parent, seq, max).map_err(|e| prepare(e.to_string()))?)
             }
-            _ => None,
+            None => None,
         };
         let mut rlimits = vec![(Resource::CORE, 0, 0)];
         let limits = &profile.limits;
@@ -222,7 +226,7 @@ impl Confiner {
         let limits = if profile.limits == Limits::default() {
             Level::NotRequested
         } else if profile.limits.processes.is_some()
-            && self.cgroups.is_none()
+            && self.cgroup_parent().is_none()
             && nix::unistd::geteuid().is_root()
         {
             notes.push(
@@ -461,9 +465,13 @@ fn pids_cgroup_parent() -> Option<PathBuf> {
 }
 
 impl Confiner {
+    fn cgroup_parent(&self) -> Option<&PathBuf> {
+        self.cgroups.get_or_init(pids_cgroup_parent).as_ref()
+    }
+
     /// Removes agentd's cgroups at shutdown, once every process is gone.
     pub fn remove_cgroups(&self) {
-        let Some(parent) = &self.cgroups else { return };
+        let Some(Some(parent)) = self.cgroups.get() else { return };
         if let Ok(children) = std::fs::read_dir(parent) {
             for child in children.flatten() {
                 let _ = std::fs::remove_dir(child.path());
