@@ -20,13 +20,15 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, ProfileOverride, SandboxProfile};
+use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, SandboxProfile};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible as _, PathBeneath, PathFd, Ruleset,
     RulesetAttr as _, RulesetCreated, RulesetCreatedAttr as _,
 };
 use rlimit::Resource;
 use thiserror::Error;
+
+use crate::admission::ServerProfile;
 
 /// The landlock ABI our rules are written for (filesystem rights up to `IoctlDev`, TCP rules).
 const RULES_ABI: ABI = ABI::V5;
@@ -37,10 +39,6 @@ pub enum ConfineError {
     Read { path: PathBuf, source: io::Error },
     #[error("the profile `{path}` is not valid: {message}")]
     Parse { path: PathBuf, message: String },
-    #[error("profile `{profile}`: {message}")]
-    Loosen { profile: String, message: String },
-    #[error("profile `{profile}` does not allow the command `{word}` (allowed: {allowed})")]
-    CommandNotAllowed { profile: String, word: String, allowed: String },
     #[error("strict profile `{profile}` cannot be fully enforced here, so nothing was run: {notes}")]
     NotEnforceable { profile: String, notes: String },
     #[error("profile `{profile}`: cannot prepare its rules: {message}")]
@@ -59,8 +57,9 @@ pub struct Confiner {
 }
 
 impl Confiner {
-    /// Reads a profile: JSON when the file name ends in `.json`, else TOML.
-    pub fn load(path: &Path) -> Result<SandboxProfile, ConfineError> {
+    /// Reads a profile (JSON when the file name ends in `.json`, else TOML), validates it and
+    /// resolves its roots.
+    pub fn load(path: &Path) -> Result<ServerProfile, ConfineError> {
         let text = std::fs::read_to_string(path)
             .map_err(|source| ConfineError::Read { path: path.to_owned(), source })?;
         let parse = |message: String| ConfineError::Parse { path: path.to_owned(), message };
@@ -69,8 +68,7 @@ impl Confiner {
         } else {
             toml::from_str(&text).map_err(|e| parse(e.to_string()))?
         };
-        validate(&profile).map_err(|message| ConfineError::Parse { path: path.to_owned(), message })?;
-        Ok(profile)
+        ServerProfile::new(profile).map_err(|e| parse(e.to_string()))
     }
 
     pub fn new(profile: SandboxProfile) -> Self {
@@ -90,68 +88,6 @@ impl Confiner {
     /// What of the server's profile this machine can enforce (for `hello`).
     pub fn capability(&self) -> Enforcement {
         self.report(&self.profile)
-    }
-
-    /// The profile for one command: the server's, tightened by `over`; loosening is refused.
-    pub fn effective(&self, over: Option<&ProfileOverride>) -> Result<SandboxProfile, ConfineError> {
-        let base = &self.profile;
-        let Some(over) = over else { return Ok(base.clone()) };
-        let loosen = |message: String| ConfineError::Loosen { profile: base.name.clone(), message };
-        let mut out = base.clone();
-        if let Some(roots) = &over.writable_roots {
-            within(roots, base.writable_roots.as_deref(), "writable_roots").map_err(loosen)?;
-            out.writable_roots = Some(roots.clone());
-        }
-        if let Some(roots) = &over.readable_roots {
-            within(roots, base.readable_roots.as_deref(), "readable_roots").map_err(loosen)?;
-            out.readable_roots = Some(roots.clone());
-        }
-        match (over.network, base.network) {
-            (Some(Network::Allow), Network::Deny) => {
-                return Err(loosen("network = \"allow\" would loosen network = \"deny\"".to_owned()));
-            }
-            (Some(network), _) => out.network = network,
-            (None, _) => {}
-        }
-        if let Some(names) = &over.env_allowlist {
-            subset(names, base.env_allowlist.as_deref(), "env_allowlist").map_err(loosen)?;
-            out.env_allowlist = Some(names.clone());
-        }
-        if let Some(words) = &over.allowed_commands {
-            subset(words, base.allowed_commands.as_deref(), "allowed_commands").map_err(loosen)?;
-            out.allowed_commands = Some(words.clone());
-        }
-        if let Some(limits) = &over.limits {
-            out.limits = tighter_limits(&base.limits, limits).map_err(loosen)?;
-        }
-        if let Some(max) = over.max_timeout {
-            if !max.is_finite() || max <= 0.0 {
-                return Err(loosen("max_timeout must be a positive number of seconds".to_owned()));
-            }
-            if base.max_timeout.is_some_and(|b| max > b) {
-                return Err(loosen(format!(
-                    "max_timeout {max} is above the profile's {}",
-                    base.max_timeout.unwrap_or(0.0)
-                )));
-            }
-            out.max_timeout = Some(max);
-        }
-        Ok(out)
-    }
-
-    /// The advisory `allowed_commands` check on the command's first word.
-    pub fn check_command(profile: &SandboxProfile, command: &str) -> Result<(), ConfineError> {
-        let Some(allowed) = &profile.allowed_commands else { return Ok(()) };
-        let word = command.split_whitespace().next().unwrap_or("");
-        let name = word.rsplit('/').next().unwrap_or(word);
-        if allowed.iter().any(|a| a == word || a == name) {
-            return Ok(());
-        }
-        Err(ConfineError::CommandNotAllowed {
-            profile: profile.name.clone(),
-            word: word.to_owned(),
-            allowed: allowed.join(", "),
-        })
     }
 
     /// Prepares everything the child will apply, and the report of it. A strict profile whose rules
@@ -384,59 +320,6 @@ fn kernel_landlock_abi() -> u32 {
         )
     };
     u32::try_from(abi).unwrap_or(0)
-}
-
-/// Checks what `toml` cannot: timeouts are positive numbers.
-fn validate(profile: &SandboxProfile) -> Result<(), String> {
-    for (name, value) in [("default_timeout", profile.default_timeout), ("max_timeout", profile.max_timeout)]
-    {
-        if value.is_some_and(|v| !v.is_finite() || v <= 0.0) {
-            return Err(format!("{name} must be a positive number of seconds"));
-        }
-    }
-    if let (Some(default), Some(max)) = (profile.default_timeout, profile.max_timeout)
-        && default > max
-    {
-        return Err("default_timeout is above max_timeout".to_owned());
-    }
-    if profile.name.is_empty() {
-        return Err("name must not be empty".to_owned());
-    }
-    Ok(())
-}
-
-/// Each of `roots` lies beneath one of `allowed` (absent: anything is allowed).
-fn within(roots: &[String], allowed: Option<&[String]>, field: &str) -> Result<(), String> {
-    let Some(allowed) = allowed else { return Ok(()) };
-    for root in roots {
-        if !allowed.iter().any(|a| Path::new(root).starts_with(a)) {
-            return Err(format!("{field}: `{root}` is not beneath the profile's {}", allowed.join(", ")));
-        }
-    }
-    Ok(())
-}
-
-fn subset(names: &[String], allowed: Option<&[String]>, field: &str) -> Result<(), String> {
-    let Some(allowed) = allowed else { return Ok(()) };
-    match names.iter().find(|n| !allowed.contains(n)) {
-        Some(extra) => Err(format!("{field}: `{extra}` is not in the profile's list")),
-        None => Ok(()),
-    }
-}
-
-fn tighter_limits(base: &Limits, over: &Limits) -> Result<Limits, String> {
-    let pick = |name: &str, base: Option<u64>, over: Option<u64>| match (base, over) {
-        (Some(b), Some(o)) if o > b => Err(format!("limits.{name} = {o} is above the profile's {b}")),
-        (_, Some(o)) => Ok(Some(o)),
-        (b, None) => Ok(b),
-    };
-    Ok(Limits {
-        cpu_seconds: pick("cpu_seconds", base.cpu_seconds, over.cpu_seconds)?,
-        address_space: pick("address_space", base.address_space, over.address_space)?,
-        processes: pick("processes", base.processes, over.processes)?,
-        file_size: pick("file_size", base.file_size, over.file_size)?,
-        open_files: pick("open_files", base.open_files, over.open_files)?,
-    })
 }
 
 /// Where agentd can create pids cgroups: under the v1 `pids` hierarchy, or under a v2 root that

@@ -9,6 +9,8 @@
 //!   dispatching requests by id.
 //! - [`exec`]: spawn, reaping (agentd is a child subreaper), capture file and preview, kill ladder.
 //! - [`transfer`]: chunked uploads (temp file + rename) and downloads, sha256 end to end.
+//! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
+//!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
 //! - [`auth`]: token loading and constant-time comparison; the loopback-only rule without a token.
 //!
 //! ## Usage
@@ -17,6 +19,7 @@
 //! agentd serve --listen 127.0.0.1:0        # loopback without a token; prints the bound address
 //! ```
 
+mod admission;
 mod auth;
 mod confine;
 mod exec;
@@ -34,6 +37,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use crate::admission::ServerPolicy;
 use crate::auth::Token;
 use crate::confine::Confiner;
 use crate::exec::Executor;
@@ -160,31 +164,26 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         if confined { Workspace::confined(workspace.clone()) } else { Workspace::open(workspace.clone()) };
     let scratch = std::env::temp_dir().join(format!("agentd-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
-    let seconds = |s: f64, name: &str| {
-        if s.is_finite() && s >= 0.0 {
-            Ok(s)
-        } else {
-            Err(format!("--{name} must be a number of seconds ≥ 0"))
-        }
-    };
-    let default_timeout = seconds(args.default_timeout, "default-timeout")?;
-    let grace = Duration::from_secs_f64(seconds(args.kill_grace, "kill-grace")?);
+    let default_timeout = admission::seconds(args.default_timeout, "--default-timeout")?;
+    let grace = admission::seconds(args.kill_grace, "--kill-grace")?;
 
     // The SIGCHLD handler must exist before the first child.
     let reaper = Reaper::start()?;
     let executor = Executor::new(reaper, workspace, scratch.clone(), grace);
-    let profiled = args.profile.is_some();
-    let profile = match &args.profile {
-        Some(path) => Confiner::load(path)?,
+    let profile = args.profile.as_deref().map(Confiner::load).transpose()?;
+    let reported = match &profile {
+        Some(profile) => profile.profile().clone(),
         None => SandboxProfile { name: "none".to_owned(), ..SandboxProfile::default() },
     };
     let shared = Arc::new(Shared {
         executor,
         workspace: files,
-        confiner: Confiner::new(profile),
-        profiled,
+        confiner: Confiner::new(reported),
         token,
-        default_timeout: (default_timeout > 0.0).then(|| Duration::from_secs_f64(default_timeout)),
+        policy: ServerPolicy {
+            profile,
+            default_timeout: (!default_timeout.is_zero()).then_some(default_timeout),
+        },
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

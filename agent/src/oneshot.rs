@@ -14,10 +14,12 @@ use agentd_protocol::framing::unframe;
 use agentd_protocol::fs::{DEFAULT_READ_LIMIT, FsRequest, FsResponse};
 use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
 use agentd_protocol::meta::MetaLine;
+use agentd_protocol::{ExecRequest, Offload};
 use clap::Subcommand;
 
+use crate::admission::{self, ServerPolicy};
 use crate::exec::reaper::Reaper;
-use crate::exec::{CancelHandle, CaptureMode, ExecSpec, Executor};
+use crate::exec::{CancelHandle, ExecSpec, Executor};
 use crate::root::Workspace;
 
 /// One file verb; prints its result as one line of JSON (the protocol's `FsResponse`).
@@ -135,22 +137,21 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         Ok(Err(_)) => return usage("the command on stdin is not UTF-8"),
         Err(err) => return usage(&format!("cannot read stdin: {err}")),
     };
-    if !args.timeout.is_finite() || args.timeout < 0.0 {
-        return usage("--timeout must be a number of seconds ≥ 0");
-    }
-    let mode = match (args.capture_path, args.inline_budget) {
-        (Some(path), Some(inline_budget)) => CaptureMode::Offload { path, inline_budget },
-        _ => CaptureMode::Inline,
-    };
-    let spec = ExecSpec {
+    // The same admission as a request over the link: every number validated there.
+    let request = ExecRequest {
         command,
-        cwd: None,
-        env: Default::default(),
-        timeout: (args.timeout > 0.0).then(|| Duration::from_secs_f64(args.timeout)),
-        stdin: None,
-        max_capture_bytes: args.max_capture_bytes.max(1),
-        mode,
-        confined: None,
+        timeout: Some(args.timeout),
+        max_capture_bytes: Some(args.max_capture_bytes),
+        offload: match (args.capture_path, args.inline_budget) {
+            (Some(capture_path), Some(inline_budget)) => Some(Offload { capture_path, inline_budget }),
+            _ => None,
+        },
+        ..ExecRequest::default()
+    };
+    let policy = ServerPolicy { profile: None, default_timeout: None };
+    let spec = match admission::admit(&policy, request) {
+        Ok(admitted) => ExecSpec::new(admitted, None),
+        Err(err) => return usage(&err.to_string()),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,

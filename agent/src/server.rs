@@ -11,14 +11,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agentd_protocol::limits::{
-    DEFAULT_MAX_CAPTURE_BYTES, MAX_BINARY_MESSAGE, MAX_IN_FLIGHT, MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE,
-};
+use agentd_protocol::limits::{MAX_BINARY_MESSAGE, MAX_IN_FLIGHT, MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE};
 use agentd_protocol::{
     CancelResult, ClientMessage, DecodeError, ErrorCode, ErrorReply, ExecRequest, ExecStarted, FsReply,
     HelloReply, PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
 };
-use base64::Engine as _;
 use futures_util::StreamExt as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, mpsc, oneshot};
@@ -28,9 +25,10 @@ use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
+use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner};
-use crate::exec::{CancelHandle, CaptureMode, Confined, ExecSpec, Executor};
+use crate::exec::{CancelHandle, Confined, ExecSpec, Executor};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
 
@@ -51,11 +49,9 @@ pub struct Shared {
     pub workspace: Workspace,
     /// The sandbox profile (a permissive one when `--profile` was not given).
     pub confiner: Confiner,
-    /// `--profile` was given: every command is confined.
-    pub profiled: bool,
     pub token: Option<Token>,
-    /// Timeout for an exec that names none; `None`: no limit.
-    pub default_timeout: Option<Duration>,
+    /// What a request may do: the server's profile (`--profile`) and default timeout.
+    pub policy: ServerPolicy,
 }
 
 /// Accepts connections until the listener fails.
@@ -204,7 +200,7 @@ impl Session {
                     max_text_message: MAX_TEXT_MESSAGE as u64,
                     max_binary_message: MAX_BINARY_MESSAGE as u64,
                     landlock_abi: self.shared.confiner.landlock_abi(),
-                    profile: self.shared.profiled.then(|| self.shared.confiner.capability()),
+                    profile: self.shared.policy.profile.is_some().then(|| self.shared.confiner.capability()),
                 };
                 self.send(ServerMessage::Hello(reply)).await;
             }
@@ -372,80 +368,18 @@ impl Session {
     }
 
     fn exec_spec(&self, request: ExecRequest) -> Result<ExecSpec, DecodeError> {
-        let invalid = |message: &str| DecodeError::new(Some(request.id), ErrorCode::InvalidField, message);
-        let refused =
-            |code: ErrorCode, err: ConfineError| DecodeError::new(Some(request.id), code, err.to_string());
-        // The profile for this command: the server's (if any), tightened by the request's.
-        let profile = if self.shared.profiled || request.profile.is_some() {
-            let confiner = &self.shared.confiner;
-            let profile = confiner
-                .effective(request.profile.as_deref())
-                .map_err(|e| refused(ErrorCode::ProfileViolation, e))?;
-            Confiner::check_command(&profile, &request.command)
-                .map_err(|e| refused(ErrorCode::ProfileViolation, e))?;
-            Some(profile)
-        } else {
-            None
-        };
-        let max_timeout = profile.as_ref().and_then(|p| p.max_timeout);
-        let default_timeout = match profile.as_ref().and_then(|p| p.default_timeout) {
-            Some(seconds) => Some(Duration::from_secs_f64(seconds)),
-            // The server's default never exceeds the profile's maximum.
-            None => match (self.shared.default_timeout, max_timeout) {
-                (Some(default), Some(max)) => Some(default.min(Duration::from_secs_f64(max))),
-                (None, Some(max)) => Some(Duration::from_secs_f64(max)),
-                (default, None) => default,
-            },
-        };
-        let timeout = match request.timeout {
-            None => default_timeout,
-            Some(t) if !t.is_finite() || !(0.0..=1e9).contains(&t) => {
-                return Err(invalid("`timeout` must be a number of seconds between 0 and 1e9 (0: no limit)"));
-            }
-            Some(0.0) => None,
-            Some(t) => Some(Duration::from_secs_f64(t)),
-        };
-        if let Some(max) = max_timeout {
-            let asked = timeout.map_or(f64::INFINITY, |t| t.as_secs_f64());
-            if asked > max {
-                let message = format!("a timeout of {asked} s is above the profile's max_timeout of {max} s");
-                return Err(DecodeError::new(Some(request.id), ErrorCode::ProfileViolation, message));
-            }
-        }
-        let stdin = match &request.stdin_base64 {
-            None => None,
-            Some(b64) => Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64)
-                    .map_err(|e| invalid(&format!("`stdin_base64` is not valid base64: {e}")))?,
-            ),
-        };
-        let max_capture_bytes = request.max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES);
-        if max_capture_bytes == 0 {
-            return Err(invalid("`max_capture_bytes` must be at least 1"));
-        }
-        let mode = match request.offload {
-            None => CaptureMode::Inline,
-            Some(offload) if offload.capture_path.is_empty() || offload.capture_path.contains('\0') => {
-                return Err(invalid("`offload.capture_path` must be a non-empty path without NUL"));
-            }
-            Some(offload) => {
-                CaptureMode::Offload { path: offload.capture_path, inline_budget: offload.inline_budget }
-            }
-        };
-        if request.command.contains('\0')
-            || request.env.iter().any(|(k, v)| k.contains(['\0', '=']) || k.is_empty() || v.contains('\0'))
-        {
-            return Err(invalid(
-                "`command` and `env` must not contain NUL, and env names must not be empty or contain `=`",
-            ));
-        }
-        let confined = match profile {
+        let id = request.id;
+        let mut admitted = admission::admit(&self.shared.policy, request)
+            .map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?;
+        let confined = match admitted.profile.take() {
             None => None,
             Some(profile) => {
-                let plan = self.shared.confiner.plan(&profile).map_err(|e| match e {
-                    ConfineError::NotEnforceable { .. } => refused(ErrorCode::NotEnforceable, e),
-                    _ => refused(ErrorCode::Internal, e),
+                let plan = self.shared.confiner.plan(&profile).map_err(|e| {
+                    let code = match e {
+                        ConfineError::NotEnforceable { .. } => ErrorCode::NotEnforceable,
+                        _ => ErrorCode::Internal,
+                    };
+                    DecodeError::new(Some(id), code, e.to_string())
                 })?;
                 Some(Confined {
                     plan,
@@ -455,16 +389,7 @@ impl Session {
                 })
             }
         };
-        Ok(ExecSpec {
-            confined,
-            command: request.command,
-            cwd: request.cwd,
-            env: request.env,
-            timeout,
-            stdin,
-            max_capture_bytes,
-            mode,
-        })
+        Ok(ExecSpec::new(admitted, confined))
     }
 
     /// Records a new request; answers `duplicate_id` or `too_many_requests` and returns false if it can't.

@@ -36,6 +36,7 @@ use capture::{CaptureFile, DrainEnd};
 use reaper::{Exit, Reaper};
 use tree::{TAG_VAR, TimeoutLadder};
 
+use crate::admission::{Admitted, Capture};
 use crate::confine::Plan;
 
 /// How long the pipe is still read after the shell was reaped, for output a background process
@@ -55,6 +56,25 @@ pub struct ExecSpec {
     pub mode: CaptureMode,
     /// The sandbox profile's part, when one is in force.
     pub confined: Option<Confined>,
+}
+
+impl ExecSpec {
+    /// The spec of an admitted request, with its prepared confinement.
+    pub fn new(admitted: Admitted, confined: Option<Confined>) -> Self {
+        Self {
+            command: admitted.command,
+            cwd: admitted.cwd,
+            env: admitted.env,
+            timeout: admitted.timeout,
+            stdin: admitted.stdin,
+            max_capture_bytes: admitted.max_capture_bytes,
+            mode: match admitted.capture {
+                Capture::Inline => CaptureMode::Inline,
+                Capture::Offload { path, inline_budget } => CaptureMode::Offload { path, inline_budget },
+            },
+            confined,
+        }
+    }
 }
 
 /// A command under a sandbox profile: its prepared confinement and the profile's environment rules.
