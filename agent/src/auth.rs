@@ -1,4 +1,5 @@
-//! Who may connect: a bearer token on the websocket upgrade, compared in constant time.
+//! Who may connect: a bearer token on the websocket upgrade, compared in constant time; TCP always
+//! needs one (the Unix socket of a local session checks the peer process instead, in `server`).
 //!
 //! The token comes from `--token-file` or from `AGENTD_TOKEN`, never from the command line (where
 //! `/proc/<pid>/cmdline` shows it to every process). `main` removes `AGENTD_TOKEN` from agentd's own
@@ -19,10 +20,11 @@ pub enum AuthError {
     #[error("the token is empty")]
     EmptyToken,
     #[error(
-        "refusing to listen on {0} without a token: anyone who can reach it could run commands. \
-         Give --token-file FILE or set AGENTD_TOKEN, or listen on a loopback address"
+        "refusing to listen on {0} without a token: any process that can reach it (on loopback: \
+         every local user and the sandbox's own commands) could run commands. Give --token-file FILE \
+         or set AGENTD_TOKEN, or serve a local session on a Unix socket with --unix PATH"
     )]
-    NoTokenBeyondLoopback(SocketAddr),
+    NoToken(SocketAddr),
 }
 
 /// The shared secret clients must present.
@@ -84,10 +86,11 @@ pub unsafe fn take_env_token() -> Option<String> {
     value
 }
 
-/// Checks the rule that a non-loopback listener needs a token.
+/// Checks the rule that a TCP listener needs a token, loopback included: a loopback port is open to
+/// every local process, the sandbox's own commands among them.
 pub fn check_listen(addr: SocketAddr, token: Option<&Token>) -> Result<(), AuthError> {
-    if token.is_none() && !addr.ip().is_loopback() {
-        return Err(AuthError::NoTokenBeyondLoopback(addr));
+    if token.is_none() {
+        return Err(AuthError::NoToken(addr));
     }
     Ok(())
 }
@@ -112,11 +115,12 @@ mod tests {
     }
 
     #[test]
-    fn beyond_loopback_needs_a_token() {
+    fn tcp_needs_a_token_loopback_too() {
         let token = Token(b"t".to_vec());
-        assert!(check_listen("127.0.0.1:1".parse().unwrap(), None).is_ok());
-        assert!(check_listen("[::1]:1".parse().unwrap(), None).is_ok());
+        assert!(check_listen("127.0.0.1:1".parse().unwrap(), None).is_err());
+        assert!(check_listen("[::1]:1".parse().unwrap(), None).is_err());
         assert!(check_listen("0.0.0.0:1".parse().unwrap(), None).is_err());
+        assert!(check_listen("127.0.0.1:1".parse().unwrap(), Some(&token)).is_ok());
         assert!(check_listen("0.0.0.0:1".parse().unwrap(), Some(&token)).is_ok());
     }
 

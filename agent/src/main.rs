@@ -11,12 +11,12 @@
 //! - [`transfer`]: chunked uploads (temp file + rename) and downloads, sha256 end to end.
 //! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
 //!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
-//! - [`auth`]: token loading and constant-time comparison; the loopback-only rule without a token.
+//! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
 //!
 //! ## Usage
 //! ```text
 //! AGENTD_TOKEN=$(head -c 24 /dev/urandom | base64) agentd serve --listen 0.0.0.0:7700 --root /workspace
-//! agentd serve --listen 127.0.0.1:0        # loopback without a token; prints the bound address
+//! agentd serve --unix ~/.agentd/agentd.sock  # a local session: no token, own commands refused
 //! ```
 
 mod admission;
@@ -43,7 +43,7 @@ use crate::confine::Confiner;
 use crate::exec::Executor;
 use crate::exec::reaper::Reaper;
 use crate::root::Workspace;
-use crate::server::Shared;
+use crate::server::{Listener, Shared};
 use agentd_protocol::profile::SandboxProfile;
 
 #[derive(Parser)]
@@ -62,7 +62,7 @@ enum Command {
     /// Serve the agentd protocol on a websocket.
     ///
     /// The token comes from --token-file or the AGENTD_TOKEN variable, never from the command line.
-    /// Without a token agentd only listens on loopback addresses.
+    /// A TCP listener always needs a token; `--unix PATH` serves a local session without one.
     Serve(ServeArgs),
     /// Run one file verb and print its result as JSON (what the host's derived path runs).
     #[command(subcommand)]
@@ -80,12 +80,18 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Address to listen on, e.g. 127.0.0.1:7700 (port 0 picks a free port).
+    /// Address to listen on, e.g. 127.0.0.1:7700 (port 0 picks a free port). TCP always needs a
+    /// token (--token-file or AGENTD_TOKEN).
     #[arg(long, default_value = "127.0.0.1:7700")]
     listen: SocketAddr,
+    /// Listen on a Unix socket at PATH instead of TCP, for a local session: no token; the socket is
+    /// made mode 0600, and connections from agentd's own commands (any process it started) are
+    /// refused. Keep PATH in a directory only you can enter.
+    #[arg(long, value_name = "PATH", conflicts_with = "listen")]
+    unix: Option<PathBuf>,
     /// Serve one session on stdin/stdout instead of listening (websocket frames without the HTTP
     /// upgrade, no token: the channel, e.g. `docker exec -i`, is already authenticated). Exits at EOF.
-    #[arg(long, conflicts_with_all = ["listen", "token_file"])]
+    #[arg(long, conflicts_with_all = ["listen", "unix", "token_file"])]
     stdio: bool,
     /// File holding the bearer token clients must send.
     #[arg(long)]
@@ -150,7 +156,7 @@ fn main() -> ExitCode {
 
 async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
     let token = Token::load(args.token_file.as_deref(), env_token)?;
-    if !args.stdio {
+    if !args.stdio && args.unix.is_none() {
         auth::check_listen(args.listen, token.as_ref())?;
     }
     let confined = args.root.is_some();
@@ -194,14 +200,23 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
             _ = interrupt.recv() => {}
         }
     } else {
-        let listener = tokio::net::TcpListener::bind(args.listen).await?;
-        let bound = listener.local_addr()?;
+        let (listener, url) = match &args.unix {
+            Some(path) => (Listener::Unix(bind_unix(path)?), format!("unix:{}", path.display())),
+            None => {
+                let tcp = tokio::net::TcpListener::bind(args.listen).await?;
+                let url = format!("ws://{}", tcp.local_addr()?);
+                (Listener::Tcp(tcp), url)
+            }
+        };
         // One line on stdout tells a parent process (LocalSandbox, scripts) where to connect.
-        println!("agentd listening on ws://{bound}");
+        println!("agentd listening on {url}");
         tokio::select! {
             () = server::serve(listener, Arc::clone(&shared)) => {}
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
+        }
+        if let Some(path) = &args.unix {
+            let _ = std::fs::remove_file(path);
         }
     }
     // Nothing may outlive agentd: every running exec's tree is killed before it exits.
@@ -209,4 +224,28 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     shared.confiner.remove_cgroups();
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
+}
+
+/// Binds the Unix socket at `path`, mode 0600. A socket file left by an agentd that died is replaced;
+/// a live one, or any other file, is an error.
+fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, Box<dyn std::error::Error>> {
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let stale = meta.file_type().is_socket() && std::os::unix::net::UnixStream::connect(path).is_err();
+        if !stale {
+            return Err(format!(
+                "`{}` exists (another agentd listens there, or it is not a socket)",
+                path.display()
+            )
+            .into());
+        }
+        std::fs::remove_file(path)?;
+    }
+    // Created with no permissions for others, before anyone could connect.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let listener = tokio::net::UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = listener.map_err(|e| format!("cannot listen on `{}`: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
 }

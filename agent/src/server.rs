@@ -7,7 +7,6 @@
 //! result could be delivered any more, and nothing should be left running unseen.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use agentd_protocol::{
     HelloReply, PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
 };
 use futures_util::StreamExt as _;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
@@ -28,7 +27,7 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner};
-use crate::exec::{CancelHandle, Confined, ExecSpec, Executor};
+use crate::exec::{CancelHandle, Confined, ExecSpec, Executor, tree};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
 
@@ -54,26 +53,68 @@ pub struct Shared {
     pub policy: ServerPolicy,
 }
 
+/// Where agentd listens.
+pub enum Listener {
+    /// TCP: every upgrade must carry the bearer token.
+    Tcp(TcpListener),
+    /// A Unix socket for a local session (`agentctl up`, `LocalSandbox`): no token; the peer's
+    /// process is checked instead, and agentd's own commands are refused.
+    Unix(UnixListener),
+}
+
 /// Accepts connections until the listener fails.
-pub async fn serve(listener: TcpListener, shared: Arc<Shared>) {
+pub async fn serve(listener: Listener, shared: Arc<Shared>) {
     loop {
-        match listener.accept().await {
-            Ok((stream, peer)) => {
-                tokio::spawn(connection(stream, peer, Arc::clone(&shared)));
-            }
-            Err(err) => {
-                // EMFILE and friends pass; back off so a full fd table does not spin.
-                tracing::warn!("accept failed: {err}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+        let accepted = match &listener {
+            Listener::Tcp(tcp) => tcp.accept().await.map(|(stream, peer)| {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(connection(stream, peer.to_string(), Peer::Remote, Arc::clone(&shared)));
+            }),
+            Listener::Unix(unix) => unix.accept().await.map(|(stream, _)| {
+                let shared = Arc::clone(&shared);
+                let peer = stream.peer_cred().ok().and_then(|cred| cred.pid());
+                let label = peer.map_or("unix socket".to_owned(), |pid| format!("unix socket, pid {pid}"));
+                tokio::spawn(async move {
+                    let peer = match peer {
+                        // Zero: a process of another pid namespace, which cannot be one of ours.
+                        Some(pid) => {
+                            let pid = u32::try_from(pid).unwrap_or(0);
+                            let ours = tokio::task::spawn_blocking(move || tree::is_agentd_descendant(pid));
+                            if ours.await.unwrap_or(true) { Peer::OwnCommand } else { Peer::Local }
+                        }
+                        None => Peer::OwnCommand,
+                    };
+                    connection(stream, label, peer, shared).await;
+                });
+            }),
+        };
+        if let Err(err) = accepted {
+            // EMFILE and friends pass; back off so a full fd table does not spin.
+            tracing::warn!("accept failed: {err}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
 
-async fn connection(stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>) {
-    let _ = stream.set_nodelay(true);
+/// Who is at the other end of a connection, as far as the socket tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    /// TCP: anyone who can reach the address; the token decides.
+    Remote,
+    /// A process on this machine that agentd did not start.
+    Local,
+    /// One of agentd's own commands (or a process it could not identify): it must never drive the
+    /// agentd that confines it.
+    OwnCommand,
+}
+
+async fn connection<S>(stream: S, peer: String, who: Peer, shared: Arc<Shared>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     #[allow(clippy::result_large_err)] // tungstenite's `Callback` signature
-    let auth = |request: &Request, response: Response| authorize(shared.token.as_ref(), request, response);
+    let auth =
+        |request: &Request, response: Response| authorize(shared.token.as_ref(), who, request, response);
     let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, auth, Some(ws_config())).await {
         Ok(ws) => ws,
         Err(err) => {
@@ -129,14 +170,29 @@ where
     let _ = writer.await;
 }
 
-/// Accepts the upgrade only with the right bearer token (when agentd has one); else HTTP 401.
+/// Accepts the upgrade only from a peer that may drive agentd: never one of agentd's own commands
+/// (403), never a web page (an `Origin` header: 403), and with the right bearer token when agentd
+/// has one (else 401). Browsers send `Origin` on every websocket upgrade and cannot leave it out, so
+/// no page a local browser opens can reach agentd, whatever it guesses.
 // The error type is tungstenite's `Callback` signature, not ours to box.
 #[allow(clippy::result_large_err)]
 fn authorize(
     token: Option<&Token>,
+    peer: Peer,
     request: &Request,
     response: Response,
 ) -> Result<Response, ErrorResponse> {
+    let refuse = |status: StatusCode, message: &str| {
+        let mut reject = ErrorResponse::new(Some(format!("{message}\n")));
+        *reject.status_mut() = status;
+        Err(reject)
+    };
+    if peer == Peer::OwnCommand {
+        return refuse(StatusCode::FORBIDDEN, "agentd's own commands may not connect to it");
+    }
+    if request.headers().contains_key("origin") {
+        return refuse(StatusCode::FORBIDDEN, "upgrades from web pages (with an Origin header) are refused");
+    }
     let Some(token) = token else {
         return Ok(response);
     };
@@ -144,9 +200,7 @@ fn authorize(
     if token.accepts(header) {
         return Ok(response);
     }
-    let mut reject = ErrorResponse::new(Some("invalid or missing bearer token\n".to_owned()));
-    *reject.status_mut() = StatusCode::UNAUTHORIZED;
-    Err(reject)
+    refuse(StatusCode::UNAUTHORIZED, "invalid or missing bearer token")
 }
 
 /// A request in flight, as far as the connection must reach it again.

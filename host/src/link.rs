@@ -26,6 +26,21 @@ use tokio_tungstenite::tungstenite::{self, Bytes, Message};
 
 use crate::error::{Result, SandboxError};
 
+/// A failed upgrade: 401 is the token, anything else is said with agentd's reason.
+fn upgrade_error(url: &str, err: tungstenite::Error) -> SandboxError {
+    let reason = match err {
+        tungstenite::Error::Http(response) if response.status() == StatusCode::UNAUTHORIZED => {
+            return SandboxError::Unauthorized { url: url.to_owned() };
+        }
+        tungstenite::Error::Http(response) => {
+            let body = response.body().as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+            format!("refused with HTTP {}: {}", response.status(), body.trim())
+        }
+        err => err.to_string(),
+    };
+    SandboxError::Connect { url: url.to_owned(), reason }
+}
+
 /// What a request's route receives.
 #[derive(Debug)]
 enum Incoming {
@@ -60,24 +75,37 @@ pub struct Downloaded {
 }
 
 impl Link {
-    /// Connects, authenticates with `token` (if any) and completes the `hello` handshake.
+    /// Connects, authenticates with `token` (if any) and completes the `hello` handshake. `url` is
+    /// `ws://HOST:PORT` or, for a local session's Unix socket, `unix:PATH`.
     pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
         let connect_error = |reason: String| SandboxError::Connect { url: url.to_owned(), reason };
-        let mut request = url.into_client_request().map_err(|e| connect_error(e.to_string()))?;
+        // A local session's Unix socket: the upgrade's URL only names the resource.
+        let socket = url.strip_prefix("unix:");
+        let mut request = socket
+            .map_or(url, |_| "ws://localhost/")
+            .into_client_request()
+            .map_err(|e| connect_error(e.to_string()))?;
         if let Some(token) = token {
             let value = HeaderValue::from_str(&format!("Bearer {token}"))
                 .map_err(|e| connect_error(e.to_string()))?;
             request.headers_mut().insert("authorization", value);
         }
-        let (ws, _) = match tokio_tungstenite::connect_async_with_config(request, Some(config()), true).await
-        {
-            Ok(connected) => connected,
-            Err(tungstenite::Error::Http(response)) if response.status() == StatusCode::UNAUTHORIZED => {
-                return Err(SandboxError::Unauthorized { url: url.to_owned() });
+        match socket {
+            Some(path) => {
+                let stream =
+                    tokio::net::UnixStream::connect(path).await.map_err(|e| connect_error(e.to_string()))?;
+                let (ws, _) = tokio_tungstenite::client_async_with_config(request, stream, Some(config()))
+                    .await
+                    .map_err(|e| upgrade_error(url, e))?;
+                Self::over(ws, url).await
             }
-            Err(err) => return Err(connect_error(err.to_string())),
-        };
-        Self::over(ws, url).await
+            None => {
+                let (ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config()), true)
+                    .await
+                    .map_err(|e| upgrade_error(url, e))?;
+                Self::over(ws, url).await
+            }
+        }
     }
 
     /// A link over an already open byte stream that speaks websocket frames without the HTTP

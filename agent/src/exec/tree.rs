@@ -31,13 +31,48 @@ fn live_processes() -> Vec<ProcEntry> {
     dir.filter_map(|entry| {
         let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The command name may hold spaces and parentheses; the fields after the last ')' do not.
-        let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
-        let state = fields.next()?;
-        let ppid = fields.next()?.parse().ok()?;
+        let (state, ppid) = parse_stat(&stat)?;
         (state != "Z" && state != "X").then_some(ProcEntry { pid, ppid })
     })
     .collect()
+}
+
+/// `(state, parent pid)` from the text of `/proc/<pid>/stat`.
+fn parse_stat(stat: &str) -> Option<(&str, i32)> {
+    // The command name may hold spaces and parentheses; the fields after the last ')' do not.
+    let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
+    let state = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+/// Whether `pid` (as this process's pid namespace numbers it; 0: not visible in it) is a process
+/// agentd started: a command, or anything a command started. agentd is a child subreaper, so a
+/// process that left its exec's tree was re-parented to agentd and still counts. A process that
+/// cannot be looked up (it exited meanwhile) counts as one: the caller refuses it.
+pub fn is_agentd_descendant(pid: u32) -> bool {
+    is_descendant(pid as i32, std::process::id() as i32, |pid| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        parse_stat(&stat).map(|(_, ppid)| ppid)
+    })
+}
+
+/// Walks `parent_of` from `pid` up to pid 1 (not a descendant) or `ancestor` (one). Pure.
+fn is_descendant(pid: i32, ancestor: i32, parent_of: impl Fn(i32) -> Option<i32>) -> bool {
+    // A process of another pid namespace (0) is no descendant: agentd's are all visible to it.
+    let mut current = pid;
+    // pid_max is at most 2^22: a longer chain is a loop in a racing read; refuse it.
+    for _ in 0..(1 << 22) {
+        if current <= 1 {
+            return current == ancestor;
+        }
+        match parent_of(current) {
+            None => return true,
+            Some(parent) if parent == ancestor => return true,
+            Some(parent) => current = parent,
+        }
+    }
+    true
 }
 
 fn has_tag(pid: i32, tag_entry: &[u8]) -> bool {
@@ -156,4 +191,44 @@ fn signal_all(root: u32, tag: &str, signal: Signal) -> usize {
         let _ = kill(Pid::from_raw(*pid), signal);
     }
     members.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descendants_are_found_by_walking_parents() {
+        // 1 ← 50 (agentd) ← 60 ← 70;  1 ← 80
+        let parents: HashMap<i32, i32> = [(50, 1), (60, 50), (70, 60), (80, 1)].into();
+        let parent_of = |pid| parents.get(&pid).copied();
+        assert!(is_descendant(60, 50, parent_of));
+        assert!(is_descendant(70, 50, parent_of));
+        assert!(!is_descendant(80, 50, parent_of));
+        assert!(!is_descendant(50, 50, parent_of), "agentd is not its own descendant");
+        assert!(!is_descendant(0, 50, parent_of), "another pid namespace");
+        assert!(is_descendant(99, 50, parent_of), "vanished: refused");
+        let looped: HashMap<i32, i32> = [(7, 8), (8, 7)].into();
+        assert!(is_descendant(7, 50, |pid| looped.get(&pid).copied()));
+        assert!(parse_stat("12 (a) b) c) S 34 12").is_some_and(|(s, p)| s == "S" && p == 34));
+    }
+
+    #[test]
+    fn real_children_and_grandchildren_are_descendants() {
+        assert!(!is_agentd_descendant(std::process::id()));
+        assert!(!is_agentd_descendant(1));
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 5 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line)
+            .unwrap();
+        let grandchild: u32 = line.trim().parse().unwrap();
+        assert!(is_agentd_descendant(child.id()));
+        assert!(is_agentd_descendant(grandchild));
+        let _ = kill(Pid::from_raw(grandchild as i32), Signal::SIGKILL);
+        let _ = child.wait();
+    }
 }

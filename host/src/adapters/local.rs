@@ -1,6 +1,7 @@
-//! [`LocalSandbox`]: the embedded default. It starts `agentd serve` as a child on 127.0.0.1 with a
-//! random token and a temporary workspace, links to it, and on drop stops it (agentd kills every
-//! running command's tree on SIGTERM) and removes the workspace.
+//! [`LocalSandbox`]: the embedded default. It starts `agentd serve` as a child on a Unix socket in a
+//! private directory (no token: agentd refuses its own commands by their process, so nothing a
+//! command can read lets it drive agentd) with a temporary workspace, links to it, and on drop stops it
+//! (agentd kills every running command's tree on SIGTERM) and removes the workspace.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
@@ -33,6 +34,8 @@ pub struct LocalSandbox {
     sandbox: AgentdSandbox,
     child: Child,
     workspace: tempfile::TempDir,
+    /// Holds agentd's socket; mode 0700.
+    _socket_dir: tempfile::TempDir,
     /// The default profile's private tmp and its profile file (absent when unconfined).
     _confinement: Option<DefaultProfile>,
 }
@@ -75,11 +78,11 @@ impl DefaultProfile {
     }
 }
 
-/// Where a started agentd listens and with which secret.
+/// Where a started agentd listens.
 #[derive(Debug, Clone)]
 pub struct Started {
+    /// `unix:PATH`.
     pub url: String,
-    pub token: String,
     pub pid: u32,
 }
 
@@ -98,11 +101,13 @@ impl LocalSandbox {
         let workspace = tempfile::Builder::new().prefix("agentd-workspace-").tempdir()?;
         let confinement = if confined { Some(DefaultProfile::create(workspace.path())?) } else { None };
         let profile = confinement.as_ref().map(DefaultProfile::file);
-        let (child, started) = spawn_agentd(workspace.path(), Lifetime::TiedToParent, profile.as_deref())?;
+        let socket_dir = socket_dir()?;
+        let (child, started) =
+            spawn_agentd(workspace.path(), socket_dir.path(), Lifetime::TiedToParent, profile.as_deref())?;
         let mut guard = ChildGuard(Some(child));
-        let sandbox = AgentdSandbox::connect(&started.url, Some(&started.token)).await?;
+        let sandbox = AgentdSandbox::connect(&started.url, None).await?;
         let child = guard.0.take().ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
-        Ok(Self { sandbox, child, workspace, _confinement: confinement })
+        Ok(Self { sandbox, child, workspace, _socket_dir: socket_dir, _confinement: confinement })
     }
 
     /// The workspace directory on this machine (the default cwd of commands).
@@ -162,23 +167,29 @@ pub enum Lifetime {
     Detached { log: std::fs::File },
 }
 
-/// Starts `agentd serve` on a free loopback port with a random token, in `workspace`, with the
-/// sandbox profile in `profile` if given.
+/// A new private directory (mode 0700) for agentd's socket.
+pub fn socket_dir() -> Result<tempfile::TempDir> {
+    Ok(tempfile::Builder::new().prefix("agentd-socket-").tempdir()?)
+}
+
+/// Starts `agentd serve` on a Unix socket in `socket_dir` (which should be private), in `workspace`,
+/// with the sandbox profile in `profile` if given.
 pub fn spawn_agentd(
     workspace: &Path,
+    socket_dir: &Path,
     lifetime: Lifetime,
     profile: Option<&Path>,
 ) -> Result<(Child, Started)> {
     let binary = agentd_binary()?;
-    let token = random_token();
     let mut command = Command::new(&binary);
     command
-        .args(["serve", "--listen", "127.0.0.1:0"])
+        .arg("serve")
+        .arg("--unix")
+        .arg(socket_dir.join("agentd.sock"))
         // The workspace is agentd's working directory: commands start there and relative paths
         // resolve there, while absolute paths keep their meaning on this machine (no `--root`).
         .current_dir(workspace)
         .args(profile.map(|p| ["--profile".as_ref(), p.as_os_str()]).into_iter().flatten())
-        .env("AGENTD_TOKEN", &token)
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
     match lifetime {
@@ -225,7 +236,7 @@ pub fn spawn_agentd(
         )));
     };
     let pid = child.id();
-    Ok((child, Started { url, token, pid }))
+    Ok((child, Started { url, pid }))
 }
 
 /// Finds the agentd executable: `$AGENTD_BIN`, next to this program (or one level up, where test
@@ -245,12 +256,6 @@ pub fn agentd_binary() -> Result<PathBuf> {
                 .to_owned(),
         )
     })
-}
-
-/// 256 random bits, hex.
-fn random_token() -> String {
-    let bytes: [u8; 32] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[async_trait]

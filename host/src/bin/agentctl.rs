@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentd_host::adapters::docker::{self, DockerSandbox};
-use agentd_host::adapters::local::{DefaultProfile, Lifetime, Started, spawn_agentd};
+use agentd_host::adapters::local::{DefaultProfile, Lifetime, Started, socket_dir, spawn_agentd};
 use agentd_host::{AgentdSandbox, BaseSandbox as _, LocalSandbox, SandboxError};
 use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
@@ -139,8 +139,11 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
 /// What `agentctl up` leaves for later commands.
 #[derive(Serialize, Deserialize)]
 struct SessionFile {
+    /// `unix:PATH`: a local session needs no token (agentd refuses its own commands by process).
     url: String,
-    token: String,
+    /// For a session recorded by an older agentctl (a TCP url).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token: Option<String>,
     pid: u32,
     workspace: PathBuf,
     /// The workspace was created by `up`, so `down` removes it.
@@ -205,7 +208,7 @@ async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
         return Ok(Target::Remote(AgentdSandbox::connect(url, cli.token.as_deref()).await?));
     }
     if let Some(session) = read_session()? {
-        return Ok(Target::Remote(AgentdSandbox::connect(&session.url, Some(&session.token)).await?));
+        return Ok(Target::Remote(AgentdSandbox::connect(&session.url, session.token.as_deref()).await?));
     }
     Ok(Target::Private(LocalSandbox::start().await?))
 }
@@ -439,28 +442,32 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
     // The same default profile as the embedded sandbox: writes only to the workspace and a private tmp.
     let profile = DefaultProfile::create(&workspace)?;
-    let spawned = spawn_agentd(&workspace, Lifetime::Detached { log }, Some(&profile.file()));
+    let socket_dir = socket_dir()?;
+    let spawned =
+        spawn_agentd(&workspace, socket_dir.path(), Lifetime::Detached { log }, Some(&profile.file()));
     let (tmp, profile_dir) = profile.keep();
-    let (_child, Started { url, token, pid }) = match spawned {
+    let socket_dir = socket_dir.keep();
+    let (_child, Started { url, pid }) = match spawned {
         Ok(spawned) => spawned,
         Err(err) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            let _ = std::fs::remove_dir_all(&profile_dir);
+            for dir in [&tmp, &profile_dir, &socket_dir] {
+                let _ = std::fs::remove_dir_all(dir);
+            }
             return Err(err.into());
         }
     };
     let session = SessionFile {
         url: url.clone(),
-        token,
+        token: None,
         pid,
         workspace: workspace.clone(),
         owns_workspace,
-        private_dirs: vec![tmp, profile_dir],
+        private_dirs: vec![tmp, profile_dir, socket_dir],
     };
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    // The file holds the token: readable by this user only.
+    // No secret in it, but it names this user's sandbox: readable by this user only.
     let mut file =
         std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
     file.write_all(serde_json::to_string_pretty(&session)?.as_bytes())?;
