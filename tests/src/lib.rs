@@ -25,6 +25,8 @@ pub struct Daemon {
     pub url: String,
     pub token: String,
     pub workspace: tempfile::TempDir,
+    /// Holds the socket of a daemon started with [`Daemon::start_unix`].
+    pub socket_dir: Option<tempfile::TempDir>,
 }
 
 impl Daemon {
@@ -40,11 +42,27 @@ impl Daemon {
     /// Starts agentd in `workspace` (its working directory) with extra `serve` arguments.
     pub fn start_in(workspace: tempfile::TempDir, extra: &[&str]) -> Self {
         let token = format!("test-token-{}", rand::random::<u64>());
-        let mut child = std::process::Command::new(binary("agentd"))
-            .args(["serve", "--listen", "127.0.0.1:0"])
+        let mut command = std::process::Command::new(binary("agentd"));
+        command.args(["serve", "--listen", "127.0.0.1:0"]).args(extra).env("AGENTD_TOKEN", &token);
+        Self::spawn(command, workspace, token, None)
+    }
+
+    /// Starts agentd on a Unix socket (a local session: no token), with extra `serve` arguments.
+    pub fn start_unix(extra: &[&str]) -> Self {
+        let socket_dir = tempfile::tempdir().expect("tempdir");
+        let mut command = std::process::Command::new(binary("agentd"));
+        command.arg("serve").arg("--unix").arg(socket_dir.path().join("agentd.sock")).args(extra);
+        Self::spawn(command, tempfile::tempdir().expect("tempdir"), String::new(), Some(socket_dir))
+    }
+
+    fn spawn(
+        mut command: std::process::Command,
+        workspace: tempfile::TempDir,
+        token: String,
+        socket_dir: Option<tempfile::TempDir>,
+    ) -> Self {
+        let mut child = command
             .current_dir(workspace.path())
-            .args(extra)
-            .env("AGENTD_TOKEN", &token)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("spawn agentd");
@@ -55,7 +73,7 @@ impl Daemon {
         )
         .expect("read address");
         let url = line.trim().strip_prefix("agentd listening on ").expect("address line").to_owned();
-        Self { child, url, token, workspace }
+        Self { child, url, token, workspace, socket_dir }
     }
 
     pub fn pid(&self) -> u32 {
