@@ -322,29 +322,71 @@ fn kernel_landlock_abi() -> u32 {
     u32::try_from(abi).unwrap_or(0)
 }
 
-/// Where agentd can create pids cgroups: under the v1 `pids` hierarchy, or under a v2 root that
-/// offers the `pids` controller (enabled for agentd's children).
+/// Where agentd can create pids cgroups: beneath its own pids cgroup (so every limit on agentd
+/// bounds its commands too; a cgroup at the hierarchy's root once gave a command more processes than
+/// agentd itself was allowed), in a directory `agentd-<pid>` with one child per command.
 fn pids_cgroup_parent() -> Option<PathBuf> {
-    let name = format!("agentd-{}", std::process::id());
-    let v1 = Path::new("/sys/fs/cgroup/pids");
-    if v1.join("cgroup.procs").exists() {
-        let dir = v1.join(&name);
-        return std::fs::create_dir_all(&dir).is_ok().then_some(dir);
-    }
-    let v2 = Path::new("/sys/fs/cgroup");
-    let controllers = std::fs::read_to_string(v2.join("cgroup.controllers")).ok()?;
-    if !controllers.split_whitespace().any(|c| c == "pids") {
-        return None;
-    }
-    let dir = v2.join(&name);
-    std::fs::create_dir_all(&dir).ok()?;
-    match std::fs::write(dir.join("cgroup.subtree_control"), "+pids") {
-        Ok(()) => Some(dir),
-        Err(_) => {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let own = own_pids_cgroup(&membership, &mounts)?;
+    let dir = own.dir.join(format!("agentd-{}", std::process::id()));
+    if own.v2 {
+        // v2: the controller must be enabled for our children and for theirs.
+        std::fs::write(own.dir.join("cgroup.subtree_control"), "+pids").ok()?;
+        std::fs::create_dir_all(&dir).ok()?;
+        if std::fs::write(dir.join("cgroup.subtree_control"), "+pids").is_err() {
             let _ = std::fs::remove_dir(&dir);
-            None
+            return None;
+        }
+        return Some(dir);
+    }
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir)
+}
+
+/// agentd's own pids cgroup directory.
+#[derive(Debug, PartialEq, Eq)]
+struct OwnCgroup {
+    dir: PathBuf,
+    v2: bool,
+}
+
+/// Finds the directory of our pids cgroup from `/proc/self/cgroup` and `/proc/self/mountinfo`: the
+/// v1 hierarchy that has `pids`, else the v2 one (when it offers `pids`, checked by the caller's
+/// write). Pure.
+fn own_pids_cgroup(membership: &str, mountinfo: &str) -> Option<OwnCgroup> {
+    // mountinfo: `id parent dev ROOT MOUNTPOINT opts… - FSTYPE SOURCE SUPEROPTS`.
+    let mount = |v2: bool| {
+        mountinfo.lines().find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mut right = right.split(' ');
+            let fstype = right.next()?;
+            let superopts = right.nth(1)?;
+            let wanted = if v2 {
+                fstype == "cgroup2"
+            } else {
+                fstype == "cgroup" && superopts.split(',').any(|o| o == "pids")
+            };
+            let mut left = left.split(' ');
+            let root = left.nth(3)?;
+            let point = left.next()?;
+            wanted.then(|| (root.to_owned(), PathBuf::from(point)))
+        })
+    };
+    let within = |(root, point): (String, PathBuf), path: &str| {
+        // The mount shows the hierarchy from `root` down; our path is absolute in the hierarchy.
+        let relative = Path::new(path).strip_prefix(&root).ok()?;
+        Some(point.join(relative))
+    };
+    for line in membership.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        if controllers.split(',').any(|c| c == "pids") {
+            return Some(OwnCgroup { dir: within(mount(false)?, path)?, v2: false });
         }
     }
+    let path = membership.lines().find_map(|line| line.strip_prefix("0::"))?;
+    Some(OwnCgroup { dir: within(mount(true)?, path)?, v2: true })
 }
 
 impl Confiner {
@@ -386,5 +428,34 @@ impl Drop for PidsCgroup {
     /// shutdown sweeps what is left.
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_pids_cgroup_is_found_in_v1_and_v2() {
+        let v1_mounts = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+            36 31 0:33 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n";
+        let v1 = "9:name=systemd:/\n8:pids:/user.slice/job\n0::/\n";
+        assert_eq!(
+            own_pids_cgroup(v1, v1_mounts),
+            Some(OwnCgroup { dir: PathBuf::from("/sys/fs/cgroup/pids/user.slice/job"), v2: false })
+        );
+        // A container whose mount shows the hierarchy from its own cgroup down.
+        let ns_mounts = "40 31 0:33 /docker/abc /sys/fs/cgroup/pids ro - cgroup cgroup rw,pids\n";
+        assert_eq!(
+            own_pids_cgroup("4:pids:/docker/abc/sub\n", ns_mounts),
+            Some(OwnCgroup { dir: PathBuf::from("/sys/fs/cgroup/pids/sub"), v2: false })
+        );
+        let v2_mounts = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            own_pids_cgroup("0::/system.slice/agentd.service\n", v2_mounts),
+            Some(OwnCgroup { dir: PathBuf::from("/sys/fs/cgroup/system.slice/agentd.service"), v2: true })
+        );
+        assert_eq!(own_pids_cgroup("0::/x\n", v1_mounts), None, "no v2 mount");
+        assert_eq!(own_pids_cgroup("", v2_mounts), None);
     }
 }

@@ -47,6 +47,16 @@ impl Daemon {
         Self::spawn(command, workspace, token, None)
     }
 
+    /// Starts agentd through `wrapper` (a command that ends by running its arguments, e.g. a shell
+    /// that first joins a cgroup), listening on TCP with a token, with extra `serve` arguments.
+    pub fn start_wrapped(wrapper: &[&str], extra: &[&str]) -> Self {
+        let token = format!("test-token-{}", rand::random::<u64>());
+        let mut command = std::process::Command::new(wrapper[0]);
+        command.args(&wrapper[1..]).arg(binary("agentd"));
+        command.args(["serve", "--listen", "127.0.0.1:0"]).args(extra).env("AGENTD_TOKEN", &token);
+        Self::spawn(command, tempfile::tempdir().expect("tempdir"), token, None)
+    }
+
     /// Starts agentd on a Unix socket (a local session: no token), with extra `serve` arguments.
     pub fn start_unix(extra: &[&str]) -> Self {
         let socket_dir = tempfile::tempdir().expect("tempdir");
