@@ -66,6 +66,23 @@ fn up_upload_exec_download_down() {
         "a failed download must not touch the file"
     );
 
+    // The session file holds no secret, and a command that uses it to drive its own agentd (the
+    // attack: read ~/.agentd/session.json, connect, write outside the profile's roots) is refused.
+    let text = std::fs::read_to_string(&session).unwrap();
+    assert!(saved["url"].as_str().unwrap().starts_with("unix:") && !text.contains("token"), "{text}");
+    let outside = tempfile::tempdir().unwrap();
+    let planted = outside.path().join("planted");
+    let inner = format!(
+        "AGENTCTL_SESSION={} {} write {} < /dev/null; echo inner=$?",
+        session.display(),
+        binary("agentctl").display(),
+        planted.display()
+    );
+    let out = succeed(agentctl(&session).args(["exec", "--", &inner]));
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(printed.contains("403") && printed.contains("inner=125"), "{printed}");
+    assert!(!planted.exists());
+
     succeed(agentctl(&session).arg("down"));
     assert!(!session.exists());
     let workspace = saved["workspace"].as_str().unwrap();
