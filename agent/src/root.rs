@@ -350,6 +350,23 @@ impl Workspace {
         }
     }
 
+    /// What `rel` (a relative path, bytes) names below the directory `dir`, as [`Workspace::node`]
+    /// would find it: the walk starts from `dir`'s fd (for walks that hold a directory already).
+    pub fn node_in(&self, dir: &Node, rel: &[u8], follow: bool) -> Result<Option<Node>, ResolveError> {
+        if rel.contains(&0) {
+            return Err(Errno::EINVAL.into());
+        }
+        if self.root.is_some() && rel.split(|b| *b == b'/').any(|c| c == b"..") {
+            return Err(ResolveError::Escape);
+        }
+        let start = Cursor { fd: dir.fd.try_clone()?, location: dir.location.clone() };
+        match self.walk(start, rel, false, 0) {
+            Ok(entry) => self.lookup(&entry, follow),
+            Err(err) if err.errno() == Some(Errno::ENOENT) => Ok(None),
+            Err(err) => Err(err),
+        }
+    }
+
     /// What the last component of `entry` is, its link followed when `follow` (or when the path
     /// ended in `/`). `Ok(None)`: nothing is there.
     pub fn lookup(&self, entry: &Entry, follow: bool) -> Result<Option<Node>, ResolveError> {

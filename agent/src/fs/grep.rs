@@ -15,6 +15,7 @@ mod universal;
 use std::ffi::{CStr, CString, OsStr};
 use std::num::NonZero;
 use std::os::fd::{AsFd as _, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -275,11 +276,11 @@ fn route_b(
         // What the reference's helper reports when it refuses such a glob.
         return Err(format!("Path '{root}': exit code 2"));
     }
-    // The expansion only produces names; every hit is then resolved through the workspace, so
-    // what is read is always inside it, and must lie below the resolved root.
-    let mut hits = pyglob::expand(&ws.real_path(fs_root.location()), glob);
+    // The expansion looks through the workspace's resolver from the root's fd, and every hit is
+    // resolved again the same way: what is read is always inside the workspace and below the root.
+    let mut hits = pyglob::expand(ws, fs_root, glob);
     hits.sort_unstable();
-    let files: Vec<String> = hits
+    let files: Vec<(Vec<u8>, String)> = hits
         .iter()
         .filter(|hit| {
             let mut dirs = hit.split(|&b| b == b'/');
@@ -287,22 +288,25 @@ fn route_b(
             !dirs.any(|dir| dir == EXCLUDED.as_bytes())
         })
         .filter_map(|hit| {
-            let node = ws.node(&shown(root, &String::from_utf8_lossy(hit)), true).ok()??;
-            let rel = node.location().strip_prefix(fs_root.location()).ok()?.to_string_lossy().into_owned();
-            (!rel.is_empty() && node.is_file()).then(|| shown(root, &rel))
+            let node = ws.node_in(fs_root, hit, true).ok()??;
+            let rel = node.location().strip_prefix(fs_root.location()).ok()?;
+            let shown = shown(root, &rel.to_string_lossy());
+            (!rel.as_os_str().is_empty() && node.is_file())
+                .then(|| (rel.as_os_str().as_bytes().to_vec(), shown))
         })
         .collect();
-    Ok(search_in_order(&files, &matcher, limit, ws))
+    Ok(search_in_order(&files, &matcher, limit, ws, fs_root))
 }
 
-/// Searches `files` (shown paths, resolved again through the workspace) in parallel and returns
-/// their matches in the order of `files`, stopping once the finished prefix holds more than `limit`
-/// matches.
+/// Searches `files` (path below `root`, resolved again through the workspace; shown path) in
+/// parallel and returns their matches in the order of `files`, stopping once the finished prefix
+/// holds more than `limit` matches.
 fn search_in_order(
-    files: &[String],
+    files: &[(Vec<u8>, String)],
     matcher: &universal::LineMatcher,
     limit: Option<usize>,
     ws: &Workspace,
+    root: &Node,
 ) -> Vec<GrepMatch> {
     struct Slots {
         done: Vec<Option<Vec<GrepMatch>>>,
@@ -316,13 +320,9 @@ fn search_in_order(
     let work = || {
         while !stop.load(Ordering::Relaxed) {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(shown) = files.get(i) else { break };
-            let file = ws
-                .node(shown, true)
-                .ok()
-                .flatten()
-                .filter(Node::is_file)
-                .and_then(|n| n.open(OFlag::O_RDONLY).ok());
+            let Some((rel, shown)) = files.get(i) else { break };
+            let node = ws.node_in(root, rel, true).ok().flatten().filter(Node::is_file);
+            let file = node.and_then(|n| n.open(OFlag::O_RDONLY).ok());
             let found = to_matches(shown, file.and_then(|f| matcher.search_file(f)).unwrap_or_default());
             let mut slots = lock(&slots);
             slots.done[i] = Some(found);
@@ -638,6 +638,38 @@ mod tests {
         assert_eq!(grep_at("hit", &root, Some(".git/*")).matches, Some(Vec::new()));
         symlink("/etc/hostname", d.join("out")).unwrap();
         assert_eq!(grep_at("", &root, Some("/out")).matches, Some(Vec::new()));
+    }
+
+    #[test]
+    fn confined_walks_and_globs_stay_in_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        fs::write(outside.path().join("f.txt"), "needle outside\n").unwrap();
+        fs::create_dir(root.join("in")).unwrap();
+        fs::write(root.join("in/f.txt"), "needle inside\n").unwrap();
+        symlink(outside.path(), root.join("out")).unwrap();
+        symlink(outside.path().join("f.txt"), root.join("in/file_out.txt")).unwrap();
+        symlink(root.join("in"), root.join("abs_in")).unwrap();
+        let ws = Workspace::confined(root).unwrap();
+        let texts =
+            |r: GrepResult| r.matches.unwrap().into_iter().map(|m| (m.path, m.text)).collect::<Vec<_>>();
+        let inside = || vec![("/in/f.txt".to_owned(), "needle inside".to_owned())];
+        assert_eq!(texts(grep("needle", Some("/"), None, None, &ws)), inside());
+        // Route B follows links, but only where the resolver does: inside the root.
+        for glob in ["**/*.txt", "*/f.txt", "out/*", "in/file_out.txt"] {
+            let found = texts(grep("needle", Some("/"), Some(glob), None, &ws));
+            assert!(found.iter().all(|(_, text)| text == "needle inside"), "{glob}: {found:?}");
+        }
+        assert_eq!(
+            texts(grep("needle", Some("/"), Some("**/*.txt"), None, &ws)),
+            [inside(), inside()].concat(),
+            "abs_in/f.txt is reported as its resolved path"
+        );
+        assert_eq!(
+            grep("needle", Some("/out"), None, None, &ws).error.as_deref(),
+            Some("Path '/out': invalid_path")
+        );
     }
 
     #[test]
