@@ -121,6 +121,8 @@ impl Arena {
             assert_eq!(snapshot(&self.outside), before, "{verb}: the outside changed in round {rounds}");
             rounds += 1;
         }
+        let swapped = self.swaps.load(Ordering::Relaxed) - first_swap;
+        eprintln!("{verb}: {rounds} rounds over {swapped} swaps in {:?}: {seen:?}", start.elapsed());
         assert!(
             seen.contains_key("Inside") && seen.contains_key("Refused"),
             "{verb}: the race never interleaved: {seen:?}"
