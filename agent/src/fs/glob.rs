@@ -8,8 +8,7 @@ pub(crate) mod fnmatch;
 
 use std::collections::HashSet;
 use std::ffi::CString;
-use std::os::fd::{AsFd as _, OwnedFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -65,18 +64,14 @@ pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
     let mut walk = Walk {
         rule: &rule,
         ws,
-        root: root.trim_end_matches('/'),
         skip_system_dirs: ws.real_path(node.location()) == Path::new("/"),
-        root_location: node.location(),
+        root_location: node.location().to_owned(),
         start: Instant::now(),
         found: Vec::new(),
         budget: false,
         unreadable: false,
     };
-    match node.open_dir() {
-        Ok(dir) => walk.run(dir),
-        Err(_) => walk.unreadable = true,
-    }
+    walk.run(node);
 
     let Walk { mut found, budget, unreadable, .. } = walk;
     found.sort_unstable();
@@ -260,10 +255,8 @@ fn path_matches(segments: &[Segment], components: &[&str]) -> bool {
 struct Walk<'a> {
     rule: &'a Rule,
     ws: &'a Workspace,
-    /// The root as the caller wrote it (made absolute), without a trailing `/`.
-    root: &'a str,
     /// Where the root really is: matched links must resolve below it.
-    root_location: &'a Path,
+    root_location: PathBuf,
     skip_system_dirs: bool,
     start: Instant,
     /// Matches as paths relative to the root.
@@ -272,8 +265,8 @@ struct Walk<'a> {
     unreadable: bool,
 }
 
-/// A directory still to be walked: its parent's fd, its name there, its path relative to the root.
-type Pending = (Rc<OwnedFd>, CString, String);
+/// A directory still to be walked: its parent, its name there, its path relative to the root.
+type Pending = (Rc<Node>, CString, String);
 
 impl Walk<'_> {
     fn out_of_time(&mut self) -> bool {
@@ -283,10 +276,11 @@ impl Walk<'_> {
         self.budget
     }
 
-    /// Top-down, depth first, each directory's files before its subdirectories. Directories are
-    /// opened from their parent's fd without following links, so a component swapped for a link
-    /// while the walk runs is not entered.
-    fn run(&mut self, root: OwnedFd) {
+    /// Top-down, depth first, each directory's files before its subdirectories. Everything is looked
+    /// up from its parent's fd through the workspace's resolver: a directory is entered only as what
+    /// it is (a component swapped for a link meanwhile is not entered), and a link is judged by what
+    /// it leads to inside the workspace.
+    fn run(&mut self, root: Node) {
         let mut next = Some((Rc::new(root), String::new()));
         let mut stack: Vec<Pending> = Vec::new();
         loop {
@@ -294,9 +288,9 @@ impl Walk<'_> {
                 Some(first) => first,
                 None => {
                     let Some((parent, name, rel)) = stack.pop() else { return };
-                    match root::open_child_dir(parent.as_fd(), &name) {
-                        Ok(dir) => (Rc::new(dir), rel),
-                        Err(_) => {
+                    match self.ws.node_in(&parent, name.as_bytes(), false) {
+                        Ok(Some(dir)) if dir.is_dir() => (Rc::new(dir), rel),
+                        _ => {
                             self.unreadable = true;
                             continue;
                         }
@@ -312,10 +306,9 @@ impl Walk<'_> {
                 let Some(kind) = child.kind else { continue };
                 let name = child.name_lossy();
                 let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-                // A link is looked at through the resolver (from the root, as the caller named it):
-                // what it leads to decides, and it never leads out of the workspace's root.
+                // What a link leads to decides; the resolver never lets it lead out of the workspace.
                 let target = match kind {
-                    Kind::Symlink => self.ws.node(&format!("{}/{child_rel}", self.root), true).ok().flatten(),
+                    Kind::Symlink => self.ws.node_in(&dir, child.name.as_bytes(), true).ok().flatten(),
                     Kind::Dir | Kind::File | Kind::Other => None,
                 };
                 if kind == Kind::Dir || target.as_ref().is_some_and(Node::is_dir) {
@@ -343,8 +336,8 @@ impl Walk<'_> {
     }
 
     /// Entries of `dir` sorted by name; `None` (and the walk marked unreadable) when it cannot be read.
-    fn list(&mut self, dir: &OwnedFd) -> Option<Vec<root::Child>> {
-        match root::list(dir) {
+    fn list(&mut self, dir: &Node) -> Option<Vec<root::Child>> {
+        match dir.open_dir().and_then(|fd| root::list(&fd)) {
             Ok(mut entries) => {
                 entries.sort_by_cached_key(root::Child::name_lossy);
                 Some(entries)
@@ -362,7 +355,7 @@ impl Walk<'_> {
             // Reached through real directories only, so it is under the root.
             Kind::File => true,
             Kind::Symlink => {
-                target.is_some_and(|t| t.is_file() && t.location().starts_with(self.root_location))
+                target.is_some_and(|t| t.is_file() && t.location().starts_with(&self.root_location))
             }
             Kind::Dir | Kind::Other => false,
         }
