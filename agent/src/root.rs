@@ -660,6 +660,20 @@ mod tests {
     }
 
     #[test]
+    fn lookups_from_a_directory_node_keep_the_same_rules() {
+        let c = case();
+        let sub = c.ws.node("/sub", true).unwrap().unwrap();
+        let found = |rel: &[u8]| c.ws.node_in(&sub, rel, true).map(|n| n.map(|n| n.location().to_owned()));
+        assert_eq!(found(b"f").unwrap(), Some(PathBuf::from("sub/f")));
+        assert!(matches!(found(b"../file"), Err(ResolveError::Escape)));
+        symlink("../file", c.root.join("sub/up")).unwrap();
+        assert_eq!(found(b"up").unwrap(), Some(PathBuf::from("file")));
+        symlink(c.outside.join("secret"), c.root.join("sub/sec")).unwrap();
+        assert!(matches!(found(b"sec"), Err(ResolveError::Escape)));
+        assert_eq!(found(b"missing").unwrap(), None);
+    }
+
+    #[test]
     fn nodes_reopen_only_the_same_file() {
         let c = case();
         let node = c.ws.node("/sub/f", true).unwrap().unwrap();
