@@ -96,9 +96,11 @@ struct ServeArgs {
     /// File holding the bearer token clients must send.
     #[arg(long)]
     token_file: Option<PathBuf>,
-    /// Confine file verbs and transfers to DIR: `/` means DIR, and paths that leave it (`..`, or
-    /// links pointing outside) are refused as invalid_path. DIR is also the workspace (default cwd
-    /// of commands). Without it the workspace is the current directory and paths are not confined.
+    /// Confine file verbs, transfers, exec `cwd` and offload capture paths to DIR: `/` means DIR, and
+    /// paths that leave it (`..`, or links pointing outside) are refused (invalid_path). Resolution
+    /// walks file descriptors, so swapping a component for a link cannot redirect it. DIR is also the
+    /// workspace (default cwd of commands). Without it the workspace is the current directory and
+    /// paths are not confined.
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
     /// Timeout in seconds for commands that name none (0: no limit).
@@ -166,8 +168,12 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     };
     let workspace = std::fs::canonicalize(&workspace)
         .map_err(|e| format!("workspace `{}` is not usable: {e}", workspace.display()))?;
-    let files =
-        if confined { Workspace::confined(workspace.clone()) } else { Workspace::open(workspace.clone()) };
+    let files = if confined {
+        Workspace::confined(workspace.clone())
+            .map_err(|e| format!("workspace `{}` is not usable: {e}", workspace.display()))?
+    } else {
+        Workspace::open(workspace.clone())
+    };
     let scratch = std::env::temp_dir().join(format!("agentd-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
     let default_timeout = admission::seconds(args.default_timeout, "--default-timeout")?;
@@ -175,7 +181,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
 
     // The SIGCHLD handler must exist before the first child.
     let reaper = Reaper::start()?;
-    let executor = Executor::new(reaper, workspace, scratch.clone(), grace);
+    let executor = Executor::new(reaper, files.clone(), scratch.clone(), grace);
     let profile = args.profile.as_deref().map(Confiner::load).transpose()?;
     let reported = match &profile {
         Some(profile) => profile.profile().clone(),

@@ -160,7 +160,12 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     let outcome = runtime.block_on(async {
         let workspace = std::env::current_dir()?;
         let scratch = tempdir()?;
-        let executor = Executor::new(Reaper::start()?, workspace, scratch.clone(), Duration::from_secs(1));
+        let executor = Executor::new(
+            Reaper::start()?,
+            Workspace::open(workspace),
+            scratch.clone(),
+            Duration::from_secs(1),
+        );
         let result = executor.run(spec, &CancelHandle::default(), None, None).await;
         let _ = std::fs::remove_dir_all(&scratch);
         Ok::<_, std::io::Error>(result)

@@ -3,14 +3,22 @@
 //! An upload is written to a hidden temporary file in the destination directory and renamed into
 //! place only after the digest matched, so the destination never holds a partial file: an interrupted
 //! or failed upload leaves nothing behind (the temporary file is removed).
+//!
+//! Paths resolve through the [`Workspace`] into file descriptors: the temporary file is created in the
+//! destination's directory fd (`O_EXCL | O_NOFOLLOW`) and renamed within it (`renameat`), parents are
+//! made one `mkdirat` at a time, and a download reads the very file the resolution opened.
 
+use std::ffi::CString;
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::PermissionsExt as _;
 use std::sync::Arc;
 
 use agentd_protocol::limits::CHUNK_SIZE;
 use agentd_protocol::{DownloadResult, DownloadStart, ServerMessage, TransferError, chunk};
+use nix::fcntl::{OFlag, openat, renameat};
+use nix::sys::stat::Mode;
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use sha2::{Digest as _, Sha256};
 use std::io::Write as _;
 
@@ -18,7 +26,7 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::{Notify, mpsc};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
-use crate::root::Workspace;
+use crate::root::{ResolveError, Workspace};
 
 /// What the connection hands an upload in progress.
 #[derive(Debug)]
@@ -42,7 +50,7 @@ pub fn error_text(err: &io::Error) -> String {
 /// Receives one upload; returns its error, `None` on success. The file work runs on the blocking
 /// pool, one chunk at a time, so waiting for the disk is the upload's backpressure.
 pub async fn upload(
-    dest: Result<PathBuf, String>,
+    dest: Result<Destination, String>,
     mode: Option<u32>,
     mut events: mpsc::Receiver<UploadEvent>,
 ) -> Option<String> {
@@ -110,16 +118,31 @@ async fn blocking(work: impl FnOnce() + Send + 'static) {
     let _ = tokio::task::spawn_blocking(work).await;
 }
 
-/// The file a transfer's path names: the contract's first check (absolute, no NUL) without IO, then
-/// the workspace's resolution (with `--root`, an escape is `invalid_path` too).
-pub fn destination(workspace: &Workspace, path: &str) -> Result<PathBuf, String> {
+/// The file a transfer's path names, not resolved yet (that is file IO, done off the runtime).
+#[derive(Debug)]
+pub struct Destination {
+    workspace: Workspace,
+    path: String,
+}
+
+/// The contract's first check of a transfer's path (absolute, no NUL), without IO; the workspace
+/// resolves it later (with `--root`, an escape is `invalid_path` too).
+pub fn destination(workspace: &Workspace, path: &str) -> Result<Destination, String> {
     TransferError::check_path(path).map_err(|e| e.as_str().to_owned())?;
-    workspace.resolve(path).map_err(|_| TransferError::InvalidPath.as_str().to_owned())
+    Ok(Destination { workspace: workspace.clone(), path: path.to_owned() })
+}
+
+/// The contract's text for a failed resolution.
+fn resolve_text(err: &ResolveError) -> String {
+    match err {
+        ResolveError::Escape => TransferError::InvalidPath.as_str().to_owned(),
+        ResolveError::Io(err) => error_text(err),
+    }
 }
 
 /// Writes `bytes` to `dest` as an upload does (parents, temp file, rename): the one implementation
 /// behind both `upload` and the `write` verb.
-pub fn write_whole(dest: &Path, bytes: &[u8]) -> Result<(), String> {
+pub fn write_whole(dest: &Destination, bytes: &[u8]) -> Result<(), String> {
     let mut target = UploadTarget::open(dest, None)?;
     if let Err(err) = target.write(bytes) {
         target.remove();
@@ -128,39 +151,47 @@ pub fn write_whole(dest: &Path, bytes: &[u8]) -> Result<(), String> {
     target.commit()
 }
 
-/// A file being uploaded: a hidden temporary file beside the destination, renamed into place by
-/// [`UploadTarget::commit`]. Blocking IO.
+/// A file being uploaded: a hidden temporary file in the destination's directory, renamed into
+/// place by [`UploadTarget::commit`]. Blocking IO, all of it relative to the directory's fd.
 pub struct UploadTarget {
-    dest: PathBuf,
-    temp: PathBuf,
+    dir: OwnedFd,
+    name: CString,
+    temp: CString,
     file: std::fs::File,
     mode: u32,
 }
 
 impl UploadTarget {
-    /// Checks that `dest` (from [`destination`]) is not a directory, creates missing parents and the
+    /// Creates missing parents of `dest`, checks that it is not a directory, and creates the
     /// temporary file. The error is the contract's transfer code, or a message.
-    pub fn open(dest: &Path, mode: Option<u32>) -> Result<Self, String> {
-        let dest = dest.to_owned();
-        let existing_mode = match std::fs::metadata(&dest) {
-            Ok(meta) if meta.is_dir() => return Err(TransferError::IsDirectory.as_str().to_owned()),
-            Ok(meta) => Some(meta.permissions().mode() & 0o7777),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
-            Err(err) => return Err(error_text(&err)),
+    pub fn open(dest: &Destination, mode: Option<u32>) -> Result<Self, String> {
+        let ws = &dest.workspace;
+        let entry = ws.entry(&dest.path, true).map_err(|e| resolve_text(&e))?;
+        let existing_mode = match ws.lookup(&entry, true) {
+            Ok(Some(node)) if node.is_dir() => return Err(TransferError::IsDirectory.as_str().to_owned()),
+            Ok(Some(node)) => Some(node.stat().st_mode & 0o7777),
+            Ok(None) => None,
+            Err(err) => return Err(resolve_text(&err)),
         };
-        let (Some(parent), Some(name)) = (dest.parent(), dest.file_name()) else {
-            return Err(TransferError::InvalidPath.as_str().to_owned());
+        let Some(name) = entry.name() else {
+            // `/`, `.` or `..`: a directory.
+            return Err(TransferError::IsDirectory.as_str().to_owned());
         };
-        std::fs::create_dir_all(parent).map_err(|e| error_text(&e))?;
-        let temp =
-            parent.join(format!(".{}.agentd-{:016x}.part", name.to_string_lossy(), rand::random::<u64>()));
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&temp)
-            .map_err(|e| error_text(&e))?;
-        Ok(Self { dest, temp, file, mode: mode.or(existing_mode).unwrap_or(0o644) })
+        let mut temp = b".".to_vec();
+        temp.extend_from_slice(name.to_bytes());
+        temp.extend_from_slice(format!(".agentd-{:016x}.part", rand::random::<u64>()).as_bytes());
+        let temp = CString::new(temp).map_err(|_| TransferError::InvalidPath.as_str().to_owned())?;
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(entry.dir(), temp.as_c_str(), flags, Mode::from_bits_truncate(0o600))
+            .map_err(|e| error_text(&e.into()))?;
+        let dir = entry.dir().try_clone_to_owned().map_err(|e| error_text(&e))?;
+        Ok(Self {
+            dir,
+            name: name.to_owned(),
+            temp,
+            file: fd.into(),
+            mode: mode.or(existing_mode).unwrap_or(0o644),
+        })
     }
 
     pub fn write(&mut self, data: &[u8]) -> io::Result<()> {
@@ -172,9 +203,9 @@ impl UploadTarget {
         let done = self
             .file
             .set_permissions(std::fs::Permissions::from_mode(self.mode))
-            .and_then(|()| std::fs::rename(&self.temp, &self.dest));
+            .and_then(|()| Ok(renameat(&self.dir, self.temp.as_c_str(), &self.dir, self.name.as_c_str())?));
         done.map_err(|err| {
-            let _ = std::fs::remove_file(&self.temp);
+            let _ = unlinkat(&self.dir, self.temp.as_c_str(), UnlinkatFlags::NoRemoveDir);
             error_text(&err)
         })
     }
@@ -182,7 +213,7 @@ impl UploadTarget {
     /// Abandons the upload: the temporary file is removed, the destination untouched.
     pub fn remove(self) {
         drop(self.file);
-        let _ = std::fs::remove_file(&self.temp);
+        let _ = unlinkat(&self.dir, self.temp.as_c_str(), UnlinkatFlags::NoRemoveDir);
     }
 }
 
@@ -190,7 +221,7 @@ impl UploadTarget {
 pub async fn download(
     id: u64,
     path: String,
-    source: Result<PathBuf, String>,
+    source: Result<Destination, String>,
     out: mpsc::Sender<Message>,
     cancel: Arc<Notify>,
 ) -> DownloadResult {
@@ -205,8 +236,9 @@ pub async fn download(
         Ok(source) => source,
         Err(error) => return failed(error),
     };
-    let mut file = match open_for_download(&source).await {
-        Ok(file) => file,
+    let opened = tokio::task::spawn_blocking(move || open_for_download(&source)).await;
+    let mut file = match opened.unwrap_or_else(|e| Err(e.to_string())) {
+        Ok(file) => tokio::fs::File::from_std(file),
         Err(error) => return failed(error),
     };
     let size = match file.metadata().await {
@@ -244,10 +276,15 @@ pub async fn download(
     }
 }
 
-async fn open_for_download(path: &Path) -> Result<tokio::fs::File, String> {
-    let file = tokio::fs::File::open(path).await.map_err(|e| error_text(&e))?;
-    let meta = file.metadata().await.map_err(|e| error_text(&e))?;
-    if meta.is_dir() {
+/// The file to send, opened through the workspace (the very inode the resolution found).
+fn open_for_download(source: &Destination) -> Result<std::fs::File, String> {
+    let node = match source.workspace.node(&source.path, true) {
+        Ok(Some(node)) => node,
+        Ok(None) => return Err(TransferError::FileNotFound.as_str().to_owned()),
+        Err(err) => return Err(resolve_text(&err)),
+    };
+    let file = node.open(OFlag::O_RDONLY).map_err(|e| error_text(&e))?;
+    if node.is_dir() {
         return Err(TransferError::IsDirectory.as_str().to_owned());
     }
     Ok(file)

@@ -5,6 +5,7 @@
 //! and an unlink); past [`SPILL_BYTES`] they move to the file. So output is never held whole in memory,
 //! and what is held is bounded by the cap.
 
+use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
 use std::os::fd::{AsFd, OwnedFd};
@@ -13,7 +14,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, SpliceFFlags, fcntl, splice};
+use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, openat, splice};
+use nix::sys::stat::Mode;
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use tokio::net::unix::pipe::Receiver;
 use tokio::sync::{mpsc, oneshot};
 
@@ -29,10 +32,45 @@ const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 /// Pipe capacity for commands that fill the default one (the kernel's default maximum).
 const PIPE_BYTES: i32 = 1 << 20;
 
+/// Where a capture file lives: a name in a directory fd, resolved once. The file is created there
+/// (`O_NOFOLLOW`) and removed there (`unlinkat`), so both reach the same place whatever happens to
+/// the path in between, and never a link's target.
+#[derive(Debug)]
+pub struct CaptureTarget {
+    dir: OwnedFd,
+    name: CString,
+    /// The path shown in results and messages.
+    shown: PathBuf,
+}
+
+impl CaptureTarget {
+    pub fn new(dir: OwnedFd, name: CString, shown: PathBuf) -> Self {
+        Self { dir, name, shown }
+    }
+
+    fn create(&self) -> io::Result<File> {
+        let flags = OFlag::O_RDWR
+            | OFlag::O_CREAT
+            | OFlag::O_TRUNC
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_CLOEXEC
+            | OFlag::O_NOCTTY;
+        Ok(File::from(openat(&self.dir, self.name.as_c_str(), flags, Mode::from_bits_truncate(0o666))?))
+    }
+
+    /// Removes the file if there is one; a failure is only logged (the result is still good).
+    fn remove_quietly(&self) {
+        match unlinkat(&self.dir, self.name.as_c_str(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(err) => tracing::warn!(path = %self.shown.display(), "cannot remove capture file: {err}"),
+        }
+    }
+}
+
 /// The stored head of an exec's output.
 #[derive(Debug)]
 pub struct CaptureFile {
-    path: PathBuf,
+    target: CaptureTarget,
     cap: u64,
     memory: Vec<u8>,
     file: Option<File>,
@@ -42,9 +80,9 @@ pub struct CaptureFile {
 }
 
 impl CaptureFile {
-    /// A capture that will use `path` once it spills, storing at most `cap` bytes.
-    pub fn new(path: PathBuf, cap: u64) -> Self {
-        Self { path, cap, memory: Vec::new(), file: None, captured: 0, newlines: 0, total: 0 }
+    /// A capture that will use `target` once it spills, storing at most `cap` bytes.
+    pub fn new(target: CaptureTarget, cap: u64) -> Self {
+        Self { target, cap, memory: Vec::new(), file: None, captured: 0, newlines: 0, total: 0 }
     }
 
     /// Bytes stored.
@@ -67,8 +105,9 @@ impl CaptureFile {
         self.captured >= self.cap
     }
 
+    /// The capture file's path as the client named it (absolute).
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.target.shown
     }
 
     /// Stores what fits under the cap and counts all of `data`. A failing disk ends the storing,
@@ -82,7 +121,7 @@ impl CaptureFile {
             return;
         }
         if let Err(err) = self.store(kept) {
-            tracing::warn!(path = %self.path.display(), "capture stopped at {} bytes: {err}", self.captured);
+            tracing::warn!(path = %self.target.shown.display(), "capture stopped at {} bytes: {err}", self.captured);
             self.cap = self.captured;
             return;
         }
@@ -95,7 +134,7 @@ impl CaptureFile {
             Some(file) => file.write_all(kept)?,
             None if self.memory.len() + kept.len() <= SPILL_BYTES => self.memory.extend_from_slice(kept),
             None => {
-                let mut file = create(&self.path)?;
+                let mut file = self.target.create()?;
                 file.write_all(&self.memory)?;
                 file.write_all(kept)?;
                 self.memory = Vec::new();
@@ -124,16 +163,24 @@ impl CaptureFile {
         }
     }
 
-    /// Everything stored; the file, if this capture created one, is removed.
-    pub fn into_bytes(self) -> io::Result<Vec<u8>> {
-        let bytes = match &self.file {
-            None => return Ok(self.memory),
+    /// Everything stored.
+    pub fn bytes(&self) -> io::Result<Vec<u8>> {
+        match &self.file {
+            None => Ok(self.memory.clone()),
             Some(file) => {
                 let mut buf = vec![0; usize::try_from(self.captured).unwrap_or(0)];
                 file.read_exact_at(&mut buf, 0)?;
-                buf
+                Ok(buf)
             }
-        };
+        }
+    }
+
+    /// Everything stored; the file, if this capture created one, is removed.
+    pub fn into_bytes(self) -> io::Result<Vec<u8>> {
+        if self.file.is_none() {
+            return Ok(self.memory);
+        }
+        let bytes = self.bytes()?;
         self.discard();
         Ok(bytes)
     }
@@ -141,7 +188,7 @@ impl CaptureFile {
     /// Makes sure the stored bytes are in the file at [`Self::path`], which is kept.
     pub fn persist(&mut self) -> io::Result<()> {
         if self.file.is_none() {
-            let mut file = create(&self.path)?;
+            let mut file = self.target.create()?;
             file.write_all(&self.memory)?;
             self.memory = Vec::new();
             self.file = Some(file);
@@ -151,21 +198,8 @@ impl CaptureFile {
 
     /// Removes the file, if it exists (a file left at the path from before included).
     pub fn discard(self) {
-        remove_quietly(&self.path);
+        self.target.remove_quietly();
     }
-}
-
-/// Removes the file at `path` if there is one; a failure is only logged (the result is still good).
-pub fn remove_quietly(path: &Path) {
-    if let Err(err) = std::fs::remove_file(path)
-        && err.kind() != io::ErrorKind::NotFound
-    {
-        tracing::warn!(path = %path.display(), "cannot remove capture file: {err}");
-    }
-}
-
-fn create(path: &Path) -> io::Result<File> {
-    OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)
 }
 
 /// What the drain did when it stopped.
@@ -299,10 +333,15 @@ async fn discard_rest(pipe: Receiver) {
 mod tests {
     use super::*;
 
+    fn target(dir: &Path, name: &str) -> CaptureTarget {
+        let fd = nix::fcntl::open(dir, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        CaptureTarget::new(fd, CString::new(name).unwrap(), dir.join(name))
+    }
+
     #[test]
     fn stores_up_to_the_cap_and_counts_the_rest() {
         let dir = tempfile::tempdir().unwrap();
-        let mut capture = CaptureFile::new(dir.path().join("c"), 100_000);
+        let mut capture = CaptureFile::new(target(dir.path(), "c"), 100_000);
         for _ in 0..30 {
             capture.accept(&[b'x'; 9_999]);
             capture.accept(b"\n");
@@ -320,7 +359,7 @@ mod tests {
     #[test]
     fn small_output_never_touches_the_disk() {
         let dir = tempfile::tempdir().unwrap();
-        let mut capture = CaptureFile::new(dir.path().join("c"), 10);
+        let mut capture = CaptureFile::new(target(dir.path(), "c"), 10);
         capture.accept(b"hello\nworld\n");
         assert_eq!((capture.captured(), capture.total(), capture.newlines()), (10, 12, 1));
         assert!(!dir.path().join("c").exists());
@@ -330,12 +369,33 @@ mod tests {
 
     #[test]
     fn a_failing_disk_stops_storing_but_keeps_counting() {
-        let mut capture = CaptureFile::new(PathBuf::from("/nonexistent-agentd-dir/c"), 1 << 20);
+        // A directory removed after its fd was taken: nothing can be created in it.
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("gone");
+        std::fs::create_dir(&gone).unwrap();
+        let target = target(&gone, "c");
+        std::fs::remove_dir(&gone).unwrap();
+        let mut capture = CaptureFile::new(target, 1 << 20);
         capture.accept(&[b'a'; SPILL_BYTES]);
         capture.accept(b"more");
         capture.accept(b"and more");
         assert!(capture.is_full(), "the pipe must go on being drained");
         assert_eq!((capture.captured(), capture.total()), (SPILL_BYTES as u64, SPILL_BYTES as u64 + 12));
         assert_eq!(capture.into_bytes().unwrap().len(), SPILL_BYTES);
+    }
+
+    #[test]
+    fn the_file_is_made_and_removed_in_its_directory_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("victim"), "keep").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("victim"), dir.path().join("c")).unwrap();
+        let mut capture = CaptureFile::new(target(dir.path(), "c"), 10);
+        capture.accept(b"data");
+        let err = capture.persist().unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP));
+        capture.discard();
+        assert_eq!(std::fs::read_to_string(outside.path().join("victim")).unwrap(), "keep");
+        assert!(std::fs::symlink_metadata(dir.path().join("c")).is_err(), "the link itself is removed");
     }
 }

@@ -27,17 +27,19 @@ use std::time::{Duration, Instant};
 
 use agentd_protocol::ExecResult;
 use agentd_protocol::profile::Limits;
+use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use thiserror::Error;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{Notify, mpsc, oneshot};
 
-use capture::{CaptureFile, DrainEnd};
+use capture::{CaptureFile, CaptureTarget, DrainEnd};
 use reaper::{Exit, Reaper};
 use tree::{TAG_VAR, TimeoutLadder};
 
 use crate::admission::{Admitted, Capture};
 use crate::confine::Plan;
+use crate::root::{Kind, Node, ResolveError, Workspace};
 
 /// How long the pipe is still read after the shell was reaped, for output a background process
 /// writes late. Past it the result goes out and the pipe is drained to nowhere.
@@ -46,7 +48,7 @@ pub const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
 /// What to run and how.
 pub struct ExecSpec {
     pub command: String,
-    /// Absolute, or relative to the workspace.
+    /// Absolute, or relative to the workspace; with `--root`, a path under the root (`/` is the root).
     pub cwd: Option<String>,
     pub env: BTreeMap<String, String>,
     /// `None`: no limit.
@@ -101,6 +103,9 @@ pub enum ExecError {
     Cwd { path: PathBuf, source: io::Error },
     #[error("capture file `{path}` cannot be created: {source}")]
     CapturePath { path: PathBuf, source: io::Error },
+    /// `cwd` or `capture_path` would leave `--root`.
+    #[error("{what} `{path}` is refused: invalid_path (it leaves the root)")]
+    OutsideRoot { what: &'static str, path: PathBuf },
     #[error("cannot create the output pipe: {0}")]
     Pipe(io::Error),
     #[error("cannot start /bin/sh: {0}")]
@@ -117,7 +122,11 @@ impl ExecError {
     /// The command never started (as opposed to: it ran and its result was lost).
     pub fn is_spawn_failure(&self) -> bool {
         match self {
-            Self::Cwd { .. } | Self::CapturePath { .. } | Self::Pipe(_) | Self::Shell(_) => true,
+            Self::Cwd { .. }
+            | Self::CapturePath { .. }
+            | Self::OutsideRoot { .. }
+            | Self::Pipe(_)
+            | Self::Shell(_) => true,
             Self::Capture { .. } | Self::StatusLost => false,
         }
     }
@@ -127,9 +136,10 @@ impl ExecError {
 pub struct Executor {
     reaper: Arc<Reaper>,
     ladder: TimeoutLadder,
-    workspace: PathBuf,
-    /// Where temporary capture files of inline execs live.
-    scratch: PathBuf,
+    /// Where `cwd` and capture paths resolve (confined with `--root`), as the file verbs' paths do.
+    workspace: Workspace,
+    /// Where temporary capture files of inline execs live (agentd's own directory).
+    scratch: Workspace,
     /// Prefix of every exec tag: agentd's pid, so two agentd in one sandbox never share tags.
     tag_prefix: String,
     next_seq: AtomicU64,
@@ -149,12 +159,12 @@ impl CancelHandle {
 }
 
 impl Executor {
-    pub fn new(reaper: Arc<Reaper>, workspace: PathBuf, scratch: PathBuf, grace: Duration) -> Self {
+    pub fn new(reaper: Arc<Reaper>, workspace: Workspace, scratch: PathBuf, grace: Duration) -> Self {
         Self {
             reaper,
             ladder: TimeoutLadder { grace },
             workspace,
-            scratch,
+            scratch: Workspace::open(scratch),
             tag_prefix: std::process::id().to_string(),
             next_seq: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
@@ -163,12 +173,23 @@ impl Executor {
     }
 
     pub fn workspace(&self) -> &Path {
-        &self.workspace
+        self.workspace.dir()
     }
 
-    /// Resolves a request path against the workspace.
-    pub fn resolve(&self, path: &str) -> PathBuf {
-        self.workspace.join(path)
+    /// The working directory `cwd` names (default: the workspace), opened: the command starts in
+    /// this very directory (`fchdir` on its fd), whatever happens to the path meanwhile.
+    fn working_dir(&self, cwd: Option<&str>) -> Result<Node, ExecError> {
+        let cwd = cwd.unwrap_or(".");
+        let path = self.workspace.shown(cwd);
+        // chdir failing in the child would be indistinguishable from a missing shell.
+        let errno = |errno: Errno| ExecError::Cwd { path: path.clone(), source: errno.into() };
+        match self.workspace.node(cwd, true) {
+            Ok(Some(node)) if node.is_dir() => Ok(node),
+            Ok(Some(_)) => Err(errno(Errno::ENOTDIR)),
+            Ok(None) => Err(errno(Errno::ENOENT)),
+            Err(ResolveError::Escape) => Err(ExecError::OutsideRoot { what: "working directory", path }),
+            Err(ResolveError::Io(source)) => Err(ExecError::Cwd { path, source }),
+        }
     }
 
     /// Runs `spec` to completion. `started` hears the shell's pid; `live` gets output as it comes.
@@ -181,21 +202,7 @@ impl Executor {
     ) -> Result<ExecResult, ExecError> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{}.{seq}", self.tag_prefix);
-        let cwd = match &spec.cwd {
-            Some(cwd) => self.resolve(cwd),
-            None => self.workspace.clone(),
-        };
-        // chdir failing in the child would be indistinguishable from a missing shell.
-        match std::fs::metadata(&cwd) {
-            Ok(meta) if meta.is_dir() => {}
-            Ok(_) => {
-                return Err(ExecError::Cwd {
-                    path: cwd,
-                    source: io::Error::from_raw_os_error(libc::ENOTDIR),
-                });
-            }
-            Err(source) => return Err(ExecError::Cwd { path: cwd, source }),
-        }
+        let cwd = self.working_dir(spec.cwd.as_deref())?;
         let capture = self.capture_for(&spec, seq)?;
 
         let (reader, writer) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
@@ -213,7 +220,7 @@ impl Executor {
             env_allowlist: env_allowlist.as_deref(),
             fixed_env: &fixed_env,
             command: &spec.command,
-            cwd: &cwd,
+            cwd: cwd.fd(),
             base_env: &self.base_env,
             env: &spec.env,
             tag: (TAG_VAR, &tag),
@@ -327,24 +334,49 @@ impl Executor {
         tree::kill_every_descendant().await;
     }
 
+    /// Where the output is stored. An offload capture path resolves like any other path (under
+    /// `--root` when given, parents made); the file is then created and removed through the fd of
+    /// its directory, by its name there, never following a link: a capture path that is a symbolic
+    /// link is refused.
     fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<CaptureFile, ExecError> {
         match &spec.mode {
             CaptureMode::Inline => {
                 let cap = spec
                     .max_capture_bytes
                     .clamp(agentd_protocol::limits::MIN_INLINE_CAPTURE_BYTES, MAX_INLINE_CAPTURE);
-                Ok(CaptureFile::new(self.scratch.join(format!("capture-{seq}")), cap))
+                let name = format!("capture-{seq}");
+                let target = target_in(&self.scratch, &name, self.scratch.shown(&name))?;
+                Ok(CaptureFile::new(target, cap))
             }
             CaptureMode::Offload { path, .. } => {
-                let path = self.resolve(path);
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(|source| ExecError::CapturePath { path: path.clone(), source })?;
-                }
-                Ok(CaptureFile::new(path, spec.max_capture_bytes))
+                let target = target_in(&self.workspace, path, self.workspace.shown(path))?;
+                Ok(CaptureFile::new(target, spec.max_capture_bytes))
             }
         }
     }
+}
+
+/// The capture file `path` names in `ws` (`shown` in results and messages), parents made.
+fn target_in(ws: &Workspace, path: &str, shown: PathBuf) -> Result<CaptureTarget, ExecError> {
+    let fail = |source: io::Error| ExecError::CapturePath { path: shown.clone(), source };
+    let entry = match ws.entry(path, true) {
+        Ok(entry) => entry,
+        Err(ResolveError::Escape) => {
+            return Err(ExecError::OutsideRoot { what: "capture file", path: shown });
+        }
+        Err(ResolveError::Io(source)) => return Err(fail(source)),
+    };
+    match ws.lookup(&entry, false) {
+        Ok(Some(node)) if node.kind() == Kind::Symlink => return Err(fail(Errno::ELOOP.into())),
+        Ok(_) => {}
+        Err(ResolveError::Escape) => {
+            return Err(ExecError::OutsideRoot { what: "capture file", path: shown });
+        }
+        Err(ResolveError::Io(source)) => return Err(fail(source)),
+    }
+    let Some(name) = entry.name() else { return Err(fail(Errno::EISDIR.into())) };
+    let dir = entry.dir().try_clone_to_owned().map_err(fail)?;
+    Ok(CaptureTarget::new(dir, name.to_owned(), shown))
 }
 
 /// Which resource limit ended the command, if one did: its own death by SIGXCPU/SIGXFSZ, or a shell
@@ -384,10 +416,10 @@ fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut Exe
         CaptureMode::Offload { inline_budget, .. } if capture.captured() <= *inline_budget => {
             // The contract's quirk: inline output cut at the cap is not reported as truncated.
             result.capped = false;
-            let path = capture.path().to_owned();
-            result.set_output(capture.into_bytes()?);
+            let bytes = capture.bytes()?;
             // The contract removes the capture file of inline output, also one left there before.
-            capture::remove_quietly(&path);
+            capture.discard();
+            result.set_output(bytes);
         }
         CaptureMode::Offload { .. } => {
             capture.persist()?;

@@ -11,9 +11,8 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd as _, OwnedFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
-use std::path::Path;
 
 use crate::confine::ChildSteps;
 
@@ -45,7 +44,8 @@ pub struct Shell<'a> {
     /// With a profile: variables every command gets, before the request's own.
     pub fixed_env: &'a BTreeMap<String, String>,
     pub command: &'a str,
-    pub cwd: &'a Path,
+    /// The working directory, opened (`O_PATH`): the child changes into this fd, not into a path.
+    pub cwd: BorrowedFd<'a>,
     /// agentd's own environment (which no longer holds the token).
     pub base_env: &'a BaseEnv,
     /// Added to `base_env`, replacing variables of the same name.
@@ -97,7 +97,6 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
         .map(|entry| entry.as_ptr().cast_mut())
         .collect();
     envp.push(std::ptr::null_mut());
-    let cwd = cstring(shell.cwd.as_os_str().as_bytes())?;
     let dev_null = cstring("/dev/null")?;
 
     let mut actions = MaybeUninit::<libc::posix_spawn_file_actions_t>::uninit();
@@ -126,7 +125,7 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
             }
             check(libc::posix_spawn_file_actions_adddup2(actions, shell.output.as_raw_fd(), 1))?;
             check(libc::posix_spawn_file_actions_adddup2(actions, shell.output.as_raw_fd(), 2))?;
-            check(libc::posix_spawn_file_actions_addchdir_np(actions, cwd.as_ptr()))?;
+            check(libc::posix_spawn_file_actions_addfchdir_np(actions, shell.cwd.as_raw_fd()))?;
             let mut all = MaybeUninit::<libc::sigset_t>::uninit();
             libc::sigfillset(all.as_mut_ptr());
             check(libc::posix_spawnattr_setsigdefault(attr, all.as_ptr()))?;
@@ -160,7 +159,9 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
 /// a profile is in force.
 pub fn spawn_confined(shell: &Shell<'_>, mut steps: ChildSteps) -> io::Result<u32> {
     let mut command = std::process::Command::new("/bin/sh");
-    command.arg("-c").arg(shell.command).current_dir(shell.cwd).env_clear();
+    // The child's own view of the cwd fd (inherited until exec): no path is looked up again.
+    let cwd = format!("/proc/self/fd/{}", shell.cwd.as_raw_fd());
+    command.arg("-c").arg(shell.command).current_dir(cwd).env_clear();
     for entry in &shell.base_env.entries {
         let entry = entry.as_bytes();
         let (key, value) = match entry.iter().position(|b| *b == b'=') {

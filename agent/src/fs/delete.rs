@@ -1,27 +1,52 @@
 //! `delete` (contract §3.5): a probe (`lexists`), then a recursive removal that never follows links,
 //! reporting failures in GNU `rm`'s words.
 
-use std::path::Path;
+use std::ffi::CStr;
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 
 use agentd_protocol::fs::DeleteResult;
+use nix::errno::Errno;
+use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use super::errno;
-use crate::root::Workspace;
+use crate::root::{self, Kind, ResolveError, Workspace};
 
 pub fn delete(path: &str, ws: &Workspace) -> DeleteResult {
     let fail = |error: String| DeleteResult { error: Some(error), path: None };
-    let Ok(target) = ws.resolve(path) else {
-        return fail(format!("Error deleting file '{path}': invalid_path"));
-    };
-    if path.is_empty() || path.contains('\0') || std::fs::symlink_metadata(&target).is_err() {
-        // A path hidden by an unsearchable parent is "not found" too (the reference's quirk).
-        return fail(format!("Error: '{path}' not found"));
+    let not_found = || fail(format!("Error: '{path}' not found"));
+    if path.is_empty() || path.contains('\0') {
+        return not_found();
     }
+    // The probe is `lexists`: the last link is not followed (but a trailing `/` follows it).
+    let (entry, node) = match ws.entry(path, false).and_then(|entry| Ok((ws.lookup(&entry, false)?, entry))) {
+        Ok((Some(node), entry)) => (entry, node),
+        Err(ResolveError::Escape) => return fail(format!("Error deleting file '{path}': invalid_path")),
+        // A path hidden by an unsearchable parent is "not found" too (the reference's quirk).
+        Ok((None, _)) | Err(_) => return not_found(),
+    };
     if let Some(refusal) = refusal(path) {
         return fail(format!("Error deleting file '{path}': {refusal}"));
     }
     let mut messages = Vec::new();
-    remove(&target, path, &mut messages);
+    match entry.name() {
+        Some(name) => {
+            // The contents of a directory (or, for `link/`, of the directory it leads to), then the
+            // entry itself: all through fds, never following a link.
+            let emptied = !node.is_dir()
+                || match node.open_dir() {
+                    Ok(dir) => remove_children(&dir, path, &mut messages),
+                    Err(err) => {
+                        messages.push(cannot_remove(path, &err));
+                        false
+                    }
+                };
+            if emptied {
+                remove_entry(entry.dir(), name, node.is_dir(), path, &mut messages);
+            }
+        }
+        // `/`, `.` and `..` were refused above; nothing else names a directory without a name.
+        None => messages.push(cannot_remove(path, &Errno::EINVAL.into())),
+    }
     if messages.is_empty() {
         DeleteResult { error: None, path: Some(path.to_owned()) }
     } else {
@@ -41,29 +66,47 @@ fn refusal(path: &str) -> Option<String> {
         .then(|| format!("rm: refusing to remove '.' or '..' directory: skipping '{path}'"))
 }
 
-/// Removes `target` (shown as `shown`) and, for a real directory, everything below it first; keeps
-/// going past failures like `rm -rf`, collecting one message per failure.
-fn remove(target: &Path, shown: &str, messages: &mut Vec<String>) {
-    let is_dir = std::fs::symlink_metadata(target).map(|m| m.is_dir()).unwrap_or(false);
-    let result = if is_dir {
-        match std::fs::read_dir(target) {
-            Ok(entries) => {
-                for entry in entries.flatten() {
-                    let name = entry.file_name();
-                    let child_shown = format!("{}/{}", shown.trim_end_matches('/'), name.to_string_lossy());
-                    remove(&entry.path(), &child_shown, messages);
-                }
-                std::fs::remove_dir(target)
-            }
-            Err(err) => Err(err),
+/// Removes everything in the open directory `dir` (shown as `shown`), depth first; keeps going past
+/// failures like `rm -rf`, collecting one message per failure. Subdirectories are opened with
+/// `O_NOFOLLOW` from their parent's fd: an entry swapped for a link is never entered. `false` when
+/// `dir` could not be listed (then it is not removed either, as `rm` does).
+fn remove_children(dir: &OwnedFd, shown: &str, messages: &mut Vec<String>) -> bool {
+    let children = match root::list(dir) {
+        Ok(children) => children,
+        Err(err) => {
+            messages.push(cannot_remove(shown, &err));
+            return false;
         }
-    } else {
-        std::fs::remove_file(target)
     };
-    if let Err(err) = result {
-        let reason = errno(&err).map_or_else(|| err.to_string(), |e| e.desc().to_owned());
-        messages.push(format!("rm: cannot remove '{shown}': {reason}"));
+    for child in children {
+        let child_shown = format!("{}/{}", shown.trim_end_matches('/'), child.name_lossy());
+        let is_dir = child.kind == Some(Kind::Dir);
+        let emptied = !is_dir
+            || match root::open_child_dir(dir.as_fd(), &child.name) {
+                Ok(sub) => remove_children(&sub, &child_shown, messages),
+                Err(err) => {
+                    messages.push(cannot_remove(&child_shown, &err));
+                    false
+                }
+            };
+        if emptied {
+            remove_entry(dir.as_fd(), &child.name, is_dir, &child_shown, messages);
+        }
     }
+    true
+}
+
+/// Unlinks `name` in `dir` (as a directory when `is_dir`); a link is removed, never followed.
+fn remove_entry(dir: BorrowedFd<'_>, name: &CStr, is_dir: bool, shown: &str, messages: &mut Vec<String>) {
+    let flag = if is_dir { UnlinkatFlags::RemoveDir } else { UnlinkatFlags::NoRemoveDir };
+    if let Err(err) = unlinkat(dir, name, flag) {
+        messages.push(cannot_remove(shown, &err.into()));
+    }
+}
+
+fn cannot_remove(shown: &str, err: &std::io::Error) -> String {
+    let reason = errno(err).map_or_else(|| err.to_string(), |e| e.desc().to_owned());
+    format!("rm: cannot remove '{shown}': {reason}")
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
 //! `edit` (contract §3.4): exact, then CRLF-form, then LF-form matching of `old`; the same transform
 //! applied to `new`; the file rewritten in place (through links, mode kept).
 
-use std::io::Write as _;
+use std::io::Read as _;
+use std::os::unix::fs::FileExt as _;
 
 use agentd_protocol::fs::EditResult;
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 
 use super::errno;
-use crate::root::Workspace;
+use crate::root::{ResolveError, Workspace};
 
 pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace) -> EditResult {
     let fail = |error: String| EditResult { error: Some(error), ..EditResult::default() };
@@ -23,18 +25,33 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace)
     if path.is_empty() {
         return fail(format!("Error: File '{path}' not found"));
     }
-    let Ok(file_path) = ws.resolve(path) else {
-        return fail(format!("Error editing file '{path}': invalid_path"));
-    };
-    match std::fs::metadata(&file_path) {
-        Ok(meta) if !meta.is_file() => return fail(format!("Error: '{path}' is not a regular file")),
-        Ok(_) => {}
-        Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => return denied(),
+    let node = match ws.node(path, true) {
+        Ok(Some(node)) => node,
+        Ok(None) => return fail(format!("Error: File '{path}' not found")),
+        Err(ResolveError::Escape) => return fail(format!("Error editing file '{path}': invalid_path")),
+        Err(err) if matches!(err.errno(), Some(Errno::EACCES | Errno::EPERM)) => return denied(),
         Err(_) => return fail(format!("Error: File '{path}' not found")),
+    };
+    if !node.is_file() {
+        return fail(format!("Error: '{path}' is not a regular file"));
     }
-    let bytes = match std::fs::read(&file_path) {
-        Ok(bytes) => bytes,
-        Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => return denied(),
+    // One fd for the read and the write: read-write when allowed, else read-only, keeping why (a file
+    // that cannot be written still gets its content checked first, as the contract orders).
+    let denied_errno = |err: &std::io::Error| matches!(errno(err), Some(Errno::EACCES | Errno::EPERM));
+    let opened = match node.open(OFlag::O_RDWR) {
+        Ok(file) => Ok((file, None)),
+        Err(err) if denied_errno(&err) || matches!(errno(&err), Some(Errno::EROFS | Errno::ETXTBSY)) => {
+            node.open(OFlag::O_RDONLY).map(|file| (file, Some(err)))
+        }
+        Err(err) => Err(err),
+    };
+    let mut bytes = Vec::new();
+    let (file, unwritable) = match opened.and_then(|(mut file, unwritable)| {
+        file.read_to_end(&mut bytes)?;
+        Ok((file, unwritable))
+    }) {
+        Ok(opened) => opened,
+        Err(err) if denied_errno(&err) => return denied(),
         Err(err) => return other(err),
     };
     let Ok(text) = String::from_utf8(bytes) else {
@@ -57,12 +74,12 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace)
     }
     let edited =
         if replace_all { text.replace(old_form, new_form) } else { text.replacen(old_form, new_form, 1) };
-    // In place (truncate and write), not a rename: links keep pointing here and the mode stays.
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .open(&file_path)
-        .and_then(|mut file| file.write_all(edited.as_bytes()));
+    // In place (truncate and write), not a rename: links keep pointing here and the mode stays. The
+    // file written is the one read, through the same fd.
+    let written = match unwritable {
+        None => file.set_len(0).and_then(|()| file.write_all_at(edited.as_bytes(), 0)),
+        Some(err) => Err(err),
+    };
     match written {
         Ok(()) => EditResult {
             error: None,

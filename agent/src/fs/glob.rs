@@ -7,17 +7,17 @@
 pub(crate) mod fnmatch;
 
 use std::collections::HashSet;
-use std::fs::{self, FileType};
-use std::io::ErrorKind;
+use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use agentd_protocol::fs::{FileInfo, GlobResult, TruncationReason};
-use nix::unistd::{AccessFlags, access};
+use nix::errno::Errno;
 
 use self::fnmatch::{PYTHON, Pattern, has_magic, rewrite_caret};
 
-use crate::root::Workspace;
+use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
 /// The walk stops after this long.
 const TIME_BUDGET: Duration = Duration::from_secs(5);
@@ -39,14 +39,19 @@ pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
     let fail =
         |code: &str| GlobResult { error: Some(format!("Path '{root}': {code}")), ..GlobResult::default() };
 
-    let Ok(fs_root) = ws.resolve(&root) else { return fail("invalid_path") };
-    match fs::metadata(&fs_root) {
-        Ok(meta) if !meta.is_dir() => return fail("not_a_directory"),
-        Ok(_) => {}
-        Err(e) if e.kind() == ErrorKind::PermissionDenied => return fail("permission_denied"),
+    let node = match ws.node(&root, true) {
+        Ok(Some(node)) => node,
+        Ok(None) => return fail("path_not_found"),
+        Err(ResolveError::Escape) => return fail("invalid_path"),
+        Err(err) if matches!(err.errno(), Some(Errno::EACCES | Errno::EPERM)) => {
+            return fail("permission_denied");
+        }
         Err(_) => return fail("path_not_found"),
+    };
+    if !node.is_dir() {
+        return fail("not_a_directory");
     }
-    if access(fs_root.as_path(), AccessFlags::X_OK).is_err() {
+    if !node.is_searchable() {
         return fail("permission_denied");
     }
     if pattern.split(['/', '\\']).any(|segment| segment == "..") {
@@ -55,22 +60,18 @@ pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
     let Some(candidates) = expand_braces(pattern, MAX_EXPANSIONS) else {
         return fail("pattern_too_broad");
     };
-    let real_root = match fs::canonicalize(&fs_root) {
-        Ok(real) => real,
-        Err(e) => return fail(&format!("internal_error: OSError: {}", truncate_chars(&e.to_string(), 200))),
-    };
-
     let rule = Rule::new(pattern.contains('/'), &candidates);
     let mut walk = Walk {
         rule: &rule,
-        skip_system_dirs: real_root == Path::new("/"),
-        real_root,
+        ws,
+        skip_system_dirs: ws.real_path(node.location()) == Path::new("/"),
+        root_location: node.location().to_owned(),
         start: Instant::now(),
         found: Vec::new(),
         budget: false,
         unreadable: false,
     };
-    walk.run(fs_root);
+    walk.run(node);
 
     let Walk { mut found, budget, unreadable, .. } = walk;
     found.sort_unstable();
@@ -253,7 +254,9 @@ fn path_matches(segments: &[Segment], components: &[&str]) -> bool {
 
 struct Walk<'a> {
     rule: &'a Rule,
-    real_root: PathBuf,
+    ws: &'a Workspace,
+    /// Where the root really is: matched links must resolve below it.
+    root_location: PathBuf,
     skip_system_dirs: bool,
     start: Instant,
     /// Matches as paths relative to the root.
@@ -261,6 +264,9 @@ struct Walk<'a> {
     budget: bool,
     unreadable: bool,
 }
+
+/// A directory still to be walked: its parent, its name there, its path relative to the root.
+type Pending = (Rc<Node>, CString, String);
 
 impl Walk<'_> {
     fn out_of_time(&mut self) -> bool {
@@ -270,26 +276,47 @@ impl Walk<'_> {
         self.budget
     }
 
-    /// Top-down, depth first, each directory's files before its subdirectories.
-    fn run(&mut self, root: PathBuf) {
-        let mut stack = vec![(root, String::new())];
-        while let Some((dir, rel)) = stack.pop() {
+    /// Top-down, depth first, each directory's files before its subdirectories. Everything is looked
+    /// up from its parent's fd through the workspace's resolver: a directory is entered only as what
+    /// it is (a component swapped for a link meanwhile is not entered), and a link is judged by what
+    /// it leads to inside the workspace.
+    fn run(&mut self, root: Node) {
+        let mut next = Some((Rc::new(root), String::new()));
+        let mut stack: Vec<Pending> = Vec::new();
+        loop {
+            let (dir, rel) = match next.take() {
+                Some(first) => first,
+                None => {
+                    let Some((parent, name, rel)) = stack.pop() else { return };
+                    match self.ws.node_in(&parent, name.as_bytes(), false) {
+                        Ok(Some(dir)) if dir.is_dir() => (Rc::new(dir), rel),
+                        _ => {
+                            self.unreadable = true;
+                            continue;
+                        }
+                    }
+                }
+            };
             let Some(entries) = self.list(&dir) else { continue };
             if self.out_of_time() {
                 return;
             }
             let mut subdirs = Vec::new();
-            for (name, file_type) in entries {
-                let path = dir.join(&name);
+            for child in entries {
+                let Some(kind) = child.kind else { continue };
+                let name = child.name_lossy();
                 let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
-                let is_dir = file_type.is_dir()
-                    || (file_type.is_symlink() && fs::metadata(&path).is_ok_and(|m| m.is_dir()));
-                if is_dir {
+                // What a link leads to decides; the resolver never lets it lead out of the workspace.
+                let target = match kind {
+                    Kind::Symlink => self.ws.node_in(&dir, child.name.as_bytes(), true).ok().flatten(),
+                    Kind::Dir | Kind::File | Kind::Other => None,
+                };
+                if kind == Kind::Dir || target.as_ref().is_some_and(Node::is_dir) {
                     // Directory links are listed as directories but not entered.
                     let skipped =
                         rel.is_empty() && self.skip_system_dirs && SKIPPED_UNDER_SLASH.contains(&&*name);
-                    if file_type.is_dir() && !skipped {
-                        subdirs.push((path, child_rel));
+                    if kind == Kind::Dir && !skipped {
+                        subdirs.push((Rc::clone(&dir), child.name, child_rel));
                     }
                     continue;
                 }
@@ -300,7 +327,7 @@ impl Walk<'_> {
                     self.budget = true;
                     return;
                 }
-                if self.rule.matches(&child_rel, &name) && self.keeps(&path, file_type) {
+                if self.rule.matches(&child_rel, &name) && self.keeps(kind, target.as_ref()) {
                     self.found.push(child_rel);
                 }
             }
@@ -309,21 +336,10 @@ impl Walk<'_> {
     }
 
     /// Entries of `dir` sorted by name; `None` (and the walk marked unreadable) when it cannot be read.
-    fn list(&mut self, dir: &Path) -> Option<Vec<(String, FileType)>> {
-        let read = || -> std::io::Result<Vec<(String, FileType)>> {
-            let mut entries = Vec::new();
-            for entry in fs::read_dir(dir)? {
-                let entry = entry?;
-                // An entry gone since the listing is no candidate; the directory was still read.
-                if let Ok(file_type) = entry.file_type() {
-                    entries.push((entry.file_name().to_string_lossy().into_owned(), file_type));
-                }
-            }
-            Ok(entries)
-        };
-        match read() {
+    fn list(&mut self, dir: &Node) -> Option<Vec<root::Child>> {
+        match dir.open_dir().and_then(|fd| root::list(&fd)) {
             Ok(mut entries) => {
-                entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                entries.sort_by_cached_key(root::Child::name_lossy);
                 Some(entries)
             }
             Err(_) => {
@@ -334,26 +350,21 @@ impl Walk<'_> {
     }
 
     /// Whether a matching non-directory resolves to a regular file inside the root.
-    fn keeps(&self, path: &Path, file_type: FileType) -> bool {
-        if file_type.is_file() {
-            // Reached through real directories only, so its real path is under the real root.
-            return true;
+    fn keeps(&self, kind: Kind, target: Option<&Node>) -> bool {
+        match kind {
+            // Reached through real directories only, so it is under the root.
+            Kind::File => true,
+            Kind::Symlink => {
+                target.is_some_and(|t| t.is_file() && t.location().starts_with(&self.root_location))
+            }
+            Kind::Dir | Kind::Other => false,
         }
-        if !file_type.is_symlink() {
-            return false;
-        }
-        fs::canonicalize(path).is_ok_and(|real| {
-            real.starts_with(&self.real_root) && fs::metadata(&real).is_ok_and(|m| m.is_file())
-        })
     }
-}
-
-fn truncate_chars(text: &str, max: usize) -> &str {
-    text.char_indices().nth(max).map_or(text, |(i, _)| &text[..i])
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::os::unix::fs::{PermissionsExt as _, symlink};
 
     use super::*;

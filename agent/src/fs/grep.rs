@@ -12,20 +12,21 @@ mod literal;
 mod pyglob;
 mod universal;
 
-use std::ffi::OsStr;
-use std::fs;
+use std::ffi::{CStr, CString, OsStr};
 use std::num::NonZero;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 
 use agentd_protocol::fs::{GrepMatch, GrepResult};
+use nix::fcntl::OFlag;
 
 use crate::fs::glob::fnmatch::{GREP_FILTER, Pattern};
 
-use crate::root::Workspace;
+use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
 /// Directory names route A never enters and route B never reports from (below the root).
 const EXCLUDED: &str = ".git";
@@ -40,21 +41,26 @@ pub fn grep(
 ) -> GrepResult {
     // Python's `path or "."`: an empty path is the default too.
     let root = path.filter(|p| !p.is_empty()).unwrap_or(".");
-    let Ok(fs_root) = ws.resolve(root) else {
-        return GrepResult {
-            error: Some(format!("Path '{root}': invalid_path")),
-            matches: None,
-            truncated: false,
-        };
+    // The root is followed; a missing or unreadable one gives nothing.
+    let fs_root = match ws.node(root, true) {
+        Ok(node) => node,
+        Err(ResolveError::Escape) => {
+            return GrepResult {
+                error: Some(format!("Path '{root}': invalid_path")),
+                matches: None,
+                truncated: false,
+            };
+        }
+        Err(ResolveError::Io(_)) => None,
     };
     // A negative count is unspecified; it is read as 0, like `read`'s negative limit.
     let limit = max_count.map(|n| usize::try_from(n).unwrap_or(0));
     let mut matches = match glob.filter(|g| !g.is_empty()) {
-        Some(glob) if glob.contains('/') => match route_b(pattern, root, &fs_root, glob, limit) {
+        Some(glob) if glob.contains('/') => match route_b(pattern, root, fs_root.as_ref(), glob, limit, ws) {
             Ok(matches) => matches,
             Err(error) => return GrepResult { error: Some(error), matches: None, truncated: false },
         },
-        filter => route_a(pattern, root, &fs_root, filter, limit),
+        filter => route_a(pattern, root, fs_root.as_ref(), filter, limit),
     };
     let truncated = limit.is_some_and(|limit| matches.len() > limit);
     if let Some(limit) = limit {
@@ -83,30 +89,34 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 fn route_a(
     pattern: &str,
     root: &str,
-    fs_root: &Path,
+    fs_root: Option<&Node>,
     filter: Option<&str>,
     limit: Option<usize>,
 ) -> Vec<GrepMatch> {
     let matcher = literal::LineMatcher::new(pattern);
     let filter = filter.map(|glob| Pattern::new(glob, GREP_FILTER));
-    // The root is followed; a missing or unreadable one gives nothing.
-    let Ok(meta) = fs::metadata(fs_root) else { return Vec::new() };
-    if meta.is_file() {
+    let Some(fs_root) = fs_root else { return Vec::new() };
+    if fs_root.is_file() {
         let name = Path::new(root).file_name().map_or_else(|| root.into(), OsStr::to_string_lossy);
         if filter.as_ref().is_some_and(|f| !f.is_match(&name)) {
             return Vec::new();
         }
-        return to_matches(root, matcher.search_file(fs_root).unwrap_or_default());
+        let Ok(file) = fs_root.open(OFlag::O_RDONLY) else { return Vec::new() };
+        return to_matches(root, matcher.search_file(file).unwrap_or_default());
     }
-    if !meta.is_dir() {
+    if !fs_root.is_dir() {
         return Vec::new();
     }
+    let Ok(top) = fs_root.open_dir() else { return Vec::new() };
     let walker = Walker {
         matcher: &matcher,
         filter: filter.as_ref(),
         root,
         limit,
-        queue: Mutex::new(Queue { items: vec![Item::Dir(fs_root.to_path_buf(), String::new())], busy: 0 }),
+        queue: Mutex::new(Queue {
+            items: vec![Item::Dir(Arc::new(top), c".".to_owned(), String::new())],
+            busy: 0,
+        }),
         ready: Condvar::new(),
         found: Mutex::new(Vec::new()),
         held: AtomicUsize::new(0),
@@ -125,18 +135,19 @@ fn route_a(
     found
 }
 
-/// Work for route A's walkers: directories to list and files to search, with their paths relative
-/// to the root.
+/// Work for route A's walkers: directories to list and files to search, each as its parent
+/// directory's fd and its name there, with its path relative to the root. Everything is opened from
+/// the parent's fd without following links: a component swapped for a link mid-walk is skipped.
 enum Item {
-    Dir(PathBuf, String),
-    File(PathBuf, String),
+    Dir(Arc<OwnedFd>, CString, String),
+    File(Arc<OwnedFd>, CString, String),
 }
 
 impl Item {
     fn sort_key(&self) -> std::borrow::Cow<'_, str> {
         match self {
-            Item::Dir(_, rel) => format!("{rel}/").into(),
-            Item::File(_, rel) => rel.as_str().into(),
+            Item::Dir(_, _, rel) => format!("{rel}/").into(),
+            Item::File(_, _, rel) => rel.as_str().into(),
         }
     }
 }
@@ -165,8 +176,8 @@ impl Walker<'_> {
     fn work(&self) {
         while let Some(item) = self.next() {
             match item {
-                Item::Dir(dir, rel) => self.list(&dir, &rel),
-                Item::File(path, rel) => self.search(&path, &rel),
+                Item::Dir(parent, name, rel) => self.list(&parent, &name, &rel),
+                Item::File(parent, name, rel) => self.search(&parent, &name, &rel),
             }
             let mut queue = lock(&self.queue);
             queue.busy -= 1;
@@ -193,22 +204,24 @@ impl Walker<'_> {
         }
     }
 
-    /// Queues the subdirectories (but `.git`) and the regular files (that pass the filter) of `dir`;
-    /// symlinks are not followed, so they are neither.
-    fn list(&self, dir: &Path, rel: &str) {
-        let Ok(entries) = fs::read_dir(dir) else { return };
+    /// Queues the subdirectories (but `.git`) and the regular files (that pass the filter) of the
+    /// directory `name` in `parent`; symlinks are not followed, so they are neither.
+    fn list(&self, parent: &OwnedFd, name: &CStr, rel: &str) {
+        let Ok(dir) = root::open_child_dir(parent.as_fd(), name) else { return };
+        let Ok(children) = root::list(&dir) else { return };
+        let dir = Arc::new(dir);
         let mut items = Vec::new();
-        for entry in entries.filter_map(Result::ok) {
-            let Ok(file_type) = entry.file_type() else { continue };
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            let child_rel = if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") };
-            if file_type.is_dir() {
-                if name != EXCLUDED {
-                    items.push(Item::Dir(entry.path(), child_rel));
+        for child in children {
+            let name = child.name_lossy();
+            let child_rel = if rel.is_empty() { name.clone() } else { format!("{rel}/{name}") };
+            match child.kind {
+                Some(Kind::Dir) if name != EXCLUDED => {
+                    items.push(Item::Dir(Arc::clone(&dir), child.name, child_rel));
                 }
-            } else if file_type.is_file() && self.filter.is_none_or(|f| f.is_match(&name)) {
-                items.push(Item::File(entry.path(), child_rel));
+                Some(Kind::File) if self.filter.is_none_or(|f| f.is_match(&name)) => {
+                    items.push(Item::File(Arc::clone(&dir), child.name, child_rel));
+                }
+                _ => {}
             }
         }
         if !items.is_empty() {
@@ -221,8 +234,9 @@ impl Walker<'_> {
         }
     }
 
-    fn search(&self, path: &Path, rel: &str) {
-        let Some(lines) = self.matcher.search_file(path) else { return };
+    fn search(&self, parent: &OwnedFd, name: &CStr, rel: &str) {
+        let Ok(file) = root::open_child_file(parent.as_fd(), name) else { return };
+        let Some(lines) = self.matcher.search_file(file) else { return };
         if lines.is_empty() {
             return;
         }
@@ -242,27 +256,31 @@ impl Walker<'_> {
 fn route_b(
     pattern: &str,
     root: &str,
-    fs_root: &Path,
+    fs_root: Option<&Node>,
     glob: &str,
     limit: Option<usize>,
+    ws: &Workspace,
 ) -> Result<Vec<GrepMatch>, String> {
     let matcher = universal::LineMatcher::new(pattern);
-    if !fs::metadata(fs_root).is_ok_and(|m| m.is_dir()) {
+    let Some(fs_root) = fs_root else { return Ok(Vec::new()) };
+    if !fs_root.is_dir() {
         // A file is searched alone, the glob ignored; anything else gives nothing.
-        if !fs::metadata(fs_root).is_ok_and(|m| m.is_file()) {
+        if !fs_root.is_file() {
             return Ok(Vec::new());
         }
-        return Ok(to_matches(root, matcher.search_file(fs_root).unwrap_or_default()));
+        let Ok(file) = fs_root.open(OFlag::O_RDONLY) else { return Ok(Vec::new()) };
+        return Ok(to_matches(root, matcher.search_file(file).unwrap_or_default()));
     }
     let glob = glob.trim_start_matches('/');
     if glob.split(['/', '\\']).any(|segment| segment == "..") {
         // What the reference's helper reports when it refuses such a glob.
         return Err(format!("Path '{root}': exit code 2"));
     }
-    let Ok(real_root) = fs::canonicalize(fs_root) else { return Ok(Vec::new()) };
-    let mut hits = pyglob::expand(fs_root, glob);
+    // The expansion looks through the workspace's resolver from the root's fd, and every hit is
+    // resolved again the same way: what is read is always inside the workspace and below the root.
+    let mut hits = pyglob::expand(ws, fs_root, glob);
     hits.sort_unstable();
-    let files: Vec<(PathBuf, String)> = hits
+    let files: Vec<(Vec<u8>, String)> = hits
         .iter()
         .filter(|hit| {
             let mut dirs = hit.split(|&b| b == b'/');
@@ -270,21 +288,25 @@ fn route_b(
             !dirs.any(|dir| dir == EXCLUDED.as_bytes())
         })
         .filter_map(|hit| {
-            let real = fs::canonicalize(fs_root.join(OsStr::from_bytes(hit))).ok()?;
-            let rel = real.strip_prefix(&real_root).ok()?.to_string_lossy().into_owned();
-            let file = !rel.is_empty() && fs::metadata(&real).is_ok_and(|m| m.is_file());
-            file.then(|| (real, shown(root, &rel)))
+            let node = ws.node_in(fs_root, hit, true).ok()??;
+            let rel = node.location().strip_prefix(fs_root.location()).ok()?;
+            let shown = shown(root, &rel.to_string_lossy());
+            (!rel.as_os_str().is_empty() && node.is_file())
+                .then(|| (rel.as_os_str().as_bytes().to_vec(), shown))
         })
         .collect();
-    Ok(search_in_order(&files, &matcher, limit))
+    Ok(search_in_order(&files, &matcher, limit, ws, fs_root))
 }
 
-/// Searches `files` (path, shown path) in parallel and returns their matches in the order of
-/// `files`, stopping once the finished prefix holds more than `limit` matches.
+/// Searches `files` (path below `root`, resolved again through the workspace; shown path) in
+/// parallel and returns their matches in the order of `files`, stopping once the finished prefix
+/// holds more than `limit` matches.
 fn search_in_order(
-    files: &[(PathBuf, String)],
+    files: &[(Vec<u8>, String)],
     matcher: &universal::LineMatcher,
     limit: Option<usize>,
+    ws: &Workspace,
+    root: &Node,
 ) -> Vec<GrepMatch> {
     struct Slots {
         done: Vec<Option<Vec<GrepMatch>>>,
@@ -298,8 +320,10 @@ fn search_in_order(
     let work = || {
         while !stop.load(Ordering::Relaxed) {
             let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some((path, shown)) = files.get(i) else { break };
-            let found = to_matches(shown, matcher.search_file(path).unwrap_or_default());
+            let Some((rel, shown)) = files.get(i) else { break };
+            let node = ws.node_in(root, rel, true).ok().flatten().filter(Node::is_file);
+            let file = node.and_then(|n| n.open(OFlag::O_RDONLY).ok());
+            let found = to_matches(shown, file.and_then(|f| matcher.search_file(f)).unwrap_or_default());
             let mut slots = lock(&slots);
             slots.done[i] = Some(found);
             while let Some(Some(found)) = slots.done.get(slots.prefix) {
@@ -328,6 +352,7 @@ fn search_in_order(
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+    use std::fs;
     use std::os::unix::fs::symlink;
 
     use super::*;
@@ -613,6 +638,38 @@ mod tests {
         assert_eq!(grep_at("hit", &root, Some(".git/*")).matches, Some(Vec::new()));
         symlink("/etc/hostname", d.join("out")).unwrap();
         assert_eq!(grep_at("", &root, Some("/out")).matches, Some(Vec::new()));
+    }
+
+    #[test]
+    fn confined_walks_and_globs_stay_in_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        fs::write(outside.path().join("f.txt"), "needle outside\n").unwrap();
+        fs::create_dir(root.join("in")).unwrap();
+        fs::write(root.join("in/f.txt"), "needle inside\n").unwrap();
+        symlink(outside.path(), root.join("out")).unwrap();
+        symlink(outside.path().join("f.txt"), root.join("in/file_out.txt")).unwrap();
+        symlink(root.join("in"), root.join("abs_in")).unwrap();
+        let ws = Workspace::confined(root).unwrap();
+        let texts =
+            |r: GrepResult| r.matches.unwrap().into_iter().map(|m| (m.path, m.text)).collect::<Vec<_>>();
+        let inside = || vec![("/in/f.txt".to_owned(), "needle inside".to_owned())];
+        assert_eq!(texts(grep("needle", Some("/"), None, None, &ws)), inside());
+        // Route B follows links, but only where the resolver does: inside the root.
+        for glob in ["**/*.txt", "*/f.txt", "out/*", "in/file_out.txt"] {
+            let found = texts(grep("needle", Some("/"), Some(glob), None, &ws));
+            assert!(found.iter().all(|(_, text)| text == "needle inside"), "{glob}: {found:?}");
+        }
+        assert_eq!(
+            texts(grep("needle", Some("/"), Some("**/*.txt"), None, &ws)),
+            [inside(), inside()].concat(),
+            "abs_in/f.txt is reported as its resolved path"
+        );
+        assert_eq!(
+            grep("needle", Some("/out"), None, None, &ws).error.as_deref(),
+            Some("Path '/out': invalid_path")
+        );
     }
 
     #[test]

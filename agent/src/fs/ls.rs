@@ -5,7 +5,7 @@ use agentd_protocol::fs::{FileInfo, LsResult};
 use nix::errno::Errno;
 
 use super::errno;
-use crate::root::Workspace;
+use crate::root::{self, Kind, ResolveError, Workspace};
 
 pub fn ls(path: &str, ws: &Workspace) -> LsResult {
     let fail = |what: &str| LsResult { error: Some(format!("Path '{path}': {what}")), entries: None };
@@ -15,25 +15,30 @@ pub fn ls(path: &str, ws: &Workspace) -> LsResult {
     if path.contains('\0') {
         return fail("invalid_path");
     }
-    let Ok(resolved) = ws.resolve(path) else { return fail("invalid_path") };
-    let dir = match std::fs::read_dir(resolved) {
-        Ok(dir) => dir,
-        Err(err) => {
-            return match errno(&err) {
-                Some(Errno::ENOTDIR) => fail("not_a_directory"),
-                Some(Errno::EACCES | Errno::EPERM) => fail("permission_denied"),
-                _ => fail("path_not_found"),
-            };
-        }
+    let code = |errno: Option<Errno>| match errno {
+        Some(Errno::ENOTDIR) => "not_a_directory",
+        Some(Errno::EACCES | Errno::EPERM) => "permission_denied",
+        _ => "path_not_found",
+    };
+    let node = match ws.node(path, true) {
+        Ok(Some(node)) => node,
+        Ok(None) => return fail("path_not_found"),
+        Err(ResolveError::Escape) => return fail("invalid_path"),
+        Err(err) => return fail(code(err.errno())),
+    };
+    if !node.is_dir() {
+        return fail("not_a_directory");
+    }
+    let children = match node.open_dir().and_then(|dir| root::list(&dir)) {
+        Ok(children) => children,
+        Err(err) => return fail(code(errno(&err))),
     };
     let prefix = if path.ends_with('/') { path.to_owned() } else { format!("{path}/") };
-    let mut entries = Vec::new();
-    for entry in dir {
-        let Ok(entry) = entry else { continue };
-        // `file_type` does not follow links: a link to a directory is not a directory here.
-        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
-        entries.push(FileInfo::new(format!("{prefix}{}", entry.file_name().to_string_lossy()), is_dir));
-    }
+    // The listing's type does not follow links: a link to a directory is not a directory here.
+    let entries = children
+        .iter()
+        .map(|child| FileInfo::new(format!("{prefix}{}", child.name_lossy()), child.kind == Some(Kind::Dir)))
+        .collect();
     LsResult { error: None, entries: Some(entries) }
 }
 

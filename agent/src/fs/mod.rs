@@ -5,7 +5,9 @@
 //! Every verb returns its result type with failures as values (`error` strings the contract fixes);
 //! nothing here returns `Err` or panics on file-system conditions. Paths resolve through the
 //! [`Workspace`] (relative ones against it; with `--root`, all of them under it, escapes refused as
-//! `invalid_path`); the path strings in results and messages are the caller's, verbatim.
+//! `invalid_path`) into opened file descriptors, and the verbs work on those (`*at` calls, reads and
+//! writes on the opened file, walks from directory fds that never follow a link), so a path swapped
+//! meanwhile cannot redirect them; the path strings in results and messages are the caller's, verbatim.
 //!
 //! - [`ls`], [`read`], [`write`], [`edit`], [`delete`]: one file or directory.
 //! - [`glob`], [`grep`]: tree walks with the contract's matching rules.

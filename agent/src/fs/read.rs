@@ -6,14 +6,14 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read as _};
-use std::path::Path;
 
 use agentd_protocol::fs::{Encoding, FileData, ReadResult};
 use base64::Engine as _;
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
 
 use super::errno;
-use crate::root::Workspace;
+use crate::root::{ResolveError, Workspace};
 
 /// Appended when the page hit the byte cap.
 pub const TRUNCATION_MSG: &str = "\n\n[Output was truncated due to size limits. This paginated read result exceeded the sandbox stdout limit. Continue reading with a larger offset or smaller limit to inspect the rest of the file.]";
@@ -48,22 +48,25 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
     if path.is_empty() {
         return fail("file_not_found");
     }
-    let Ok(file_path) = ws.resolve(path) else { return fail("invalid_path") };
-    let meta = match std::fs::metadata(&file_path) {
-        Ok(meta) => meta,
-        Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => {
+    let node = match ws.node(path, true) {
+        Ok(Some(node)) => node,
+        Ok(None) => return fail("file_not_found"),
+        Err(ResolveError::Escape) => return fail("invalid_path"),
+        Err(err) if matches!(err.errno(), Some(Errno::EACCES | Errno::EPERM)) => {
             return fail("permission_denied");
         }
         Err(_) => return fail("file_not_found"),
     };
-    if !meta.is_file() {
+    if !node.is_file() {
         return fail("not_a_file");
     }
-    if meta.len() == 0 {
+    let size = u64::try_from(node.stat().st_size).unwrap_or(0);
+    if size == 0 {
         return whole(EMPTY_REMINDER.to_owned(), Encoding::Utf8);
     }
-    // Failures below carry the text after `File '{p}': `.
-    let open = |file_path: &Path| match File::open(file_path) {
+    // Failures below carry the text after `File '{p}': `. The file is the one looked at: reopened
+    // through the walk's directory fd and checked to be the same inode.
+    let open = || match node.open(OFlag::O_RDONLY) {
         Ok(file) => Ok(file),
         Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => {
             Err("permission_denied".to_owned())
@@ -71,17 +74,17 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
         Err(err) => Err(format!("unexpected server response: {err}")),
     };
     let whole_base64 =
-        |file_path: &Path| match open(file_path).and_then(|f| read_all(f).map_err(|e| e.to_string())) {
+        |file: Result<File, String>| match file.and_then(|f| read_all(f).map_err(|e| e.to_string())) {
             Ok(bytes) => whole(base64(&bytes), Encoding::Base64),
             Err(what) => fail(&what),
         };
     if has_binary_suffix(path) {
-        if meta.len() > BINARY_PREVIEW_MAX {
+        if size > BINARY_PREVIEW_MAX {
             return fail(&format!("Binary file exceeds maximum preview size of {BINARY_PREVIEW_MAX} bytes"));
         }
-        return whole_base64(&file_path);
+        return whole_base64(open());
     }
-    let mut reader = match open(&file_path) {
+    let mut reader = match open() {
         Ok(file) => BufReader::with_capacity(64 * 1024, file),
         Err(what) => return fail(&what),
     };
@@ -90,8 +93,9 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
         Err(err) => return fail(&format!("unexpected server response: {err}")),
     };
     if !text {
-        // The reference returns the whole file as base64, with no size cap (quirk).
-        return whole_base64(&file_path);
+        // The reference returns the whole file as base64, with no size cap (quirk). `sniff` left
+        // the file at its start with nothing buffered.
+        return whole_base64(Ok(reader.into_inner()));
     }
     if limit == 0 {
         return ReadResult {
@@ -100,7 +104,7 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
             ..ReadResult::default()
         };
     }
-    match page(reader, offset, limit, meta.len(), &file_path) {
+    match page(reader, offset, limit, size) {
         Ok(Page::Window(result)) => result,
         Ok(Page::PastEnd { lines }) => {
             fail(&format!("Line offset {offset} exceeds file length ({lines} lines)"))
@@ -164,13 +168,7 @@ impl From<io::Error> for PageError {
     }
 }
 
-fn page(
-    reader: BufReader<File>,
-    offset: u64,
-    limit: u64,
-    size: u64,
-    file_path: &Path,
-) -> Result<Page, PageError> {
+fn page(reader: BufReader<File>, offset: u64, limit: u64, size: u64) -> Result<Page, PageError> {
     let mut lines = LineScanner::new(reader);
     let mut line = Vec::new();
     let mut scanned = 0u64;
@@ -219,7 +217,10 @@ fn page(
     let total_lines = if at_end {
         Some(scanned + lines.count_rest()?)
     } else if size <= RECOUNT_MAX {
-        Some(LineScanner::new(BufReader::new(File::open(file_path)?)).count_rest()?)
+        // Counted again from the start, on the same open file.
+        let mut file = lines.reader.into_inner();
+        io::Seek::seek(&mut file, io::SeekFrom::Start(0))?;
+        Some(LineScanner::new(BufReader::new(file)).count_rest()?)
     } else {
         None
     };

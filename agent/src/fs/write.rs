@@ -3,17 +3,20 @@
 
 use agentd_protocol::fs::WriteResult;
 
-use crate::root::Workspace;
+use crate::root::{ResolveError, Workspace};
 use crate::transfer;
 
 pub fn write(path: &str, content: &str, ws: &Workspace) -> WriteResult {
     let fail = |error: String| WriteResult { error: Some(error), path: None };
     let parent = dirname(path);
-    let Ok(parent_dir) = ws.resolve(if parent.is_empty() { "." } else { parent }) else {
-        return fail(format!("Failed to write file '{path}': invalid_path"));
-    };
-    if let Err(err) = std::fs::create_dir_all(parent_dir) {
-        return fail(format!("Failed to write file '{path}': cannot create directory '{parent}': {err}"));
+    // `mkdir -p` of the dirname: with `/.` appended, every component of it is a directory on the way.
+    let parent_dir = if parent.is_empty() { ".".to_owned() } else { format!("{parent}/.") };
+    match ws.entry(&parent_dir, true) {
+        Ok(_) => {}
+        Err(ResolveError::Escape) => return fail(format!("Failed to write file '{path}': invalid_path")),
+        Err(ResolveError::Io(err)) => {
+            return fail(format!("Failed to write file '{path}': cannot create directory '{parent}': {err}"));
+        }
     }
     match transfer::destination(ws, path).and_then(|dest| transfer::write_whole(&dest, content.as_bytes())) {
         Ok(()) => WriteResult { error: None, path: Some(path.to_owned()) },

@@ -4,7 +4,6 @@
 use std::cell::RefCell;
 use std::fs::File;
 use std::io::{ErrorKind, Read as _};
-use std::path::Path;
 
 use memchr::memmem::Finder;
 use memchr::{memchr, memchr_iter, memrchr};
@@ -28,9 +27,9 @@ impl LineMatcher {
         LineMatcher::Any(parts.into_iter().map(|p| Finder::new(p.as_bytes()).into_owned()).collect())
     }
 
-    /// Matching lines of the file at `path` as (1-based number, text without LF, decoded lossily).
+    /// Matching lines of `file` as (1-based number, text without LF, decoded lossily).
     /// `None` when it cannot be read or holds a NUL byte.
-    pub(super) fn search_file(&self, path: &Path) -> Option<Vec<(u64, String)>> {
+    pub(super) fn search_file(&self, file: File) -> Option<Vec<(u64, String)>> {
         // One buffer per walker thread, reused for every file: a small file costs an open, one
         // read that fills it and one that sees the end (reading into a fresh growing Vec took ~11).
         thread_local! {
@@ -38,7 +37,7 @@ impl LineMatcher {
         }
         BUFFER.with(|buffer| {
             let mut buffer = buffer.borrow_mut();
-            self.search_with(File::open(path).ok()?, &mut buffer)
+            self.search_with(file, &mut buffer)
         })
     }
 
@@ -137,7 +136,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, content).unwrap();
-        LineMatcher::new(pattern).search_file(&path)
+        LineMatcher::new(pattern).search_file(File::open(&path).unwrap())
     }
 
     fn lines(found: &[(u64, &str)]) -> Option<Vec<(u64, String)>> {

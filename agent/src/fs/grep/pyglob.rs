@@ -4,21 +4,42 @@
 //! segment starting with `.` (`**` never yields one). Hits may repeat; unreadable directories give
 //! nothing.
 //!
+//! Every lookup goes through the [`Workspace`] from the root's fd: links are followed as the
+//! resolver follows them, so with `--root` a link leading out is nothing here, and the expansion never
+//! lists a directory outside the root.
+//!
 //! One deviation: `**` does not re-enter a directory it is already inside (Python loops through a
 //! symlink cycle until the kernel refuses the path).
 
-use std::ffi::{OsStr, OsString};
-use std::fs;
-use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
-use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
-
 use crate::fs::glob::fnmatch::{PYTHON, Pattern, has_magic};
+use crate::root::{self, Kind, Node, Workspace};
+
+/// The tree being globbed: the root directory, looked into through the workspace's resolver.
+struct Tree<'a> {
+    ws: &'a Workspace,
+    root: &'a Node,
+}
+
+impl Tree<'_> {
+    /// What `rel` names below the root (`follow`: its last link followed).
+    fn node(&self, rel: &[u8], follow: bool) -> Option<Node> {
+        self.ws.node_in(self.root, rel, follow).ok().flatten()
+    }
+
+    fn is_dir(&self, rel: &[u8]) -> bool {
+        self.node(rel, true).is_some_and(|n| n.is_dir())
+    }
+
+    fn exists(&self, rel: &[u8]) -> bool {
+        self.node(rel, false).is_some()
+    }
+}
 
 /// Relative hits of `pattern` (no leading `/`) under `root`, unsorted.
-pub(super) fn expand(root: &Path, pattern: &str) -> Vec<Vec<u8>> {
+pub(super) fn expand(ws: &Workspace, root: &Node, pattern: &str) -> Vec<Vec<u8>> {
+    let tree = Tree { ws, root };
     let mut hits = Vec::new();
-    iglob(root, pattern, false, &mut hits);
+    iglob(&tree, pattern, false, &mut hits);
     // Python drops the empty hit a leading `**` yields for the root itself.
     hits.retain(|hit| !hit.is_empty());
     hits
@@ -45,21 +66,13 @@ fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     out
 }
 
-fn fs_path(root: &Path, rel: &[u8]) -> PathBuf {
-    if rel.is_empty() { root.to_path_buf() } else { root.join(OsStr::from_bytes(rel)) }
-}
-
-fn is_dir(path: &Path) -> bool {
-    fs::metadata(path).is_ok_and(|m| m.is_dir())
-}
-
-fn iglob(root: &Path, pathname: &str, dironly: bool, out: &mut Vec<Vec<u8>>) {
+fn iglob(tree: &Tree<'_>, pathname: &str, dironly: bool, out: &mut Vec<Vec<u8>>) {
     let (dirname, basename) = split(pathname);
     if !has_magic(pathname) {
         let exists = if basename.is_empty() {
-            is_dir(&fs_path(root, dirname.as_bytes()))
+            tree.is_dir(dirname.as_bytes())
         } else {
-            fs::symlink_metadata(fs_path(root, pathname.as_bytes())).is_ok()
+            tree.exists(pathname.as_bytes())
         };
         if exists {
             out.push(pathname.as_bytes().to_vec());
@@ -67,77 +80,90 @@ fn iglob(root: &Path, pathname: &str, dironly: bool, out: &mut Vec<Vec<u8>>) {
         return;
     }
     if dirname.is_empty() {
-        glob_in_dir(root, b"", basename, dironly, out);
+        glob_in_dir(tree, b"", basename, dironly, out);
         return;
     }
     let dirs = if has_magic(dirname) {
         let mut dirs = Vec::new();
-        iglob(root, dirname, true, &mut dirs);
+        iglob(tree, dirname, true, &mut dirs);
         dirs
     } else {
         vec![dirname.as_bytes().to_vec()]
     };
     for dir in dirs {
         let mut names = Vec::new();
-        glob_in_dir(root, &dir, basename, dironly, &mut names);
+        glob_in_dir(tree, &dir, basename, dironly, &mut names);
         out.extend(names.iter().map(|name| join(&dir, name)));
     }
 }
 
 /// Names under `dir` matching one segment: `_glob2` for `**`, `_glob1` for other magic, `_glob0` for
 /// plain text.
-fn glob_in_dir(root: &Path, dir: &[u8], segment: &str, dironly: bool, out: &mut Vec<Vec<u8>>) {
-    let path = fs_path(root, dir);
+fn glob_in_dir(tree: &Tree<'_>, dir: &[u8], segment: &str, dironly: bool, out: &mut Vec<Vec<u8>>) {
     if segment == "**" {
         out.push(Vec::new());
-        let mut ancestors = Vec::new();
-        if let Ok(meta) = fs::metadata(&path) {
-            ancestors.push((meta.dev(), meta.ino()));
-        }
-        rlistdir(&path, b"", dironly, &mut ancestors, out);
+        let Some(node) = tree.node(dir, true).filter(Node::is_dir) else { return };
+        let mut ancestors = vec![(node.stat().st_dev, node.stat().st_ino)];
+        rlistdir(tree, &node, b"", dironly, &mut ancestors, out);
     } else if has_magic(segment) {
+        let Some(node) = tree.node(dir, true) else { return };
         let pattern = Pattern::new(segment, PYTHON);
         let hidden_ok = segment.starts_with('.');
-        for name in listdir(&path, dironly) {
+        for (name, _) in listdir(tree, &node, dironly) {
             let text = String::from_utf8_lossy(&name);
             if (hidden_ok || !text.starts_with('.')) && pattern.is_match(&text) {
                 out.push(name);
             }
         }
     } else if segment.is_empty() {
-        if is_dir(&path) {
+        if tree.is_dir(dir) {
             out.push(Vec::new());
         }
-    } else if fs::symlink_metadata(path.join(segment)).is_ok() {
+    } else if tree.exists(&join(dir, segment.as_bytes())) {
         out.push(segment.as_bytes().to_vec());
     }
 }
 
-/// Entry names of `dir` (only directories, links followed, with `dironly`); nothing on error.
-fn listdir(dir: &Path, dironly: bool) -> Vec<Vec<u8>> {
-    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
-    entries
-        .filter_map(Result::ok)
-        .filter(|entry| !dironly || is_dir(&entry.path()))
-        .map(|entry| OsString::into_vec(entry.file_name()))
+/// Entry names of the directory `dir` (only directories, links followed, with `dironly`), each with
+/// what it leads to (links followed); nothing on error.
+fn listdir(tree: &Tree<'_>, dir: &Node, dironly: bool) -> Vec<(Vec<u8>, Option<Node>)> {
+    let Ok(children) = dir.open_dir().and_then(|fd| root::list(&fd)) else { return Vec::new() };
+    children
+        .into_iter()
+        .map(|child| {
+            let name = child.name.as_bytes().to_vec();
+            // Only directories (and links, which may lead to one) need a lookup.
+            let target = match child.kind {
+                Some(Kind::File | Kind::Other) => None,
+                Some(Kind::Dir | Kind::Symlink) | None => tree.ws.node_in(dir, &name, true).ok().flatten(),
+            };
+            (name, target)
+        })
+        .filter(|(_, target)| !dironly || target.as_ref().is_some_and(Node::is_dir))
         .collect()
 }
 
 /// `_rlistdir`: every non-hidden name below `dir`, recursively, as paths relative to `dir`; `rel` is
 /// `dir`'s own path relative to where the listing started.
-fn rlistdir(dir: &Path, rel: &[u8], dironly: bool, ancestors: &mut Vec<(u64, u64)>, out: &mut Vec<Vec<u8>>) {
-    for name in listdir(dir, dironly) {
+fn rlistdir(
+    tree: &Tree<'_>,
+    dir: &Node,
+    rel: &[u8],
+    dironly: bool,
+    ancestors: &mut Vec<(u64, u64)>,
+    out: &mut Vec<Vec<u8>>,
+) {
+    for (name, target) in listdir(tree, dir, dironly) {
         if name.starts_with(b".") {
             continue;
         }
         let child_rel = join(rel, &name);
-        let child = dir.join(OsStr::from_bytes(&name));
         out.push(child_rel.clone());
-        let Ok(meta) = fs::metadata(&child) else { continue };
-        let id = (meta.dev(), meta.ino());
-        if meta.is_dir() && !ancestors.contains(&id) {
+        let Some(child) = target.filter(Node::is_dir) else { continue };
+        let id = (child.stat().st_dev, child.stat().st_ino);
+        if !ancestors.contains(&id) {
             ancestors.push(id);
-            rlistdir(&child, &child_rel, dironly, ancestors, out);
+            rlistdir(tree, &child, &child_rel, dironly, ancestors, out);
             ancestors.pop();
         }
     }
@@ -145,13 +171,17 @@ fn rlistdir(dir: &Path, rel: &[u8], dironly: bool, ancestors: &mut Vec<(u64, u64
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
     use std::os::unix::fs::symlink;
+    use std::path::Path;
 
     use super::*;
 
     fn hits(root: &Path, pattern: &str) -> Vec<String> {
+        let ws = Workspace::open("/".into());
+        let node = ws.node(root.to_str().unwrap(), true).unwrap().unwrap();
         let mut hits: Vec<String> =
-            expand(root, pattern).into_iter().map(|h| String::from_utf8(h).unwrap()).collect();
+            expand(&ws, &node, pattern).into_iter().map(|h| String::from_utf8(h).unwrap()).collect();
         hits.sort();
         hits
     }

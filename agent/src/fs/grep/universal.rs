@@ -5,7 +5,6 @@
 
 use std::fs::File;
 use std::io::{ErrorKind, Read as _};
-use std::path::Path;
 
 use memchr::memchr2;
 use memchr::memmem::Finder;
@@ -42,9 +41,9 @@ impl LineMatcher {
         }
     }
 
-    /// Matching lines of the file at `path` as (1-based number, text); `None` when unreadable.
-    pub(super) fn search_file(&self, path: &Path) -> Option<Vec<(u64, String)>> {
-        let mut file = File::open(path).ok()?;
+    /// Matching lines of `file` as (1-based number, text); `None` when unreadable.
+    pub(super) fn search_file(&self, file: File) -> Option<Vec<(u64, String)>> {
+        let mut file = file;
         let mut raw: Vec<u8> = Vec::new();
         let mut text = String::new();
         let mut found = Vec::new();
@@ -125,7 +124,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, content).unwrap();
-        LineMatcher::new(pattern).search_file(&path).unwrap()
+        LineMatcher::new(pattern).search_file(File::open(&path).unwrap()).unwrap()
     }
 
     fn lines(found: &[(u64, &str)]) -> Vec<(u64, String)> {
