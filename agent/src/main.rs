@@ -181,7 +181,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     let shared = Arc::new(Shared {
         executor,
         workspace: files,
-        confiner: Confiner::new(profile),
+        confiner: Confiner::new(profile, confine::agentd_withheld(args.token_file.as_deref())),
         profiled,
         token,
         default_timeout: (default_timeout > 0.0).then(|| Duration::from_secs_f64(default_timeout)),

@@ -30,7 +30,7 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner};
-use crate::exec::{CancelHandle, CaptureMode, Confined, ExecSpec, Executor};
+use crate::exec::{CancelHandle, CaptureMode, Confined, ExecError, ExecSpec, Executor};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
 
@@ -363,7 +363,11 @@ impl Session {
                 }
                 Err(err) => ServerMessage::Error(ErrorReply {
                     id: Some(id),
-                    code: if err.is_spawn_failure() { ErrorCode::SpawnFailed } else { ErrorCode::Internal },
+                    code: match err {
+                        ExecError::NotEnforceable(_) => ErrorCode::NotEnforceable,
+                        _ if err.is_spawn_failure() => ErrorCode::SpawnFailed,
+                        _ => ErrorCode::Internal,
+                    },
                     message: err.to_string(),
                 }),
             };
