@@ -596,12 +596,28 @@ impl Drop for TestCgroup {
     }
 }
 
+/// Opens a file by handle (root has CAP_DAC_READ_SEARCH), no path walk: prints what it read.
+const OPEN_BY_HANDLE: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Handle(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint), ("type", ctypes.c_int), ("handle", ctypes.c_ubyte * 128)]
+handle, mount_id = Handle(128), ctypes.c_int()
+if libc.name_to_handle_at(-100, sys.argv[1].encode(), ctypes.byref(handle), ctypes.byref(mount_id), 0) == 0:
+    fd = libc.open_by_handle_at(os.open("/", os.O_RDONLY), ctypes.byref(handle), os.O_RDONLY)
+    print("handle", fd, ctypes.get_errno())
+    if fd >= 0:
+        print(os.read(fd, 100).decode())
+"#;
+
 #[tokio::test]
 async fn the_token_file_and_the_cgroup_tree_stay_out_of_reach_of_every_profile() {
     let token_dir = tempfile::tempdir().unwrap();
     let token_dir_path = token_dir.path().canonicalize().unwrap();
     let token_file = token_dir_path.join("agentd.token");
     std::fs::write(token_dir_path.join("sibling"), "public\n").unwrap();
+    let handle_script = token_dir_path.join("handle.py");
+    std::fs::write(&handle_script, OPEN_BY_HANDLE).unwrap();
     let cgroup = TestCgroup::create();
     let sub_cgroup = cgroup.as_ref().map_or("/nonexistent".into(), |c| c.0.display().to_string());
     let attack = format!(
@@ -622,7 +638,9 @@ mkdir /sys/fs/cgroup/pids/escape; echo mkdir=$?
 cat /etc/hostname >/dev/null; echo hostname=$?
 ls /run >/dev/null; echo run=$?
 ls $D >/dev/null; echo dir=$?
+python3 {h} $T
 cat $D/sibling",
+        h = handle_script.display(),
         t = token_file.display(),
         d = token_dir_path.display(),
         c = sub_cgroup,
@@ -692,14 +710,17 @@ cat $D/sibling",
     let output = run(
         &sb,
         &format!(
-            "cat {}; echo; echo $$ > {sub_cgroup}/cgroup.procs; echo sub-procs=$?",
-            token_file.display()
+            "cat {t}; echo; echo $$ > {sub_cgroup}/cgroup.procs; echo sub-procs=$?; python3 {h} {t}",
+            t = token_file.display(),
+            h = handle_script.display()
         ),
     )
     .await
     .output
     .unwrap();
     assert!(output.starts_with(&daemon.token), "{output}");
+    // The handle probe works where nothing is withheld.
+    assert!(output.ends_with(&format!("{}\n", daemon.token)), "{output}");
     if cgroup.is_some() {
         assert!(output.contains("sub-procs=0"), "{output}");
     }
