@@ -77,6 +77,8 @@ pub struct Confiner {
     network_filter: Option<Arc<BpfProgram>>,
     /// Kept from every command under a profile.
     withheld: Vec<Withheld>,
+    /// Rulesets built for earlier commands, reused while unchanged (a few, oldest dropped first).
+    rulesets: std::sync::Mutex<Vec<CachedRuleset>>,
     /// Parent of the per-command pids cgroups, when agentd can create them; made on first need (a
     /// profile with `limits.processes`), so an agentd that never needs one leaves no trace.
     cgroups: std::sync::OnceLock<Option<PathBuf>>,
@@ -116,6 +118,7 @@ impl Confiner {
             abi: kernel_landlock_abi(),
             network_filter,
             withheld,
+            rulesets: Default::default(),
             cgroups: Default::default(),
         }
     }
@@ -214,11 +217,7 @@ impl Confiner {
             });
         }
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
-        let ruleset = if want.landlock {
-            Some(build_ruleset(profile, &want, self.abi, &self.withheld).map_err(prepare)?)
-        } else {
-            None
-        };
+        let ruleset = if want.landlock { Some(self.ruleset(profile, want).map_err(prepare)?) } else { None };
         let filter = if want.seccomp { self.network_filter.clone() } else { None };
         let cgroup = match profile.limits.processes.and_then(|max| Some((max, self.cgroup_parent()?))) {
             Some((max, parent)) => {
@@ -249,6 +248,32 @@ impl Confiner {
         })
     }
 
+    /// The landlock ruleset for `profile`: a copy of one built before when nothing it was built from
+    /// changed (building lists the directories around withheld paths: tens of system calls).
+    fn ruleset(&self, profile: &SandboxProfile, want: Intent) -> Result<RulesetCreated, String> {
+        let key = RulesetKey {
+            writable_roots: profile.writable_roots.clone(),
+            readable_roots: profile.readable_roots.clone(),
+            want,
+        };
+        let mut cache = self.rulesets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(at) = cache.iter().position(|c| c.key == key) {
+            if carve::unchanged(&cache[at].seen) {
+                // A second descriptor of the same kernel ruleset; nothing adds rules to it any more.
+                return cache[at].ruleset.try_clone().map_err(|e| e.to_string());
+            }
+            cache.remove(at);
+        }
+        let mut seen = Vec::new();
+        let ruleset = build_ruleset(profile, &want, self.abi, &self.withheld, &mut seen)?;
+        let copy = ruleset.try_clone().map_err(|e| e.to_string())?;
+        if cache.len() >= CACHED_RULESETS {
+            cache.remove(0);
+        }
+        cache.push(CachedRuleset { key, seen, ruleset });
+        Ok(copy)
+    }
+
     /// What would be enforced for `profile` on this machine.
     fn report(&self, profile: &SandboxProfile) -> Enforcement {
         let processes_contained = profile.limits.processes.is_none()
@@ -257,6 +282,23 @@ impl Confiner {
         let machine = Machine { abi: self.abi, seccomp: self.network_filter.is_some(), processes_contained };
         enforcement(profile, &machine, &self.withheld)
     }
+}
+
+/// How many rulesets are kept for reuse (one per distinct set of roots and network rules).
+const CACHED_RULESETS: usize = 8;
+
+/// What shapes a ruleset.
+#[derive(Debug, PartialEq)]
+struct RulesetKey {
+    writable_roots: Option<Vec<String>>,
+    readable_roots: Option<Vec<String>>,
+    want: Intent,
+}
+
+struct CachedRuleset {
+    key: RulesetKey,
+    seen: Vec<carve::Seen>,
+    ruleset: RulesetCreated,
 }
 
 /// What the report depends on, besides the profile.
@@ -684,6 +726,7 @@ fn build_ruleset(
     want: &Intent,
     abi: u32,
     withheld: &[Withheld],
+    seen: &mut Vec<carve::Seen>,
 ) -> Result<RulesetCreated, String> {
     let error = |e: landlock::RulesetError| e.to_string();
     let fs_abi = ABI::from(i32::try_from(abi).unwrap_or(i32::MAX)).min(RULES_ABI);
@@ -709,19 +752,31 @@ fn build_ruleset(
     if has_fs_rules(profile) {
         let readable = profile.readable_roots.clone().unwrap_or_else(|| vec!["/".to_owned()]);
         for root in &readable {
-            created =
-                carve::add_root(created, Path::new(root), AccessFs::from_read(fs_abi), withheld, fs_abi)?;
+            created = carve::add_root(
+                created,
+                Path::new(root),
+                AccessFs::from_read(fs_abi),
+                withheld,
+                fs_abi,
+                seen,
+            )?;
         }
         // Writable roots default to nothing when only readable roots are given.
         for root in profile.writable_roots.iter().flatten() {
-            created = carve::add_root(created, Path::new(root), all, withheld, fs_abi)?;
+            created = carve::add_root(created, Path::new(root), all, withheld, fs_abi, seen)?;
         }
         // Every shell writes to /dev/null.
-        created =
-            carve::add_root(created, Path::new("/dev/null"), AccessFs::from_file(fs_abi), withheld, fs_abi)?;
+        created = carve::add_root(
+            created,
+            Path::new("/dev/null"),
+            AccessFs::from_file(fs_abi),
+            withheld,
+            fs_abi,
+            seen,
+        )?;
     } else {
         // No filesystem rules: everything, less what is withheld.
-        created = carve::add_root(created, Path::new("/"), all, withheld, fs_abi)?;
+        created = carve::add_root(created, Path::new("/"), all, withheld, fs_abi, seen)?;
     }
     Ok(created)
 }

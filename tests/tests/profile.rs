@@ -698,6 +698,14 @@ cat $D/sibling",
             withheld.contains(&format!("{}: not readable or writable", token_file.display())),
             "{withheld}"
         );
+        // The next command reuses the ruleset: the token is still out of reach.
+        let again = run(&sb, &format!("cat {}", token_file.display())).await.output.unwrap();
+        assert!(again.contains("Permission denied") && !again.contains(&daemon.token), "{name}: {again}");
+        // An entry created beside the token since is not a reused ruleset's blind spot.
+        let later = token_dir_path.join(format!("later-{name}"));
+        std::fs::write(&later, "later\n").unwrap();
+        let r = run(&sb, &format!("cat {}", later.display())).await;
+        assert_eq!(r.output.as_deref(), Some("later\n"), "{name}");
         checked += 1;
     }
     assert_eq!(checked, 3);

@@ -16,6 +16,10 @@
 //!   (`EXDEV`); at ABI 1 every reparenting is refused;
 //! - a withheld file with other hard links, or reachable through another mount, is reachable
 //!   there: hard links are reported (partial), other mounts are not seen.
+//!
+//! Listing the directories on the way costs a few dozen system calls per command, so a ruleset is
+//! reused while what it was built from is unchanged ([`Seen`]): the roots are the same inodes and
+//! the listed directories have the same change times.
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -82,14 +86,45 @@ pub fn agentd_withheld(token_file: Option<&Path>) -> Vec<Withheld> {
     withheld
 }
 
-/// Adds the rule for `root` granted `granted`, carved around `withheld`.
+/// What a ruleset was built from: a root (its inode) or a listed directory (its inode and times).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    path: PathBuf,
+    listed: bool,
+    /// `(dev, ino, mtime, mtime_nsec, ctime, ctime_nsec)`; `None`: absent.
+    state: Option<(u64, u64, i64, i64, i64, i64)>,
+}
+
+impl Seen {
+    fn now(path: &Path, listed: bool) -> Self {
+        let state = std::fs::metadata(path).ok().map(|m| {
+            // A root's content changes all the time and does not matter: only which inode it is.
+            if listed {
+                (m.dev(), m.ino(), m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec())
+            } else {
+                (m.dev(), m.ino(), 0, 0, 0, 0)
+            }
+        });
+        Self { path: path.to_owned(), listed, state }
+    }
+}
+
+/// Nothing a ruleset was built from has changed since.
+pub fn unchanged(seen: &[Seen]) -> bool {
+    seen.iter().all(|s| Seen::now(&s.path, s.listed) == *s)
+}
+
+/// Adds the rule for `root` granted `granted`, carved around `withheld`; what it looked at goes to
+/// `seen`.
 pub fn add_root(
     ruleset: RulesetCreated,
     root: &Path,
     granted: BitFlags<AccessFs>,
     withheld: &[Withheld],
     abi: ABI,
+    seen: &mut Vec<Seen>,
 ) -> Result<RulesetCreated, String> {
+    seen.push(Seen::now(root, false));
     // A root that does not exist grants nothing.
     let Ok(root) = std::fs::canonicalize(root) else { return Ok(ruleset) };
     let mut covering = BitFlags::empty();
@@ -104,7 +139,7 @@ pub fn add_root(
     let granted = granted & !covering;
     let missing = beneath.iter().fold(BitFlags::empty(), |all, (_, rights)| all | *rights);
     let ruleset = add_rule(ruleset, &root, granted & !missing, false)?;
-    carve(ruleset, &root, granted, missing, &beneath)
+    carve(ruleset, &root, granted, missing, &beneath, seen)
 }
 
 /// Notes on withheld files that have other names (hard links), which are not withheld.
@@ -128,10 +163,13 @@ fn carve(
     granted: BitFlags<AccessFs>,
     missing: BitFlags<AccessFs>,
     below: &[(&Path, BitFlags<AccessFs>)],
+    seen: &mut Vec<Seen>,
 ) -> Result<RulesetCreated, String> {
     if below.is_empty() || (granted & missing).is_empty() {
         return Ok(ruleset);
     }
+    // Before listing: a change after this is seen as a change at the next check.
+    seen.push(Seen::now(dir, true));
     // The entry of `dir` a withheld path goes through.
     let step = |path: &Path| {
         path.strip_prefix(dir)
@@ -167,7 +205,7 @@ fn carve(
         let deeper: Vec<_> = on_way.into_iter().filter(|(path, _)| *path != child).collect();
         let child_missing = deeper.iter().fold(own, |all, (_, rights)| all | *rights);
         ruleset = add_rule(ruleset, &child, granted & missing & !child_missing, true)?;
-        ruleset = carve(ruleset, &child, granted & !own, child_missing & !own, &deeper)?;
+        ruleset = carve(ruleset, &child, granted & !own, child_missing & !own, &deeper, seen)?;
     }
     Ok(ruleset)
 }
@@ -207,4 +245,34 @@ fn rule_on(
         return Ok(ruleset);
     }
     ruleset.add_rule(PathBeneath::new(fd, access)).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ruleset_is_stale_once_a_listed_directory_or_a_root_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir(&root).unwrap();
+        let seen = vec![Seen::now(dir.path(), true), Seen::now(&root, false)];
+        assert!(unchanged(&seen));
+        // Writing inside a root does not matter.
+        std::fs::write(root.join("file"), "x").unwrap();
+        assert!(unchanged(&seen));
+        // A new entry in a listed directory does.
+        std::fs::write(dir.path().join("new"), "x").unwrap();
+        assert!(!unchanged(&seen));
+        // So does another directory in a root's place.
+        let seen = vec![Seen::now(&root, false)];
+        std::fs::rename(&root, dir.path().join("old")).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        assert!(!unchanged(&seen));
+        // And a root that appears.
+        let absent = vec![Seen::now(&dir.path().join("later"), false)];
+        assert!(unchanged(&absent));
+        std::fs::create_dir(dir.path().join("later")).unwrap();
+        assert!(!unchanged(&absent));
+    }
 }
