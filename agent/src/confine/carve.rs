@@ -75,7 +75,10 @@ impl Withheld {
 /// agentd's own withheld paths: its token file (when it has one) and the cgroup tree (a command that
 /// writes `cgroup.procs` leaves its pids cgroup).
 pub fn agentd_withheld(token_file: Option<&Path>) -> Vec<Withheld> {
-    let mut withheld = vec![Withheld::read_only(PathBuf::from("/sys/fs/cgroup"))];
+    let cgroups = Path::new("/sys/fs/cgroup");
+    // Where there is none, withholding it would only cost `/` its write rights.
+    let mut withheld: Vec<Withheld> =
+        cgroups.exists().then(|| Withheld::read_only(cgroups.to_owned())).into_iter().collect();
     if let Some(file) = token_file {
         // agentd read the file at start, so it exists; an absolute path is the fallback.
         let path = std::fs::canonicalize(file)
