@@ -199,16 +199,8 @@ impl Confiner {
     /// cannot all be enforced is refused here, before anything runs.
     pub fn plan(&self, profile: &SandboxProfile) -> Result<Plan, ConfineError> {
         let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut report = self.report(profile);
+        let report = self.report(profile);
         let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
-        if want.landlock {
-            let links = carve::link_notes(&self.withheld);
-            if !links.is_empty() {
-                lower(&mut report.filesystem, Level::Partial);
-                report.notes.extend(links);
-                report.level = overall(&report);
-            }
-        }
         let strict = report.mode == Mode::Strict;
         if strict && report.level != Level::Full && report.level != Level::NotRequested {
             return Err(ConfineError::NotEnforceable {
@@ -280,7 +272,15 @@ impl Confiner {
             || self.cgroup_parent().is_some()
             || !nix::unistd::geteuid().is_root();
         let machine = Machine { abi: self.abi, seccomp: self.network_filter.is_some(), processes_contained };
-        enforcement(profile, &machine, &self.withheld)
+        let mut report = enforcement(profile, &machine, &self.withheld);
+        // A withheld file's other names are not withheld (looked at now: links come and go).
+        let links = if self.abi > 0 { carve::link_notes(&self.withheld) } else { Vec::new() };
+        if !links.is_empty() {
+            lower(&mut report.filesystem, Level::Partial);
+            report.notes.extend(links);
+            report.level = overall(&report);
+        }
+        report
     }
 }
 

@@ -725,6 +725,23 @@ cat $D/sibling",
     }
     assert_eq!(checked, 3);
 
+    // A second name of the token is not withheld: reported, and a strict profile refuses.
+    let link = dir.path().join("token-link");
+    std::fs::hard_link(&token_file, &link).unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let path = profile_file(dir.path(), workspace.path(), "name = \"strict\"\nwritable_roots = [\"{W}\"]\n");
+    let daemon = start_daemon(&[], workspace, &["--profile", path.to_str().unwrap()], Some(&token_file));
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let hello = sb.link().await.unwrap().hello().profile.clone().unwrap();
+    assert_eq!((hello.filesystem, hello.level), (Level::Partial, Level::Partial), "{:?}", hello.notes);
+    match sb.exec(ExecRequest { command: "true".into(), ..ExecRequest::default() }, None).await {
+        Err(SandboxError::Refused { code: ErrorCode::NotEnforceable, message }) => {
+            assert!(message.contains("has 2 hard links"), "{message}");
+        }
+        other => panic!("a strict profile ran beside a linked token: {other:?}"),
+    }
+    std::fs::remove_file(&link).unwrap();
+
     // Without a profile nothing is withheld: the same probe reads the token (the walls above are
     // the profile's, not the probe's failure).
     let workspace = tempfile::tempdir().unwrap();
