@@ -1,36 +1,55 @@
 //! Confinement: a [`SandboxProfile`] applied to each command's own process, after fork and before
 //! exec, so agentd itself stays unconfined and can still serve, kill and clean up.
 //!
-//! Order in the child ([`Plan::enter`]), each step before the next for a reason:
+//! Order in the child ([`ChildSteps::enter`]), each step before the next for a reason:
 //! 1. `setsid`: its own session and process group, so the kill ladder reaches all of it;
 //! 2. join the per-command pids cgroup, so every process it forks counts against `processes`;
 //! 3. rlimits (core dumps off always), while nothing else can still fail halfway;
-//! 4. `no_new_privs`, then landlock (filesystem and TCP rules) last: landlock needs `no_new_privs`
-//!    for an unprivileged caller, and once it is in force the child could no longer open what it
-//!    needs for the steps above.
+//! 4. `no_new_privs`, then landlock (filesystem rules, TCP rules, scopes): landlock needs
+//!    `no_new_privs` for an unprivileged caller, and once it is in force the child could no longer
+//!    open what it needs for the steps above;
+//! 5. the seccomp filter of `network = "deny"` ([`seccomp`]) last, so no step above meets it;
+//! 6. what landlock and seccomp reported goes back to the parent through a pipe, and a strict
+//!    profile that got less than it asked for stops here: `spawn` fails and nothing runs.
 //!
-//! Everything that allocates or opens files (the landlock ruleset, the cgroup, the environment) is
-//! prepared in the parent by [`Confiner::plan`]; the child only makes system calls.
+//! Everything that allocates or opens files (the landlock ruleset, the seccomp program, the cgroup,
+//! the environment) is prepared in the parent by [`Confiner::plan`]; the child only makes system
+//! calls.
+//!
+//! Every command under a profile is kept from agentd's withheld paths ([`carve`]): its token file
+//! and the cgroup tree. Whenever landlock is applied, from ABI 6 the command's signals are scoped to
+//! its own domain: it cannot signal agentd, another exec's processes or anything else outside. That
+//! costs nothing a command legitimately needs (its own tree shares its domain) and closes the
+//! simplest way out of a sandbox, so it is not a profile option.
 //!
 //! Landlock also forbids a confined process to ptrace, or read `/proc/<pid>/{environ,mem}` of, a
 //! process outside its domain: agentd's own memory and environment are out of reach.
 
+mod carve;
+#[cfg(test)]
+mod report_tests;
+mod seccomp;
+
+pub use carve::{Withheld, agentd_withheld};
+
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, SandboxProfile};
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible as _, PathBeneath, PathFd, Ruleset,
-    RulesetAttr as _, RulesetCreated, RulesetCreatedAttr as _,
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible as _, Ruleset, RulesetAttr as _,
+    RulesetCreated, RulesetStatus, Scope,
 };
 use rlimit::Resource;
+use seccompiler::BpfProgram;
 use thiserror::Error;
 
 use crate::admission::ServerProfile;
 
-/// The landlock ABI our rules are written for (filesystem rights up to `IoctlDev`, TCP rules).
+/// The landlock ABI our filesystem rules are written for (rights up to `IoctlDev`).
 const RULES_ABI: ABI = ABI::V5;
 
 #[derive(Debug, Error)]
@@ -51,6 +70,13 @@ pub struct Confiner {
     /// Names the per-command cgroups.
     next_plan: std::sync::atomic::AtomicU64,
     abi: u32,
+    /// The seccomp program of `network = "deny"`, built once; `None` where this build or kernel has
+    /// no seccomp filter.
+    network_filter: Option<Arc<BpfProgram>>,
+    /// Kept from every command under a profile.
+    withheld: Vec<Withheld>,
+    /// Rulesets built for earlier commands, reused while unchanged (a few, oldest dropped first).
+    rulesets: std::sync::Mutex<Vec<CachedRuleset>>,
     /// Parent of the per-command pids cgroups, when agentd can create them; made on first need (a
     /// profile with `limits.processes`), so an agentd that never needs one leaves no trace.
     cgroups: std::sync::OnceLock<Option<PathBuf>>,
@@ -71,11 +97,26 @@ impl Confiner {
         ServerProfile::new(profile).map_err(|e| parse(e.to_string()))
     }
 
-    pub fn new(profile: SandboxProfile) -> Self {
+    /// `withheld`: paths kept from every command under a profile (see [`agentd_withheld`]).
+    pub fn new(profile: SandboxProfile, withheld: Vec<Withheld>) -> Self {
+        let network_filter = if seccomp::kernel_has_seccomp() {
+            match seccomp::network_filter() {
+                Ok(program) => Some(Arc::new(program)),
+                Err(err) => {
+                    tracing::warn!("network = \"deny\" will lack its seccomp filter: {err}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         Self {
             profile,
             next_plan: Default::default(),
             abi: kernel_landlock_abi(),
+            network_filter,
+            withheld,
+            rulesets: Default::default(),
             cgroups: Default::default(),
         }
     }
@@ -95,18 +136,17 @@ impl Confiner {
     pub fn plan(&self, profile: &SandboxProfile) -> Result<Plan, ConfineError> {
         let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let report = self.report(profile);
-        if report.mode == Mode::Strict && report.level != Level::Full && report.level != Level::NotRequested {
+        let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
+        let strict = report.mode == Mode::Strict;
+        if strict && report.level != Level::Full && report.level != Level::NotRequested {
             return Err(ConfineError::NotEnforceable {
                 profile: profile.name.clone(),
-                notes: report.notes.join("; "),
+                notes: reasons(&report),
             });
         }
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
-        let ruleset = if asks_for_landlock(profile) && self.abi > 0 {
-            Some(build_ruleset(profile).map_err(prepare)?)
-        } else {
-            None
-        };
+        let ruleset = if want.landlock { Some(self.ruleset(profile, want).map_err(prepare)?) } else { None };
+        let filter = if want.seccomp { self.network_filter.clone() } else { None };
         let cgroup = match profile.limits.processes.and_then(|max| Some((max, self.cgroup_parent()?))) {
             Some((max, parent)) => {
                 Some(PidsCgroup::create(parent, seq, max).map_err(|e| prepare(e.to_string()))?)
@@ -129,62 +169,225 @@ impl Confiner {
             Some(cgroup) => Some(cgroup.procs.try_clone().map_err(|e| prepare(e.to_string()))?),
             None => None,
         };
-        Ok(Plan { report, child: ChildSteps { ruleset, rlimits, cgroup_procs }, cgroup })
+        Ok(Plan {
+            report,
+            child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs, status: None },
+            cgroup,
+        })
+    }
+
+    /// The landlock ruleset for `profile`: a copy of one built before when nothing it was built from
+    /// changed (building lists the directories around withheld paths: tens of system calls).
+    fn ruleset(&self, profile: &SandboxProfile, want: Intent) -> Result<RulesetCreated, String> {
+        let key = RulesetKey {
+            writable_roots: profile.writable_roots.clone(),
+            readable_roots: profile.readable_roots.clone(),
+            want,
+        };
+        let mut cache = self.rulesets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(at) = cache.iter().position(|c| c.key == key) {
+            if carve::unchanged(&cache[at].seen) {
+                // A second descriptor of the same kernel ruleset; nothing adds rules to it any more.
+                return cache[at].ruleset.try_clone().map_err(|e| e.to_string());
+            }
+            cache.remove(at);
+        }
+        let mut seen = Vec::new();
+        let ruleset = build_ruleset(profile, &want, self.abi, &self.withheld, &mut seen)?;
+        let copy = ruleset.try_clone().map_err(|e| e.to_string())?;
+        if cache.len() >= CACHED_RULESETS {
+            cache.remove(0);
+        }
+        cache.push(CachedRuleset { key, seen, ruleset });
+        Ok(copy)
     }
 
     /// What would be enforced for `profile` on this machine.
     fn report(&self, profile: &SandboxProfile) -> Enforcement {
-        let mut notes = Vec::new();
-        let abi_short = profile.landlock_abi.filter(|need| *need > self.abi);
-        let landlock_level = |what: &str, min_abi: u32, notes: &mut Vec<String>| {
-            if self.abi < min_abi {
-                notes.push(format!("{what} needs landlock ABI {min_abi}, the kernel has {}", self.abi));
-                Level::NotEnforced
-            } else if let Some(need) = abi_short {
-                notes.push(format!(
-                    "{what}: the profile requires landlock ABI {need}, the kernel has {}",
-                    self.abi
-                ));
-                Level::Partial
-            } else {
-                Level::Full
-            }
-        };
-        let filesystem = if profile.writable_roots.is_some() || profile.readable_roots.is_some() {
-            landlock_level("filesystem rules", 1, &mut notes)
-        } else {
-            Level::NotRequested
-        };
-        let network = match profile.network {
-            Network::Deny => landlock_level("network = \"deny\"", 4, &mut notes),
-            Network::Allow => Level::NotRequested,
-        };
-        let limits = if profile.limits == Limits::default() {
-            Level::NotRequested
-        } else if profile.limits.processes.is_some()
-            && self.cgroup_parent().is_none()
-            && nix::unistd::geteuid().is_root()
-        {
-            notes.push(
-                "processes: no pids cgroup could be created and RLIMIT_NPROC does not bind uid 0".to_owned(),
-            );
+        let processes_contained = profile.limits.processes.is_none()
+            || self.cgroup_parent().is_some()
+            || !nix::unistd::geteuid().is_root();
+        let machine = Machine { abi: self.abi, seccomp: self.network_filter.is_some(), processes_contained };
+        let mut report = enforcement(profile, &machine, &self.withheld);
+        // A withheld file's other names are not withheld (looked at now: links come and go).
+        let links = if self.abi > 0 { carve::link_notes(&self.withheld) } else { Vec::new() };
+        if !links.is_empty() {
+            lower(&mut report.filesystem, Level::Partial);
+            report.notes.extend(links);
+            report.level = overall(&report);
+        }
+        report
+    }
+}
+
+/// How many rulesets are kept for reuse (one per distinct set of roots and network rules).
+const CACHED_RULESETS: usize = 8;
+
+/// What shapes a ruleset.
+#[derive(Debug, PartialEq)]
+struct RulesetKey {
+    writable_roots: Option<Vec<String>>,
+    readable_roots: Option<Vec<String>>,
+    want: Intent,
+}
+
+struct CachedRuleset {
+    key: RulesetKey,
+    seen: Vec<carve::Seen>,
+    ruleset: RulesetCreated,
+}
+
+/// What the report depends on, besides the profile.
+#[derive(Debug, Clone, Copy)]
+struct Machine {
+    /// The kernel's landlock ABI.
+    abi: u32,
+    /// The seccomp filter of `network = "deny"` exists for this build and kernel.
+    seccomp: bool,
+    /// `limits.processes` binds: a pids cgroup can be made, or RLIMIT_NPROC binds (not uid 0).
+    processes_contained: bool,
+}
+
+/// What `profile` gets on `machine`, rule by rule, with the reasons for anything less than full.
+fn enforcement(profile: &SandboxProfile, machine: &Machine, withheld: &[Withheld]) -> Enforcement {
+    let abi = machine.abi;
+    let mut notes = Vec::new();
+    let abi_short = profile.landlock_abi.filter(|need| *need > abi);
+    let landlock_level = |what: &str, min_abi: u32, notes: &mut Vec<String>| {
+        if abi < min_abi {
+            notes.push(format!("{what}: needs landlock ABI {min_abi}, the kernel has {abi}"));
+            Level::NotEnforced
+        } else if let Some(need) = abi_short {
+            notes.push(format!("{what}: the profile requires landlock ABI {need}, the kernel has {abi}"));
             Level::Partial
         } else {
             Level::Full
-        };
-        let level = [filesystem, network, limits].into_iter().filter(|l| *l != Level::NotRequested).min();
-        let mode =
-            profile.mode.unwrap_or(if asks_for_landlock(profile) { Mode::Strict } else { Mode::BestEffort });
-        Enforcement {
-            profile: profile.name.clone(),
-            mode,
-            level: level.unwrap_or(Level::NotRequested),
-            landlock_abi: self.abi,
-            filesystem,
-            network,
-            limits,
-            notes,
         }
+    };
+    let fs_rules = has_fs_rules(profile);
+    let filesystem = if fs_rules || !withheld.is_empty() {
+        let what = if fs_rules { "filesystem rules" } else { "withheld paths" };
+        match landlock_level(what, 1, &mut notes) {
+            Level::Full if abi < 3 => {
+                notes.push(format!(
+                    "{what}: truncate(2) is refused only from landlock ABI 3, the kernel has {abi}"
+                ));
+                Level::Partial
+            }
+            Level::NotEnforced if !withheld.is_empty() => {
+                notes.push("without landlock, commands can read and write what agentd withholds".to_owned());
+                Level::NotEnforced
+            }
+            level => level,
+        }
+    } else {
+        Level::NotRequested
+    };
+    let deny = profile.network == Network::Deny;
+    let network = if deny {
+        let what = "network = \"deny\"";
+        match (machine.seccomp, abi) {
+            (true, 1..) => landlock_level(what, 1, &mut notes),
+            (true, 0) => {
+                notes.push(format!(
+                    "{what}: sockets are refused (seccomp), but without landlock a command can ptrace a \
+                     process outside its sandbox and use its network"
+                ));
+                Level::Partial
+            }
+            (false, 4..) => {
+                notes.push(format!(
+                    "{what}: no seccomp filter on this machine, so only TCP bind and connect are refused \
+                     (landlock): UDP, raw and Unix sockets stay open"
+                ));
+                landlock_level(what, 4, &mut notes).min(Level::Partial)
+            }
+            (false, _) => {
+                notes.push(format!(
+                    "{what}: needs a seccomp filter or landlock ABI 4; this machine has neither"
+                ));
+                Level::NotEnforced
+            }
+        }
+    } else {
+        Level::NotRequested
+    };
+    let signals =
+        if fs_rules || deny { landlock_level("signal scoping", 6, &mut notes) } else { Level::NotRequested };
+    let limits = if profile.limits == Limits::default() {
+        Level::NotRequested
+    } else if !machine.processes_contained {
+        notes.push(
+            "processes: no pids cgroup could be created and RLIMIT_NPROC does not bind uid 0".to_owned(),
+        );
+        Level::Partial
+    } else {
+        Level::Full
+    };
+    let mode =
+        profile.mode.unwrap_or(if asks_for_landlock(profile) { Mode::Strict } else { Mode::BestEffort });
+    if !withheld.is_empty() {
+        let what: Vec<String> = withheld.iter().map(Withheld::describe).collect();
+        notes.push(format!("withheld: {}", what.join(", ")));
+    }
+    let mut report = Enforcement {
+        profile: profile.name.clone(),
+        mode,
+        level: Level::NotRequested,
+        landlock_abi: abi,
+        filesystem,
+        network,
+        signals,
+        limits,
+        notes,
+    };
+    report.level = overall(&report);
+    report
+}
+
+/// The notes that say why something is less than full.
+fn reasons(report: &Enforcement) -> String {
+    let reasons: Vec<&str> =
+        report.notes.iter().map(String::as_str).filter(|n| !n.starts_with("withheld:")).collect();
+    reasons.join("; ")
+}
+
+/// The weakest level among the rules asked for.
+fn overall(report: &Enforcement) -> Level {
+    [report.filesystem, report.network, report.signals, report.limits]
+        .into_iter()
+        .filter(|l| *l != Level::NotRequested)
+        .min()
+        .unwrap_or(Level::NotRequested)
+}
+
+/// Lowers a rule that was asked for to at most `to`.
+fn lower(level: &mut Level, to: Level) {
+    if *level != Level::NotRequested && *level > to {
+        *level = to;
+    }
+}
+
+/// What the child asks of landlock and seccomp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Intent {
+    /// A landlock domain (filesystem rules: the profile's, or "everything" less what is withheld).
+    landlock: bool,
+    tcp: bool,
+    abstract_sockets: bool,
+    signals: bool,
+    seccomp: bool,
+}
+
+fn intent(profile: &SandboxProfile, abi: u32, filter: bool, withheld: bool) -> Intent {
+    let deny = profile.network == Network::Deny;
+    let landlock = abi >= 1 && (has_fs_rules(profile) || deny || withheld);
+    Intent {
+        landlock,
+        tcp: landlock && deny && abi >= 4,
+        abstract_sockets: landlock && deny && abi >= 6,
+        signals: landlock && abi >= 6,
+        seccomp: deny && filter,
     }
 }
 
@@ -217,12 +420,30 @@ impl Cleanup {
 /// What the child applies to itself between fork and exec; prepared by the parent.
 pub struct ChildSteps {
     ruleset: Option<RulesetCreated>,
+    filter: Option<Arc<BpfProgram>>,
+    /// Refuse to exec on anything less than asked.
+    strict: bool,
     rlimits: Vec<(Resource, u64, u64)>,
     /// A duplicate of the command's `cgroup.procs`.
     cgroup_procs: Option<OwnedFd>,
+    /// Write end of the status pipe, see [`ChildSteps::status_channel`].
+    status: Option<OwnedFd>,
 }
 
 impl ChildSteps {
+    fn expect(&self) -> Expect {
+        Expect { landlock: self.ruleset.is_some(), seccomp: self.filter.is_some() }
+    }
+
+    /// The pipe through which the child tells what it got (call before spawning; the write end is
+    /// close-on-exec, so the parent sees it closed once the command runs).
+    pub fn status_channel(&mut self) -> io::Result<StatusReader> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+            .map_err(io::Error::from)?;
+        self.status = Some(write);
+        Ok(StatusReader { read, expect: self.expect(), strict: self.strict })
+    }
+
     /// Runs in the child: system calls only, nothing allocated.
     pub fn enter(&mut self) -> io::Result<()> {
         nix::unistd::setsid().map_err(io::Error::from)?;
@@ -233,11 +454,178 @@ impl ChildSteps {
             resource.set(*soft, *hard)?;
         }
         nix::sys::prctl::set_no_new_privs().map_err(io::Error::from)?;
-        if let Some(ruleset) = self.ruleset.take() {
-            ruleset.restrict_self().map_err(|_| io::Error::from(io::ErrorKind::PermissionDenied))?;
+        let expect = self.expect();
+        let landlock = match self.ruleset.take() {
+            None => Applied::NotAsked,
+            Some(ruleset) => match ruleset.restrict_self() {
+                Ok(status) => match status.ruleset {
+                    RulesetStatus::FullyEnforced => Applied::Full,
+                    RulesetStatus::PartiallyEnforced => Applied::Partial,
+                    RulesetStatus::NotEnforced => Applied::NotEnforced,
+                },
+                Err(_) => Applied::Failed,
+            },
+        };
+        // `apply_filter` is a prctl and a seccomp call on the prepared program: no allocation.
+        let seccomp =
+            self.filter.as_deref().is_some_and(|program| seccompiler::apply_filter(program).is_ok());
+        let no_new_privs = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
+        let measured = Measured { landlock, no_new_privs, seccomp };
+        if let Some(status) = &self.status {
+            let bytes = measured.encode();
+            if nix::unistd::write(status.as_fd(), &bytes).map_err(io::Error::from)? != bytes.len() {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+        }
+        if self.strict && measured.short_of(expect) {
+            return Err(io::Error::from_raw_os_error(libc::EPERM));
         }
         Ok(())
     }
+}
+
+/// What the child asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Expect {
+    landlock: bool,
+    seccomp: bool,
+}
+
+/// What the child got, measured after landlock and seccomp were applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Measured {
+    landlock: Applied,
+    no_new_privs: bool,
+    seccomp: bool,
+}
+
+/// Landlock's own account (`restrict_self`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Applied {
+    NotAsked = 1,
+    Failed,
+    NotEnforced,
+    Partial,
+    Full,
+}
+
+const STATUS_LEN: usize = 4;
+
+impl Measured {
+    fn encode(self) -> [u8; STATUS_LEN] {
+        [b'S', self.landlock as u8, u8::from(self.no_new_privs), u8::from(self.seccomp)]
+    }
+
+    fn decode(bytes: [u8; STATUS_LEN]) -> Option<Self> {
+        let landlock = match bytes[1] {
+            1 => Applied::NotAsked,
+            2 => Applied::Failed,
+            3 => Applied::NotEnforced,
+            4 => Applied::Partial,
+            5 => Applied::Full,
+            _ => return None,
+        };
+        (bytes[0] == b'S' && bytes[2] <= 1 && bytes[3] <= 1).then_some(Self {
+            landlock,
+            no_new_privs: bytes[2] == 1,
+            seccomp: bytes[3] == 1,
+        })
+    }
+
+    /// Less than asked: what a strict profile refuses.
+    fn short_of(self, expect: Expect) -> bool {
+        (expect.landlock && self.landlock != Applied::Full)
+            || (expect.seccomp && !self.seccomp)
+            || !self.no_new_privs
+    }
+}
+
+/// The parent's end of the child's status pipe.
+pub struct StatusReader {
+    read: OwnedFd,
+    expect: Expect,
+    strict: bool,
+}
+
+impl StatusReader {
+    /// After `spawn` (whose outcome is `spawned`): `report` gets what the child measured. A strict
+    /// child that refused to exec becomes [`ConfineError::NotEnforceable`] (inside the `io::Error`).
+    pub fn conclude(self, spawned: io::Result<u32>, report: &mut Enforcement) -> io::Result<u32> {
+        // The child wrote before exec (or before failing), and `spawn` returned after that.
+        let mut bytes = [0u8; STATUS_LEN];
+        let measured = match nix::unistd::read(&self.read, &mut bytes) {
+            Ok(STATUS_LEN) => Measured::decode(bytes),
+            _ => None,
+        };
+        match spawned {
+            Ok(pid) => {
+                record(report, self.expect, measured);
+                Ok(pid)
+            }
+            Err(err) => match measured {
+                Some(measured) if self.strict && measured.short_of(self.expect) => {
+                    let mut seen = report.clone();
+                    record(&mut seen, self.expect, Some(measured));
+                    Err(io::Error::other(ConfineError::NotEnforceable {
+                        profile: report.profile.clone(),
+                        notes: reasons(&seen),
+                    }))
+                }
+                _ => Err(err),
+            },
+        }
+    }
+}
+
+/// Corrects the planned report with what the child measured.
+fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) {
+    let Some(measured) = measured else {
+        if expect.landlock || expect.seccomp {
+            for level in [&mut report.filesystem, &mut report.network, &mut report.signals] {
+                lower(level, Level::NotEnforced);
+            }
+            report.notes.push("the command did not report its confinement".to_owned());
+            report.level = overall(report);
+        }
+        return;
+    };
+    if expect.landlock {
+        match measured.landlock {
+            Applied::Full => {}
+            Applied::Partial => {
+                for level in [&mut report.filesystem, &mut report.network, &mut report.signals] {
+                    lower(level, Level::Partial);
+                }
+                report.notes.push("landlock enforced the rules only partially".to_owned());
+            }
+            failed => {
+                lower(&mut report.filesystem, Level::NotEnforced);
+                lower(&mut report.signals, Level::NotEnforced);
+                let network =
+                    if expect.seccomp && measured.seccomp { Level::Partial } else { Level::NotEnforced };
+                lower(&mut report.network, network);
+                report.notes.push(if failed == Applied::Failed {
+                    "landlock_restrict_self failed: no landlock rule is in force".to_owned()
+                } else {
+                    "landlock was not enforced".to_owned()
+                });
+            }
+        }
+    }
+    if expect.seccomp && !measured.seccomp {
+        let tcp_left = report.landlock_abi >= 4 && (!expect.landlock || measured.landlock == Applied::Full);
+        lower(&mut report.network, if tcp_left { Level::Partial } else { Level::NotEnforced });
+        report.notes.push(
+            "the seccomp filter could not be installed: UDP, raw and Unix sockets stay open".to_owned(),
+        );
+    }
+    if !measured.no_new_privs {
+        for level in [&mut report.filesystem, &mut report.network, &mut report.signals] {
+            lower(level, Level::Partial);
+        }
+        report.notes.push("no_new_privs is not set".to_owned());
+    }
+    report.level = overall(report);
 }
 
 /// `write(procs, getpid())`, the number formatted on the stack.
@@ -257,53 +645,76 @@ fn join_cgroup(procs: &OwnedFd) -> io::Result<()> {
     if written == digits.len() - at { Ok(()) } else { Err(io::ErrorKind::WriteZero.into()) }
 }
 
-fn asks_for_landlock(profile: &SandboxProfile) -> bool {
-    profile.writable_roots.is_some() || profile.readable_roots.is_some() || profile.network == Network::Deny
+fn has_fs_rules(profile: &SandboxProfile) -> bool {
+    profile.writable_roots.is_some() || profile.readable_roots.is_some()
 }
 
-fn build_ruleset(profile: &SandboxProfile) -> Result<RulesetCreated, String> {
+/// The profile itself asks for landlock (what makes `strict` its default mode).
+fn asks_for_landlock(profile: &SandboxProfile) -> bool {
+    has_fs_rules(profile) || profile.network == Network::Deny
+}
+
+/// The landlock ruleset of one command. It asks exactly what this kernel offers (up to the rules'
+/// ABI), so landlock reports "fully enforced" unless something failed; what an older ABI leaves
+/// uncovered is the report's business ([`enforcement`]).
+fn build_ruleset(
+    profile: &SandboxProfile,
+    want: &Intent,
+    abi: u32,
+    withheld: &[Withheld],
+    seen: &mut Vec<carve::Seen>,
+) -> Result<RulesetCreated, String> {
     let error = |e: landlock::RulesetError| e.to_string();
-    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::BestEffort);
-    let filesystem = profile.writable_roots.is_some() || profile.readable_roots.is_some();
-    if filesystem {
-        ruleset = ruleset.handle_access(AccessFs::from_all(RULES_ABI)).map_err(error)?;
-    }
-    if profile.network == Network::Deny {
+    let fs_abi = ABI::from(i32::try_from(abi).unwrap_or(i32::MAX)).min(RULES_ABI);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(fs_abi))
+        .map_err(error)?;
+    if want.tcp {
         ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(error)?;
     }
+    let mut scopes = landlock::BitFlags::<Scope>::empty();
+    if want.signals {
+        scopes |= Scope::Signal;
+    }
+    if want.abstract_sockets {
+        scopes |= Scope::AbstractUnixSocket;
+    }
+    if !scopes.is_empty() {
+        ruleset = ruleset.scope(scopes).map_err(error)?;
+    }
     let mut created = ruleset.create().map_err(error)?;
-    if filesystem {
-        let read = AccessFs::from_read(RULES_ABI);
-        let all = AccessFs::from_all(RULES_ABI);
+    let all = AccessFs::from_all(fs_abi);
+    if has_fs_rules(profile) {
         let readable = profile.readable_roots.clone().unwrap_or_else(|| vec!["/".to_owned()]);
         for root in &readable {
-            created = add_path(created, root, read)?;
+            created = carve::add_root(
+                created,
+                Path::new(root),
+                AccessFs::from_read(fs_abi),
+                withheld,
+                fs_abi,
+                seen,
+            )?;
         }
         // Writable roots default to nothing when only readable roots are given.
         for root in profile.writable_roots.iter().flatten() {
-            created = add_path(created, root, all)?;
+            created = carve::add_root(created, Path::new(root), all, withheld, fs_abi, seen)?;
         }
         // Every shell writes to /dev/null.
-        created = add_path(created, "/dev/null", AccessFs::from_file(RULES_ABI))?;
+        created = carve::add_root(
+            created,
+            Path::new("/dev/null"),
+            AccessFs::from_file(fs_abi),
+            withheld,
+            fs_abi,
+            seen,
+        )?;
+    } else {
+        // No filesystem rules: everything, less what is withheld.
+        created = carve::add_root(created, Path::new("/"), all, withheld, fs_abi, seen)?;
     }
     Ok(created)
-}
-
-fn add_path(
-    ruleset: RulesetCreated,
-    path: &str,
-    access: landlock::BitFlags<AccessFs>,
-) -> Result<RulesetCreated, String> {
-    match PathFd::new(path) {
-        // A file gets only the rights that apply to files.
-        Ok(fd) => {
-            let access =
-                if Path::new(path).is_dir() { access } else { access & AccessFs::from_file(RULES_ABI) };
-            ruleset.add_rule(PathBeneath::new(fd, access)).map_err(|e| format!("{path}: {e}"))
-        }
-        // A root that does not exist grants nothing.
-        Err(_) => Ok(ruleset),
-    }
 }
 
 /// The kernel's landlock ABI: `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.

@@ -190,7 +190,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     let shared = Arc::new(Shared {
         executor,
         workspace: files,
-        confiner: Confiner::new(reported),
+        confiner: Confiner::new(reported, confine::agentd_withheld(args.token_file.as_deref())),
         token,
         policy: ServerPolicy {
             profile,

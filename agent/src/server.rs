@@ -27,7 +27,7 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner};
-use crate::exec::{CancelHandle, Confined, ExecSpec, Executor, tree};
+use crate::exec::{CancelHandle, Confined, ExecError, ExecSpec, Executor, tree};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
 
@@ -413,7 +413,11 @@ impl Session {
                 }
                 Err(err) => ServerMessage::Error(ErrorReply {
                     id: Some(id),
-                    code: if err.is_spawn_failure() { ErrorCode::SpawnFailed } else { ErrorCode::Internal },
+                    code: match err {
+                        ExecError::NotEnforceable(_) => ErrorCode::NotEnforceable,
+                        _ if err.is_spawn_failure() => ErrorCode::SpawnFailed,
+                        _ => ErrorCode::Internal,
+                    },
                     message: err.to_string(),
                 }),
             };

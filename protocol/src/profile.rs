@@ -124,7 +124,8 @@ pub enum Level {
     NotRequested,
 }
 
-/// What agentd enforced for one command (in `exec_result`), or can enforce (in `hello`).
+/// What agentd enforced for one command (in `exec_result`: as the command's own process measured
+/// it before exec), or can enforce (in `hello`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Enforcement {
     pub profile: String,
@@ -133,15 +134,26 @@ pub struct Enforcement {
     pub level: Level,
     /// The kernel's landlock ABI (0: none).
     pub landlock_abi: u32,
-    /// `writable_roots` / `readable_roots` (landlock filesystem rules).
+    /// `writable_roots` / `readable_roots` and the withheld paths (landlock filesystem rules; full
+    /// from ABI 3, partial below: truncate is not covered).
     pub filesystem: Level,
-    /// `network = "deny"` (landlock TCP rules, ABI ≥ 4).
+    /// `network = "deny"`: no socket but Unix stream/seqpacket, no connect, no io_uring (seccomp),
+    /// TCP bind/connect (landlock ABI ≥ 4), abstract Unix sockets (landlock ABI ≥ 6).
     pub network: Level,
+    /// Signals scoped to the command's own sandbox (landlock ABI ≥ 6); asked for by filesystem
+    /// rules or `network = "deny"`. Absent from older agentd: not requested.
+    #[serde(default = "not_requested")]
+    pub signals: Level,
     /// `limits` (rlimits, pids cgroup).
     pub limits: Level,
-    /// Why something is less than full, for a person.
+    /// For a person: why something is less than full, and what agentd withholds from every command
+    /// (its token file, the cgroup tree: one note starting `withheld:`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+}
+
+fn not_requested() -> Level {
+    Level::NotRequested
 }
 
 #[cfg(test)]
@@ -151,5 +163,13 @@ mod tests {
     #[test]
     fn levels_order_from_weakest() {
         assert!(Level::NotEnforced < Level::Partial && Level::Partial < Level::Full);
+    }
+
+    #[test]
+    fn a_report_without_the_newer_fields_still_parses() {
+        let old = r#"{"profile":"p","mode":"strict","level":"full","landlock_abi":5,
+            "filesystem":"full","network":"not_requested","limits":"not_requested"}"#;
+        let report: Enforcement = serde_json::from_str(old).unwrap();
+        assert_eq!(report.signals, Level::NotRequested);
     }
 }

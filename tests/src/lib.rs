@@ -41,20 +41,39 @@ impl Daemon {
 
     /// Starts agentd in `workspace` (its working directory) with extra `serve` arguments.
     pub fn start_in(workspace: tempfile::TempDir, extra: &[&str]) -> Self {
-        let token = format!("test-token-{}", rand::random::<u64>());
-        let mut command = std::process::Command::new(binary("agentd"));
-        command.args(["serve", "--listen", "127.0.0.1:0"]).args(extra).env("AGENTD_TOKEN", &token);
-        Self::spawn(command, workspace, token, None)
+        Self::launch(&[], workspace, extra, None)
     }
 
-    /// Starts agentd through `wrapper` (a command that ends by running its arguments, e.g. a shell
-    /// that first joins a cgroup), listening on TCP with a token, with extra `serve` arguments.
-    pub fn start_wrapped(wrapper: &[&str], extra: &[&str]) -> Self {
+    /// Starts agentd on TCP with a fresh token, through `wrapper` when given (a command that ends by
+    /// running its arguments, e.g. a shell that first joins a cgroup), in `workspace`, with extra
+    /// `serve` arguments. The token goes in through `token_file` when given, else `AGENTD_TOKEN`.
+    pub fn launch(
+        wrapper: &[&str],
+        workspace: tempfile::TempDir,
+        extra: &[&str],
+        token_file: Option<&std::path::Path>,
+    ) -> Self {
         let token = format!("test-token-{}", rand::random::<u64>());
-        let mut command = std::process::Command::new(wrapper[0]);
-        command.args(&wrapper[1..]).arg(binary("agentd"));
-        command.args(["serve", "--listen", "127.0.0.1:0"]).args(extra).env("AGENTD_TOKEN", &token);
-        Self::spawn(command, tempfile::tempdir().expect("tempdir"), token, None)
+        let agentd = binary("agentd");
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut command = std::process::Command::new(program);
+                command.args(rest).arg(&agentd);
+                command
+            }
+            None => std::process::Command::new(&agentd),
+        };
+        command.args(["serve", "--listen", "127.0.0.1:0"]).args(extra);
+        match token_file {
+            Some(path) => {
+                std::fs::write(path, &token).expect("token file");
+                command.arg("--token-file").arg(path);
+            }
+            None => {
+                command.env("AGENTD_TOKEN", &token);
+            }
+        }
+        Self::spawn(command, workspace, token, None)
     }
 
     /// Starts agentd on a Unix socket (a local session: no token), with extra `serve` arguments.

@@ -2,6 +2,8 @@
 //!
 //! These need landlock (ABI ≥ 4 for the network rules). On a kernel without it each test prints one
 //! line and returns, unless `AGENTD_REQUIRE_LANDLOCK=1` (set by `.ci/run`) makes that a failure.
+//! The probes the shell cannot make (sockets of every kind, io_uring, x32 system calls, open by
+//! handle, nested landlock) are python3 scripts; without python3 those tests say so and return.
 
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -286,5 +288,445 @@ async fn timeouts_under_a_profile_still_kill_escaped_descendants() {
             assert!(message.contains("does not allow the command `ls`"), "{message}");
         }
         other => panic!("ls was not refused: {other:?}"),
+    }
+}
+
+/// `profile` (TOML, `{W}`: the workspace) written to a file in `dir`.
+fn profile_file(dir: &Path, workspace: &Path, profile: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("profile-{}.toml", rand::random::<u32>()));
+    std::fs::write(&path, profile.replace("{W}", workspace.canonicalize().unwrap().to_str().unwrap()))
+        .unwrap();
+    path
+}
+
+/// python3 is there to run the probes (else the test says it is skipped).
+fn python3() -> bool {
+    let there = std::process::Command::new("python3").arg("-c").arg("").status().is_ok_and(|s| s.success());
+    if !there {
+        println!("skipped: no python3 for the probes");
+    }
+    there
+}
+
+/// A process the test started outside any sandbox; killed when dropped.
+struct Victim(std::process::Child);
+
+impl Victim {
+    fn start() -> Self {
+        Self(std::process::Command::new("sleep").arg("1013").spawn().unwrap())
+    }
+
+    fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+}
+
+impl Drop for Victim {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Tries every way out a `network = "deny"` command has been seen to take, one line each:
+/// `NAME ok` or `NAME refused ERRNO`.
+const NETWORK_PROBE: &str = r#"
+import ctypes, os, socket, sys
+path, abstract, udp_port, tcp_port, victim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, f):
+    try:
+        f()
+        print(name, "ok", flush=True)
+    except OSError as e:
+        print(name, "refused", e.errno, flush=True)
+def syscall(nr, *args):
+    if libc.syscall(nr, *args) < 0:
+        raise OSError(ctypes.get_errno(), "syscall %d" % nr)
+def udp():
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"leak", ("127.0.0.1", udp_port))
+def dgram_pair_sendto():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.sendto(b"leak", "\0" + abstract + "-dgram")
+def pair():
+    a, b = socket.socketpair()
+    a.send(b"p")
+    assert b.recv(1) == b"p"
+attempt("unix", lambda: socket.socket(socket.AF_UNIX).connect(path))
+attempt("abstract", lambda: socket.socket(socket.AF_UNIX).connect("\0" + abstract))
+if os.path.exists("/var/run/docker.sock") and sys.argv[6] == "deny":
+    attempt("docker", lambda: socket.socket(socket.AF_UNIX).connect("/var/run/docker.sock"))
+attempt("udp", udp)
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", tcp_port)))
+attempt("raw", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+attempt("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW))
+attempt("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW))
+attempt("unix_dgram", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+attempt("dgram_pair", dgram_pair_sendto)
+params = ctypes.create_string_buffer(120)
+attempt("io_uring", lambda: syscall(425, 4, params))
+attempt("x32_socket", lambda: syscall(41 | 0x40000000, 2, 2, 0))
+attempt("kill", lambda: os.kill(victim, 9))
+attempt("socketpair", pair)
+"#;
+
+fn probe_results(output: &str) -> std::collections::BTreeMap<String, String> {
+    output
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .map(|(name, result)| (name.to_owned(), result.to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn network_deny_closes_unix_abstract_udp_raw_io_uring_and_signals() {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::net::{SocketAddr, UnixDatagram, UnixListener};
+    if !python3() {
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    let script = outside.path().join("probe.py");
+    std::fs::write(&script, NETWORK_PROBE).unwrap();
+    let socket_path = outside.path().join("listener.sock");
+    let unix = UnixListener::bind(&socket_path).unwrap();
+    unix.set_nonblocking(true).unwrap();
+    let abstract_name = format!("agentd-test-{}", rand::random::<u64>());
+    let abstract_listener =
+        UnixListener::bind_addr(&SocketAddr::from_abstract_name(&abstract_name).unwrap()).unwrap();
+    abstract_listener.set_nonblocking(true).unwrap();
+    let abstract_dgram =
+        UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(format!("{abstract_name}-dgram")).unwrap())
+            .unwrap();
+    abstract_dgram.set_nonblocking(true).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let mut victim = Victim::start();
+    let victim_pid = victim.0.id();
+    let command = |mode: &str| {
+        format!(
+            "python3 {} {} {abstract_name} {} {} {} {mode}",
+            script.display(),
+            socket_path.display(),
+            udp.local_addr().unwrap().port(),
+            tcp.local_addr().unwrap().port(),
+            victim_pid
+        )
+    };
+    let mut buf = [0u8; 16];
+
+    let deny = "name = \"offline\"\nwritable_roots = [\"{W}\"]\nnetwork = \"deny\"\n";
+    let Some((_daemon, sb, _dir)) = profiled(deny).await else { return };
+    let r = run(&sb, &command("deny")).await;
+    let output = r.output.clone().unwrap();
+    let results = probe_results(&output);
+    let eacces = "refused 13";
+    for name in ["unix", "abstract", "udp", "tcp", "raw", "packet", "netlink", "unix_dgram", "dgram_pair"] {
+        assert_eq!(results.get(name).map(String::as_str), Some(eacces), "{name}: {output}");
+    }
+    assert_eq!(results.get("io_uring").map(String::as_str), Some(eacces), "{output}");
+    assert_eq!(results.get("x32_socket").map(String::as_str), Some(eacces), "{output}");
+    if std::path::Path::new("/var/run/docker.sock").exists() {
+        assert_eq!(results.get("docker").map(String::as_str), Some(eacces), "{output}");
+    }
+    // Scoped signals: EPERM, and the process outside lives on.
+    assert_eq!(results.get("kill").map(String::as_str), Some("refused 1"), "{output}");
+    assert!(victim.alive());
+    assert_eq!(results.get("socketpair").map(String::as_str), Some("ok"), "{output}");
+    // Nothing reached the listeners.
+    assert!(unix.accept().is_err() && abstract_listener.accept().is_err() && tcp.accept().is_err());
+    assert!(udp.recv(&mut buf).is_err() && abstract_dgram.recv(&mut buf).is_err());
+    let enforcement = r.enforcement.unwrap();
+    assert_eq!(
+        (enforcement.network, enforcement.signals, enforcement.level),
+        (Level::Full, Level::Full, Level::Full)
+    );
+    drop(sb);
+
+    // The same probe with the network allowed gets through: the walls above are the profile's.
+    let allow = "name = \"online\"\nwritable_roots = [\"{W}\"]\n";
+    let (_daemon, sb, _dir) = profiled(allow).await.unwrap();
+    let output = run(&sb, &command("allow")).await.output.unwrap();
+    let results = probe_results(&output);
+    for name in ["unix", "abstract", "udp", "tcp", "raw", "packet", "netlink", "unix_dgram", "dgram_pair"] {
+        assert_eq!(results.get(name).map(String::as_str), Some("ok"), "{name}: {output}");
+    }
+    assert_ne!(results.get("io_uring").map(String::as_str), Some(eacces), "{output}");
+    assert_ne!(results.get("x32_socket").map(String::as_str), Some(eacces), "{output}");
+    assert!(unix.accept().is_ok() && abstract_listener.accept().is_ok() && tcp.accept().is_ok());
+    assert_eq!(udp.recv(&mut buf).unwrap(), 4);
+    assert_eq!(abstract_dgram.recv(&mut buf).unwrap(), 4);
+    // Signals stay scoped: that does not depend on the network.
+    assert_eq!(results.get("kill").map(String::as_str), Some("refused 1"), "{output}");
+    assert!(victim.alive());
+    // Inside its own sandbox a command still signals its own processes.
+    let own = run(&sb, "sleep 30 & kill $! && wait $!; echo status=$?").await.output.unwrap();
+    assert!(own.ends_with("status=143\n"), "{own}");
+}
+
+#[tokio::test]
+async fn the_report_is_what_the_command_got_under_strict_and_best_effort() {
+    for mode in ["strict", "best_effort"] {
+        let profile = format!(
+            "name = \"all\"\nmode = \"{mode}\"\nwritable_roots = [\"{{W}}\"]\nnetwork = \"deny\"\n[limits]\nprocesses = 64\n"
+        );
+        let Some((_daemon, sb, _dir)) = profiled(&profile).await else { return };
+        let r = run(&sb, "true").await;
+        let e = r.enforcement.unwrap();
+        if e.landlock_abi < 6 {
+            println!("skipped: signal scoping needs landlock ABI 6, the kernel has {}", e.landlock_abi);
+            return;
+        }
+        assert_eq!(
+            (e.filesystem, e.network, e.signals, e.limits, e.level),
+            (Level::Full, Level::Full, Level::Full, Level::Full, Level::Full),
+            "{mode}: {:?}",
+            e.notes
+        );
+        // The only note says what is withheld.
+        assert_eq!(e.notes.len(), 1, "{:?}", e.notes);
+        assert!(e.notes[0].starts_with("withheld: /sys/fs/cgroup: not writable"), "{:?}", e.notes);
+    }
+}
+
+/// Wraps agentd in 16 landlock layers (the kernel's most), so its commands' `restrict_self` fails.
+const SIXTEEN_LAYERS: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+# struct landlock_ruleset_attr: handled_access_fs = MAKE_SYM (agentd makes no symlinks), net, scoped.
+attr = (ctypes.c_uint64 * 3)(1 << 13, 0, 0)
+assert libc.prctl(38, 1, 0, 0, 0) == 0
+for _ in range(16):
+    fd = libc.syscall(444, attr, 24, 0)
+    assert fd >= 0, ctypes.get_errno()
+    assert libc.syscall(446, fd, 0) == 0, ctypes.get_errno()
+    os.close(fd)
+os.execv(sys.argv[1], sys.argv[1:])
+"#;
+
+#[tokio::test]
+async fn a_strict_command_that_does_not_get_landlock_does_not_run() {
+    if !python3() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let wrapper = dir.path().join("layers.py");
+    std::fs::write(&wrapper, SIXTEEN_LAYERS).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    for mode in ["strict", "best_effort"] {
+        let workspace = tempfile::tempdir().unwrap();
+        let profile = profile_file(
+            dir.path(),
+            workspace.path(),
+            &format!("name = \"nested\"\nmode = \"{mode}\"\nwritable_roots = [\"{{W}}\"]\n"),
+        );
+        let daemon = Daemon::launch(
+            &["python3", wrapper.to_str().unwrap()],
+            workspace,
+            &["--profile", profile.to_str().unwrap()],
+            None,
+        );
+        let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+        if sb.link().await.unwrap().hello().landlock_abi < 4 {
+            println!("skipped: no landlock");
+            return;
+        }
+        let marker = outside.path().join(format!("ran-{mode}"));
+        let request =
+            ExecRequest { command: format!("touch {}", marker.display()), ..ExecRequest::default() };
+        let result = sb.exec(request, None).await;
+        if mode == "strict" {
+            match result {
+                Err(SandboxError::Refused { code: ErrorCode::NotEnforceable, message }) => {
+                    assert!(message.contains("landlock_restrict_self failed"), "{message}");
+                }
+                other => panic!("strict mode ran it: {other:?}"),
+            }
+            assert!(!marker.exists());
+        } else {
+            // Best effort runs it, and says the rules were not in force (they were not: it wrote
+            // outside its root).
+            let r = result.unwrap();
+            assert!(marker.exists(), "{r:?}");
+            let e = r.enforcement.unwrap();
+            assert_eq!((e.filesystem, e.level), (Level::NotEnforced, Level::NotEnforced), "{:?}", e.notes);
+            assert!(e.notes.iter().any(|n| n.contains("landlock_restrict_self failed")), "{:?}", e.notes);
+        }
+    }
+}
+
+/// A pids cgroup the test makes (as root on cgroup v1) and removes.
+struct TestCgroup(std::path::PathBuf);
+
+impl TestCgroup {
+    fn create() -> Option<Self> {
+        let dir = Path::new("/sys/fs/cgroup/pids").join(format!("agentd-test-{}", rand::random::<u32>()));
+        std::fs::create_dir(&dir).ok().map(|()| Self(dir))
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// Opens a file by handle (root has CAP_DAC_READ_SEARCH), no path walk: prints what it read.
+const OPEN_BY_HANDLE: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Handle(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_uint), ("type", ctypes.c_int), ("handle", ctypes.c_ubyte * 128)]
+handle, mount_id = Handle(128), ctypes.c_int()
+if libc.name_to_handle_at(-100, sys.argv[1].encode(), ctypes.byref(handle), ctypes.byref(mount_id), 0) == 0:
+    fd = libc.open_by_handle_at(os.open("/", os.O_RDONLY), ctypes.byref(handle), os.O_RDONLY)
+    print("handle", fd, ctypes.get_errno())
+    if fd >= 0:
+        print(os.read(fd, 100).decode())
+"#;
+
+#[tokio::test]
+async fn the_token_file_and_the_cgroup_tree_stay_out_of_reach_of_every_profile() {
+    // Only the open-by-handle probe needs it.
+    let python = python3();
+    let token_dir = tempfile::tempdir().unwrap();
+    let token_dir_path = token_dir.path().canonicalize().unwrap();
+    let token_file = token_dir_path.join("agentd.token");
+    std::fs::write(token_dir_path.join("sibling"), "public\n").unwrap();
+    let handle_script = token_dir_path.join("handle.py");
+    std::fs::write(&handle_script, OPEN_BY_HANDLE).unwrap();
+    let cgroup = TestCgroup::create();
+    let sub_cgroup = cgroup.as_ref().map_or("/nonexistent".into(), |c| c.0.display().to_string());
+    let attack = format!(
+        "T={t}; D={d}; C={c}
+cat $T; echo cat=$?
+cp $T stolen-cp; echo cp=$?
+ln -s $T stolen-sym; cat stolen-sym; echo sym=$?
+mv $T stolen-mv; echo mv=$?
+ln $T stolen-ln; echo ln=$?
+mv $T $T.moved; echo mv-same=$?
+ln $T $D/again; echo ln-same=$?
+mkdir $D/sub && mv $T $D/sub/t; echo mv-sub=$?
+cat stolen-* $D/again $D/sub/t $T.moved 2>/dev/null
+echo $$ > /sys/fs/cgroup/pids/cgroup.procs; echo procs=$?
+echo $$ > $C/cgroup.procs; echo sub-procs=$?
+echo 1 > $C/pids.max; echo sub-max=$?
+mkdir /sys/fs/cgroup/pids/escape; echo mkdir=$?
+cat /etc/hostname >/dev/null; echo hostname=$?
+ls /run >/dev/null; echo run=$?
+ls $D >/dev/null; echo dir=$?
+python3 {h} $T
+cat $D/sibling",
+        h = handle_script.display(),
+        t = token_file.display(),
+        d = token_dir_path.display(),
+        c = sub_cgroup,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = token_dir_path.display();
+    let profiles = [
+        ("no-fs", "name = \"no-fs\"\n[limits]\nprocesses = 64\n".to_owned()),
+        // The token's own directory writable: only the carve-out and landlock's refer rules hold.
+        (
+            "read-all",
+            format!("name = \"read-all\"\nreadable_roots = [\"/\"]\nwritable_roots = [\"{{W}}\", \"{d}\"]\n"),
+        ),
+        (
+            "strict",
+            "name = \"strict\"\nmode = \"strict\"\nwritable_roots = [\"{W}\"]\nnetwork = \"deny\"\n"
+                .to_owned(),
+        ),
+    ];
+    let mut checked = 0;
+    for (name, profile) in profiles {
+        let workspace = tempfile::tempdir().unwrap();
+        let path = profile_file(dir.path(), workspace.path(), &profile);
+        let daemon =
+            Daemon::launch(&[], workspace, &["--profile", path.to_str().unwrap()], Some(&token_file));
+        let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+        if sb.link().await.unwrap().hello().landlock_abi < 3 {
+            assert!(std::env::var_os("AGENTD_REQUIRE_LANDLOCK").is_none(), "landlock required");
+            println!("skipped: landlock ABI < 3");
+            return;
+        }
+        let r = run(&sb, &attack).await;
+        let output = r.output.clone().unwrap();
+        assert!(!output.contains(&daemon.token), "{name}: {output}");
+        let code = |step: &str| {
+            output.lines().find_map(|l| l.strip_prefix(&format!("{step}="))).unwrap_or("missing").to_owned()
+        };
+        let mut refused =
+            vec!["cat", "cp", "sym", "mv", "ln", "mv-same", "ln-same", "mv-sub", "procs", "mkdir"];
+        if cgroup.is_some() {
+            refused.extend(["sub-procs", "sub-max"]);
+        }
+        for step in refused {
+            assert_ne!(code(step), "0", "{name}: {step} went through: {output}");
+        }
+        for step in ["hostname", "run", "dir"] {
+            assert_eq!(code(step), "0", "{name}: {step} was refused: {output}");
+        }
+        assert!(output.ends_with("public\n"), "{name}: {output}");
+        // The token is where it was, as it was.
+        assert_eq!(std::fs::read_to_string(&token_file).unwrap(), daemon.token);
+        let e = r.enforcement.unwrap();
+        assert_eq!((e.filesystem, e.level), (Level::Full, Level::Full), "{name}: {:?}", e.notes);
+        let withheld = e.notes.iter().find(|n| n.starts_with("withheld:")).unwrap();
+        assert!(
+            withheld.contains(&format!("{}: not readable or writable", token_file.display())),
+            "{withheld}"
+        );
+        // The next command reuses the ruleset: the token is still out of reach.
+        let again = run(&sb, &format!("cat {}", token_file.display())).await.output.unwrap();
+        assert!(again.contains("Permission denied") && !again.contains(&daemon.token), "{name}: {again}");
+        // An entry created beside the token since is not a reused ruleset's blind spot.
+        let later = token_dir_path.join(format!("later-{name}"));
+        std::fs::write(&later, "later\n").unwrap();
+        let r = run(&sb, &format!("cat {}", later.display())).await;
+        assert_eq!(r.output.as_deref(), Some("later\n"), "{name}");
+        checked += 1;
+    }
+    assert_eq!(checked, 3);
+
+    // A second name of the token is not withheld: reported, and a strict profile refuses.
+    let link = dir.path().join("token-link");
+    std::fs::hard_link(&token_file, &link).unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let path = profile_file(dir.path(), workspace.path(), "name = \"strict\"\nwritable_roots = [\"{W}\"]\n");
+    let daemon = Daemon::launch(&[], workspace, &["--profile", path.to_str().unwrap()], Some(&token_file));
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let hello = sb.link().await.unwrap().hello().profile.clone().unwrap();
+    assert_eq!((hello.filesystem, hello.level), (Level::Partial, Level::Partial), "{:?}", hello.notes);
+    match sb.exec(ExecRequest { command: "true".into(), ..ExecRequest::default() }, None).await {
+        Err(SandboxError::Refused { code: ErrorCode::NotEnforceable, message }) => {
+            assert!(message.contains("has 2 hard links"), "{message}");
+        }
+        other => panic!("a strict profile ran beside a linked token: {other:?}"),
+    }
+    std::fs::remove_file(&link).unwrap();
+
+    // Without a profile nothing is withheld: the same probe reads the token (the walls above are
+    // the profile's, not the probe's failure).
+    let workspace = tempfile::tempdir().unwrap();
+    let daemon = Daemon::launch(&[], workspace, &[], Some(&token_file));
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let output = run(
+        &sb,
+        &format!(
+            "cat {t}; echo; echo $$ > {sub_cgroup}/cgroup.procs; echo sub-procs=$?; python3 {h} {t}",
+            t = token_file.display(),
+            h = handle_script.display()
+        ),
+    )
+    .await
+    .output
+    .unwrap();
+    assert!(output.starts_with(&daemon.token), "{output}");
+    // The handle probe works where nothing is withheld.
+    assert!(!python || output.ends_with(&format!("{}\n", daemon.token)), "{output}");
+    if cgroup.is_some() {
+        assert!(output.contains("sub-procs=0"), "{output}");
     }
 }

@@ -332,8 +332,12 @@ async fn commands_get_no_more_processes_than_agentd_itself() {
     // The profile allows far more than agentd's own cgroup does.
     std::fs::write(&profile, "name = \"many\"\n[limits]\nprocesses = 1000\n").unwrap();
     let enter = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cap.dir.display());
-    let daemon =
-        Daemon::start_wrapped(&["sh", "-c", &enter, "sh"], &["--profile", profile.to_str().unwrap()]);
+    let daemon = Daemon::launch(
+        &["sh", "-c", &enter, "sh"],
+        tempfile::tempdir().unwrap(),
+        &["--profile", profile.to_str().unwrap()],
+        None,
+    );
     let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
     let r = sb
         .exec(

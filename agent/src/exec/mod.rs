@@ -110,6 +110,9 @@ pub enum ExecError {
     Pipe(io::Error),
     #[error("cannot start /bin/sh: {0}")]
     Shell(io::Error),
+    /// A strict profile's command found less confinement than asked and did not run.
+    #[error("{0}")]
+    NotEnforceable(io::Error),
     /// The command ran, but its result could not be assembled.
     #[error("the command ran, but its output could not be read back from `{path}`: {source}")]
     Capture { path: PathBuf, source: io::Error },
@@ -119,6 +122,15 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// A failed spawn; the child's strict refusal is told apart.
+    fn spawn(err: io::Error) -> Self {
+        if err.get_ref().is_some_and(|inner| inner.is::<crate::confine::ConfineError>()) {
+            Self::NotEnforceable(err)
+        } else {
+            Self::Shell(err)
+        }
+    }
+
     /// The command never started (as opposed to: it ran and its result was lost).
     pub fn is_spawn_failure(&self) -> bool {
         match self {
@@ -126,7 +138,8 @@ impl ExecError {
             | Self::CapturePath { .. }
             | Self::OutsideRoot { .. }
             | Self::Pipe(_)
-            | Self::Shell(_) => true,
+            | Self::Shell(_)
+            | Self::NotEnforceable(_) => true,
             Self::Capture { .. } | Self::StatusLost => false,
         }
     }
@@ -234,13 +247,14 @@ impl Executor {
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             let spawned = match plan {
                 Some(plan) => {
-                    let (report, steps, cleanup) = plan.into_parts();
+                    let (mut report, steps, cleanup) = plan.into_parts();
+                    let spawned = self.reaper.spawn(|| spawn::spawn_confined(&shell, steps, &mut report));
                     confinement = Some((report, cleanup));
-                    self.reaper.spawn(|| spawn::spawn_confined(&shell, steps))
+                    spawned
                 }
                 None => self.reaper.spawn(|| spawn::spawn(&shell)),
             }
-            .map_err(ExecError::Shell)?;
+            .map_err(ExecError::spawn)?;
             running.insert(seq, (spawned.0, tag.clone()));
             spawned
         };

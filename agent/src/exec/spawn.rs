@@ -14,6 +14,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd as _, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 
+use agentd_protocol::profile::Enforcement;
+
 use crate::confine::ChildSteps;
 
 /// agentd's environment as `KEY=VALUE` C strings, built once: it does not change after start-up
@@ -154,10 +156,12 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
     }
 }
 
-/// Starts the shell confined: `fork`, then `steps` in the child before `exec` (landlock, rlimits,
-/// cgroup, new session). Slower than [`spawn`] (a `fork` copies page tables), so it is used only when
-/// a profile is in force.
-pub fn spawn_confined(shell: &Shell<'_>, mut steps: ChildSteps) -> io::Result<u32> {
+/// Starts the shell confined: `fork`, then `steps` in the child before `exec` (new session, cgroup,
+/// rlimits, landlock, seccomp). Slower than [`spawn`] (a `fork` copies page tables), so it is used
+/// only when a profile is in force. `report` is corrected with what the child measured; a strict
+/// child that got less than it asked for does not exec, and the error holds a
+/// [`crate::confine::ConfineError::NotEnforceable`].
+pub fn spawn_confined(shell: &Shell<'_>, mut steps: ChildSteps, report: &mut Enforcement) -> io::Result<u32> {
     let mut command = std::process::Command::new("/bin/sh");
     // The child's own view of the cwd fd (inherited until exec): no path is looked up again.
     let cwd = format!("/proc/self/fd/{}", shell.cwd.as_raw_fd());
@@ -180,11 +184,14 @@ pub fn spawn_confined(shell: &Shell<'_>, mut steps: ChildSteps) -> io::Result<u3
     });
     command.stdout(std::process::Stdio::from(shell.output.try_clone()?));
     command.stderr(std::process::Stdio::from(shell.output.try_clone()?));
-    // SAFETY: `enter` only makes system calls (setsid, write, setrlimit, prctl, landlock) on data
-    // prepared before the fork; it neither allocates nor takes locks.
+    let status = steps.status_channel()?;
+    // SAFETY: `enter` only makes system calls (setsid, write, setrlimit, prctl, landlock, seccomp)
+    // on data prepared before the fork; it neither allocates nor takes locks.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut command, move || steps.enter());
     }
-    let child = command.spawn()?;
-    Ok(child.id())
+    let spawned = command.spawn().map(|child| child.id());
+    // Our copy of the status pipe's write end goes with the command.
+    drop(command);
+    status.conclude(spawned, report)
 }
