@@ -128,21 +128,19 @@ pub fn add_root(
     seen: &mut Vec<Seen>,
 ) -> Result<RulesetCreated, String> {
     seen.push(Seen::now(root, false));
-    // A root that does not exist grants nothing.
-    let Ok(root) = std::fs::canonicalize(root) else { return Ok(ruleset) };
     let mut covering = BitFlags::empty();
     let mut beneath = Vec::new();
     for w in withheld {
         if root.starts_with(&w.path) {
             covering |= w.rights(abi);
-        } else if w.path.starts_with(&root) {
+        } else if w.path.starts_with(root) {
             beneath.push((w.path.as_path(), w.rights(abi)));
         }
     }
     let granted = granted & !covering;
     let missing = beneath.iter().fold(BitFlags::empty(), |all, (_, rights)| all | *rights);
-    let ruleset = add_rule(ruleset, &root, granted & !missing, false)?;
-    carve(ruleset, &root, granted, missing, &beneath, seen)
+    let ruleset = add_rule(ruleset, root, granted & !missing)?;
+    carve(ruleset, root, granted, missing, &beneath, seen)
 }
 
 /// Notes on withheld files that have other names (hard links), which are not withheld.
@@ -198,7 +196,7 @@ fn carve(
             below.iter().filter(|(path, _)| step(path).is_some_and(|c| c == name)).copied().collect();
         if on_way.is_empty() {
             // A sibling: what its directory lacks.
-            ruleset = add_rule(ruleset, &child, granted & missing, true)?;
+            ruleset = add_rule(ruleset, &child, granted & missing)?;
             continue;
         }
         // On the way: it lacks what is withheld at or beneath it; beneath a withheld path, that
@@ -207,28 +205,48 @@ fn carve(
             on_way.iter().filter(|(path, _)| *path == child).fold(BitFlags::empty(), |a, (_, r)| a | *r);
         let deeper: Vec<_> = on_way.into_iter().filter(|(path, _)| *path != child).collect();
         let child_missing = deeper.iter().fold(own, |all, (_, rights)| all | *rights);
-        ruleset = add_rule(ruleset, &child, granted & missing & !child_missing, true)?;
+        ruleset = add_rule(ruleset, &child, granted & missing & !child_missing)?;
         ruleset = carve(ruleset, &child, granted & !own, child_missing & !own, &deeper, seen)?;
     }
     Ok(ruleset)
 }
 
-/// A rule on `path`; `nofollow`: on the entry itself, never through a link.
+/// A rule on `path`, a canonical path (roots come resolved from admission, withheld paths and
+/// their siblings are built from them): it is opened with no symlink followed anywhere on the way, so
+/// a component swapped for a link since it was resolved grants nothing rather than the link's target.
+/// A path that does not exist (any more) grants nothing either.
 fn add_rule(
     ruleset: RulesetCreated,
     path: &Path,
     access: BitFlags<AccessFs>,
-    nofollow: bool,
 ) -> Result<RulesetCreated, String> {
     if access.is_empty() {
         return Ok(ruleset);
     }
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let flags = libc::O_PATH | if nofollow { libc::O_NOFOLLOW } else { 0 };
-    match std::fs::File::options().read(true).custom_flags(flags).open(path) {
-        Ok(fd) => rule_on(ruleset, fd, path, access),
-        // Gone since it was listed: nothing to grant.
-        Err(_) => Ok(ruleset),
+    match open_canonical(path) {
+        Some(fd) => rule_on(ruleset, fd, path, access),
+        None => Ok(ruleset),
+    }
+}
+
+/// Opens `path` (`O_PATH`) only if no component of it is a symlink.
+fn open_canonical(path: &Path) -> Option<std::fs::File> {
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    let how =
+        OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC).resolve(ResolveFlag::RESOLVE_NO_SYMLINKS);
+    match nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how) {
+        Ok(fd) => Some(fd.into()),
+        // Before Linux 5.6: the path must still resolve to itself, then it is opened without
+        // following a final link (a swap between the two checks is not caught there).
+        Err(nix::errno::Errno::ENOSYS) => {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            if std::fs::canonicalize(path).ok()? != path {
+                return None;
+            }
+            let flags = libc::O_PATH | libc::O_NOFOLLOW;
+            std::fs::File::options().read(true).custom_flags(flags).open(path).ok()
+        }
+        Err(_) => None,
     }
 }
 
@@ -253,6 +271,21 @@ fn rule_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_paths_open_only_without_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(real.join("sub")).unwrap();
+        std::os::unix::fs::symlink(real.join("sub"), real.join("link")).unwrap();
+        assert!(open_canonical(&real.join("sub")).is_some());
+        assert!(open_canonical(&real.join("link")).is_none(), "a final link");
+        assert!(open_canonical(&real.join("link/x")).is_none(), "a link on the way");
+        std::fs::create_dir(real.join("sub/x")).unwrap();
+        assert!(open_canonical(&real.join("sub/x")).is_some());
+        assert!(open_canonical(&real.join("link/x")).is_none());
+        assert!(open_canonical(&real.join("missing")).is_none());
+    }
 
     #[test]
     fn a_ruleset_is_stale_once_a_listed_directory_or_a_root_changes() {
