@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
+use agentd_protocol::limits::{DEFAULT_MAX_CAPTURE_BYTES, MAX_OFFLOAD_CAPTURE_BYTES};
 use agentd_protocol::profile::{Limits, Network, ProfileOverride, SandboxProfile};
 use agentd_protocol::{ErrorCode, ExecRequest};
 use base64::Engine as _;
@@ -425,6 +425,8 @@ pub fn admit(policy: &ServerPolicy, request: ExecRequest) -> Result<Admitted, Re
     if max_capture_bytes == 0 {
         return Err(invalid("`max_capture_bytes` must be at least 1"));
     }
+    // Plain execs are clamped where their inline cap is chosen; offloaded ones here.
+    let max_capture_bytes = max_capture_bytes.min(MAX_OFFLOAD_CAPTURE_BYTES);
     let capture = match request.offload {
         None => Capture::Inline,
         Some(offload) if offload.capture_path.is_empty() || offload.capture_path.contains('\0') => {
@@ -718,6 +720,8 @@ mod tests {
             .is_err()
         );
         assert!(request(&|r| r.max_capture_bytes = Some(0)).is_err());
+        let huge = request(&|r| r.max_capture_bytes = Some(u64::MAX)).unwrap();
+        assert_eq!(huge.max_capture_bytes, MAX_OFFLOAD_CAPTURE_BYTES, "clamped: it bounds the disk");
         assert!(request(&|r| r.stdin_base64 = Some("!!".to_owned())).is_err());
         assert!(request(&|r| r.cwd = Some(String::new())).is_err());
         // An override without a server profile tightens an empty one (and is then confined).

@@ -21,6 +21,10 @@ pub const CHUNK_SIZE: usize = 256 * 1024;
 /// Default cap of the capture file: output beyond it is counted and dropped.
 pub const DEFAULT_MAX_CAPTURE_BYTES: u64 = 10 * 1024 * 1024;
 
+/// Largest capture file of an offloaded exec; a larger `max_capture_bytes` is clamped to it. It
+/// bounds the disk one command's output can fill (the contract's default is 10 MiB).
+pub const MAX_OFFLOAD_CAPTURE_BYTES: u64 = 1024 * 1024 * 1024;
+
 /// Plain `exec` always returns at least this much output untruncated (the contract's 512000 bytes).
 pub const MIN_INLINE_CAPTURE_BYTES: u64 = 512_000;
 
