@@ -336,11 +336,10 @@ impl Executor {
         // Reading back up to 32 MiB (and writing the preview) is disk work: off the runtime thread,
         // so other connections' requests do not wait for it.
         let mode = spec.mode;
-        let finished = tokio::task::spawn_blocking(move || {
-            finish_capture(capture, &mode, &mut result).map(|()| result)
-        })
-        .await
-        .unwrap_or_else(|e| Err(io::Error::other(e)));
+        let finished =
+            tokio::task::spawn_blocking(move || finish_capture(capture, &mode, &mut result).map(|()| result))
+                .await
+                .unwrap_or_else(|e| Err(io::Error::other(e)));
         finished.map_err(|source| ExecError::Capture { path, source })
     }
 
