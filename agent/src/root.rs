@@ -726,6 +726,25 @@ mod tests {
     }
 
     #[test]
+    fn made_directories_are_undone_deepest_first_while_empty() {
+        let c = case();
+        let (entry, made) = c.ws.entry_making("/in/a/b/leaf").unwrap();
+        assert_eq!(entry.dir_location(), Path::new("sub/a/b"));
+        assert!(c.root.join("sub/a/b").is_dir());
+        made.undo();
+        assert!(!c.root.join("sub/a").exists() && c.root.join("sub/f").is_file());
+        // Only what this walk made: an existing parent stays; a filled directory stops the undo.
+        let (_, made) = c.ws.entry_making("/sub/x/y/z/leaf").unwrap();
+        std::fs::write(c.root.join("sub/x/y/mine"), "m").unwrap();
+        made.undo();
+        assert!(c.root.join("sub/x/y/mine").is_file() && !c.root.join("sub/x/y/z").exists());
+        // A walk that fails after making some (a name too long) removes them itself.
+        let err = c.ws.entry_making(&format!("/made/{}/leaf", "n".repeat(256))).unwrap_err();
+        assert_eq!(err.errno(), Some(Errno::ENAMETOOLONG));
+        assert!(!c.root.join("made").exists());
+    }
+
+    #[test]
     fn lookups_from_a_directory_node_keep_the_same_rules() {
         let c = case();
         let sub = c.ws.node("/sub", true).unwrap().unwrap();

@@ -379,3 +379,72 @@ fn open_for_download(source: &Destination) -> Result<std::fs::File, String> {
     }
     Ok(file)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+
+    use super::*;
+
+    #[test]
+    fn setuid_and_setgid_are_dropped_unless_asked_for() {
+        assert_eq!(replacement_mode(None, None), 0o644);
+        assert_eq!(replacement_mode(None, Some(0o100_4755)), 0o755);
+        assert_eq!(replacement_mode(None, Some(0o2750)), 0o750);
+        assert_eq!(replacement_mode(None, Some(0o1640)), 0o1640);
+        assert_eq!(replacement_mode(Some(0o4755), Some(0o644)), 0o4755);
+        assert_eq!(replacement_mode(Some(0o600), Some(0o4755)), 0o600);
+    }
+
+    #[test]
+    fn replacements_keep_mode_and_owner_and_fit_long_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path().into());
+        let long = "n".repeat(255);
+        let path = dir.path().join(&long);
+        std::fs::write(&path, "old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o6751)).unwrap();
+        // Another owner, where this test may give one (as root).
+        let chowned = std::os::unix::fs::chown(&path, Some(4321), Some(4322)).is_ok();
+        let dest = destination(&ws, path.to_str().unwrap()).unwrap();
+        write_whole(&dest, b"new").unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!((std::fs::read(&path).unwrap(), meta.mode() & 0o7777), (b"new".to_vec(), 0o751));
+        if chowned {
+            assert_eq!((meta.uid(), meta.gid()), (4321, 4322));
+        }
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [std::ffi::OsString::from(&long)]);
+    }
+
+    #[test]
+    fn failed_uploads_remove_only_the_directories_they_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(dir.path().into());
+        let base = dir.path().to_str().unwrap();
+        std::fs::create_dir(dir.path().join("kept")).unwrap();
+        for (parent, left) in [("new", None), ("kept", Some("kept"))] {
+            let dest = destination(&ws, &format!("{base}/{parent}/b/c/f")).unwrap();
+            let mut target = UploadTarget::open(&dest, None).unwrap();
+            target.write(b"partial").unwrap();
+            assert!(dir.path().join(parent).join("b/c").is_dir());
+            target.remove();
+            let mut names: Vec<_> =
+                std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            names.sort();
+            assert_eq!(names, [std::ffi::OsString::from("kept")], "{parent}: {left:?}");
+            assert_eq!(std::fs::read_dir(dir.path().join("kept")).unwrap().count(), 0);
+        }
+        // A directory that something else filled meanwhile stays, with its parents.
+        let dest = destination(&ws, &format!("{base}/x/y/f")).unwrap();
+        let target = UploadTarget::open(&dest, None).unwrap();
+        std::fs::write(dir.path().join("x/other"), "mine").unwrap();
+        target.remove();
+        assert!(dir.path().join("x/other").is_file());
+        assert!(!dir.path().join("x/y").exists());
+        // A failure at commit (the name is too long for the file system) undoes the parents too.
+        let dest = destination(&ws, &format!("{base}/z/{}", "n".repeat(256))).unwrap();
+        assert!(write_whole(&dest, b"x").is_err());
+        assert!(!dir.path().join("z").exists());
+    }
+}

@@ -193,4 +193,28 @@ mod tests {
         assert_eq!(std::fs::read(base.join("f")).unwrap(), b"Zbc");
         assert!(std::fs::symlink_metadata(base.join("ln")).unwrap().file_type().is_symlink());
     }
+
+    #[test]
+    fn edits_replace_the_links_target_whole_and_drop_setuid() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let ws = &Workspace::open(base.into());
+        std::fs::create_dir(base.join("sub")).unwrap();
+        let long = "e".repeat(255);
+        let target = base.join("sub").join(&long);
+        std::fs::write(&target, "#!/bin/sh\necho old\n").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        std::os::unix::fs::symlink(format!("sub/{long}"), base.join("ln")).unwrap();
+        let before = std::fs::metadata(&target).unwrap();
+        assert_eq!(edit("ln", "old", "new", false, ws).error, None);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "#!/bin/sh\necho new\n");
+        let after = std::fs::metadata(&target).unwrap();
+        // A new inode (renamed into place), the mode kept without setuid, the link still a link.
+        assert_ne!(std::os::unix::fs::MetadataExt::ino(&after), std::os::unix::fs::MetadataExt::ino(&before));
+        assert_eq!(after.permissions().mode() & 0o7777, 0o755);
+        assert!(std::fs::symlink_metadata(base.join("ln")).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_dir(base.join("sub")).unwrap().count(), 1);
+        assert_eq!(edit(&format!("sub/{long}"), "new", "x", false, ws).error, None);
+    }
 }
