@@ -104,7 +104,7 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace)
 fn replace(node: &Node, file: &File, bytes: &[u8], ws: &Workspace) -> std::io::Result<()> {
     let (dir, name) = node.parent();
     let real_dir = ws.real_path(node.location().parent().unwrap_or(Path::new("")));
-    match UploadTarget::create(dir, name, &real_dir, Some(node.stat()), None) {
+    match UploadTarget::create(dir, name, &real_dir, Some(node.stat()), None).map(UploadTarget::unsynced) {
         Ok(mut target) => match target.write(bytes) {
             Ok(()) => target.commit_io(),
             Err(err) => {
