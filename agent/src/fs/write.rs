@@ -73,4 +73,24 @@ mod tests {
         let r = write(&format!("{t}/afile/c"), "x", base);
         assert!(r.error.is_some() && r.path.is_none(), "{r:?}");
     }
+
+    #[test]
+    fn a_failed_write_removes_the_directories_it_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = &Workspace::open(dir.path().into());
+        let base = dir.path().to_str().unwrap();
+        // The parents are made, then the name is too long for the file system: they go again.
+        let long = format!("{base}/new/deeper/{}", "n".repeat(256));
+        assert!(write(&long, "x", ws).error.is_some());
+        assert!(!dir.path().join("new").exists());
+        // So does a relative path, refused after the parent step (the contract's order).
+        assert!(write("rel/x", "x", ws).error.is_some());
+        assert!(!dir.path().join("rel").exists());
+        std::fs::create_dir(dir.path().join("old")).unwrap();
+        assert!(write(&format!("{base}/old/made/{}", "n".repeat(256)), "x", ws).error.is_some());
+        assert!(dir.path().join("old").is_dir() && !dir.path().join("old/made").exists());
+        let name = "w".repeat(255);
+        assert_eq!(write(&format!("{base}/old/{name}"), "x", ws).error, None);
+        assert_eq!(std::fs::read(dir.path().join("old").join(&name)).unwrap(), b"x");
+    }
 }
