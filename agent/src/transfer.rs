@@ -217,10 +217,11 @@ impl UploadTarget {
         existing: Option<&FileStat>,
         mode: Option<u32>,
     ) -> io::Result<Self> {
+        let owned = dir.try_clone_to_owned()?;
         let temp = Temp::create(dir, real_dir)?;
         let owner = existing.map(|stat| (stat.st_uid, stat.st_gid));
         Ok(Self {
-            dir: dir.try_clone_to_owned()?,
+            dir: owned,
             name: name.to_owned(),
             temp,
             mode: replacement_mode(mode, existing.map(|stat| stat.st_mode)),
@@ -396,6 +397,7 @@ fn open_for_download(source: &Destination) -> Result<std::fs::File, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::ffi::OsStrExt as _;
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 
     use super::*;
@@ -460,5 +462,32 @@ mod tests {
         let dest = destination(&ws, &format!("{base}/z/{}", "n".repeat(256))).unwrap();
         assert!(write_whole(&dest, b"x").is_err());
         assert!(!dir.path().join("z").exists());
+    }
+
+    #[test]
+    fn a_confined_start_sweeps_only_its_own_roots_leftovers() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let root_path = root.path().canonicalize().unwrap();
+        std::fs::create_dir(root_path.join("sub")).unwrap();
+        let ws = Workspace::confined(root_path.clone()).unwrap();
+        // Two writers killed mid-write (their temp files dropped unrenamed, the records kept).
+        let left = |dir: &Path| {
+            let fd = std::fs::File::open(dir).unwrap();
+            let temp = Temp::create(fd.as_fd(), dir).unwrap();
+            dir.join(std::ffi::OsStr::from_bytes(temp.name.to_bytes()))
+        };
+        let (inside, other) = (left(&root_path.join("sub")), left(outside.path()));
+        // A live one in the root stays.
+        let fd = std::fs::File::open(&root_path).unwrap();
+        let live = UploadTarget::create(fd.as_fd(), c"f", &root_path, None, None).unwrap();
+        assert!(inside.exists() && other.exists());
+        sweep_recorded(&ws);
+        assert!(!inside.exists(), "the root's leftover is swept");
+        assert!(other.exists(), "another workspace's is left to its agentd");
+        live.write_all(b"done").unwrap();
+        assert_eq!(std::fs::read(root_path.join("f")).unwrap(), b"done");
+        sweep_recorded(&Workspace::open(outside.path().into()));
+        assert!(!other.exists());
     }
 }
