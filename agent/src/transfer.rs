@@ -490,4 +490,38 @@ mod tests {
         sweep_recorded(&Workspace::open(outside.path().into()));
         assert!(!other.exists());
     }
+
+    /// The race between a sweep and live writers: 1000 replacements while another thread sweeps
+    /// their directory without pause. Every replacement must succeed (no live temp file is taken).
+    #[test]
+    fn sweeps_never_take_a_live_temp_file() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_owned();
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let sweeps = std::sync::Arc::new(AtomicUsize::new(0));
+        let sweeper = {
+            let (path, done, sweeps) = (path.clone(), done.clone(), sweeps.clone());
+            std::thread::spawn(move || {
+                let fd = std::fs::File::open(&path).unwrap();
+                let mut removed = 0;
+                while !done.load(Ordering::Relaxed) {
+                    removed += temp::sweep(fd.as_fd());
+                    sweeps.fetch_add(1, Ordering::Relaxed);
+                }
+                removed
+            })
+        };
+        let fd = std::fs::File::open(&path).unwrap();
+        for round in 0..1000u32 {
+            let target = UploadTarget::create(fd.as_fd(), c"dest", &path, None, None).unwrap().unsynced();
+            let result = target.write_all(&round.to_be_bytes());
+            assert_eq!(result, Ok(()), "round {round}");
+        }
+        done.store(true, Ordering::Relaxed);
+        assert_eq!(sweeper.join().unwrap(), 0, "a sweep removed a live temp file");
+        assert_eq!(std::fs::read(path.join("dest")).unwrap(), 999u32.to_be_bytes());
+        assert_eq!(std::fs::read_dir(&path).unwrap().count(), 1);
+        eprintln!("1000 replacements, {} sweeps meanwhile", sweeps.load(Ordering::Relaxed));
+    }
 }
