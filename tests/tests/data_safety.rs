@@ -281,3 +281,58 @@ async fn overwriting_a_setuid_file_drops_the_bit_unless_asked_for() {
     assert_eq!(recv_json(&mut ws).await["error"], serde_json::Value::Null);
     assert_eq!(mode(&path), 0o4750);
 }
+
+/// `agentd fs edit` as an unprivileged user (uid 65534): the replacement where it can rename, the
+/// contract's in-place rewrite where the directory takes no new file, the contract's refusal where the
+/// file itself is not writable.
+#[test]
+fn edits_without_privileges_replace_or_rewrite_in_place_or_refuse() {
+    use std::os::unix::fs::MetadataExt as _;
+    let files = tempfile::tempdir().unwrap();
+    let base = files.path();
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let make = |dir: &str, dir_mode: u32, file_mode: u32| {
+        let dir = base.join(dir);
+        std::fs::create_dir(&dir).unwrap();
+        let file = dir.join("f");
+        std::fs::write(&file, "before").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(file_mode)).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+        file
+    };
+    let (open, closed, locked) =
+        (make("open", 0o777, 0o666), make("closed", 0o555, 0o666), make("locked", 0o777, 0o444));
+    let edit = |file: &Path| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(agentd_tests::binary("agentd"))
+            .args(["fs", "edit"])
+            .arg(file)
+            .args(["before", "after"])
+            .output()
+            .unwrap();
+        let result: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        result["edit"]["error"].as_str().map(str::to_owned)
+    };
+    let inode = |file: &Path| std::fs::metadata(file).unwrap().ino();
+    // A writable directory: a new inode, now the editor's (agentd may not give it root's), mode kept.
+    let before = inode(&open);
+    assert_eq!(edit(&open), None);
+    let meta = std::fs::metadata(&open).unwrap();
+    assert_eq!((std::fs::read(&open).unwrap(), meta.mode() & 0o7777), (b"after".to_vec(), 0o666));
+    assert_ne!(meta.ino(), before);
+    assert_eq!(meta.uid(), 65534);
+    // A directory it cannot write to: rewritten in place, as the contract's reference does.
+    let before = inode(&closed);
+    assert_eq!(edit(&closed), None);
+    assert_eq!((std::fs::read(&closed).unwrap(), inode(&closed)), (b"after".to_vec(), before));
+    // A file it may not write: refused although a rename would work.
+    let error = edit(&locked).unwrap();
+    assert_eq!(error, format!("Error: Permission denied editing file '{}'", locked.display()));
+    assert_eq!(std::fs::read(&locked).unwrap(), b"before");
+    for dir in ["open", "closed", "locked"] {
+        assert!(temps(&base.join(dir)).is_empty(), "{dir}");
+    }
+    // The unprivileged records directory, when nothing is recorded in it.
+    let _ = std::fs::remove_dir(std::env::temp_dir().join("agentd-temps-65534"));
+}
