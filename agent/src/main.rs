@@ -174,6 +174,9 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     } else {
         Workspace::open(workspace.clone())
     };
+    // Temp files of replacements a killed agentd left in this workspace (uploads, write, edit).
+    let sweep_ws = files.clone();
+    tokio::task::spawn_blocking(move || transfer::sweep_recorded(&sweep_ws));
     let scratch = std::env::temp_dir().join(format!("agentd-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
     let default_timeout = admission::seconds(args.default_timeout, "--default-timeout")?;

@@ -39,6 +39,7 @@ use std::sync::Arc;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, FcntlArg, OFlag, fcntl, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 use thiserror::Error;
 
 /// Links followed in one resolution before it fails with `ELOOP` (the kernel's limit).
@@ -114,6 +115,28 @@ impl Entry {
     pub fn name(&self) -> Option<&CStr> {
         self.last.as_deref()
     }
+
+    /// The real location of [`Entry::dir`] below the top (the root, or `/` without one).
+    pub fn dir_location(&self) -> &Path {
+        &self.dir.location
+    }
+}
+
+/// Directories a walk made (`mkdir -p`), in the order made: each with the directory fd it was made
+/// in. [`Made::undo`] removes them again.
+#[derive(Debug, Default)]
+pub struct Made(Vec<(OwnedFd, CString)>);
+
+impl Made {
+    /// Removes the directories made, deepest first, each only while it is still empty: the first
+    /// one that is not (something was put there meanwhile) stops the undo, as its parents then hold it.
+    pub fn undo(self) {
+        for (dir, name) in self.0.into_iter().rev() {
+            if unlinkat(&dir, name.as_c_str(), UnlinkatFlags::RemoveDir).is_err() {
+                break;
+            }
+        }
+    }
 }
 
 /// What a path names: opened `O_PATH`, its `stat`, and where it was found.
@@ -169,6 +192,12 @@ impl Node {
     /// The real location below the top: the root with `--root`, else `/`.
     pub fn location(&self) -> &Path {
         &self.location
+    }
+
+    /// The directory it was found in (for a directory with no name there: itself), and its name
+    /// there: where a replacement of this very file goes (`renameat`), links already followed.
+    pub fn parent(&self) -> (BorrowedFd<'_>, &CStr) {
+        (self.dir.as_fd(), self.name.as_c_str())
     }
 
     /// The `O_PATH` fd: a directory fd for `*at` calls, `fchdir`, `fstat`.
@@ -294,6 +323,11 @@ impl Workspace {
         &self.dir
     }
 
+    /// Whether paths are confined to a root (`--root`).
+    pub fn is_confined(&self) -> bool {
+        self.root.is_some()
+    }
+
     /// The machine's path of a [`Node::location`].
     pub fn real_path(&self, location: &Path) -> PathBuf {
         match &self.root {
@@ -315,6 +349,25 @@ impl Workspace {
     /// The directory holding the last component of `path`, with every link before it followed.
     /// With `create`, missing directories on the way are made (`mkdir -p`, mode 0777 less umask).
     pub fn entry(&self, path: &str, create: bool) -> Result<Entry, ResolveError> {
+        let mut made = Made::default();
+        self.entry_made(path, create.then_some(&mut made))
+    }
+
+    /// [`Workspace::entry`], recording in `made` (when given: parents are made) the directories it
+    /// made, so a caller that fails later can remove them ([`Made::undo`]). On an error the
+    /// directories made so far are removed already.
+    pub fn entry_making(&self, path: &str) -> Result<(Entry, Made), ResolveError> {
+        let mut made = Made::default();
+        match self.entry_made(path, Some(&mut made)) {
+            Ok(entry) => Ok((entry, made)),
+            Err(err) => {
+                made.undo();
+                Err(err)
+            }
+        }
+    }
+
+    fn entry_made(&self, path: &str, made: Option<&mut Made>) -> Result<Entry, ResolveError> {
         if path.contains('\0') {
             return Err(Errno::EINVAL.into());
         }
@@ -337,7 +390,7 @@ impl Workspace {
                 },
             }
         };
-        self.walk(start, path, create, 0)
+        self.walk(start, path, made, 0)
     }
 
     /// What `path` names, its last link followed when `follow` (or when the path ends in `/`).
@@ -360,7 +413,7 @@ impl Workspace {
             return Err(ResolveError::Escape);
         }
         let start = Cursor { fd: dir.fd.try_clone()?, location: dir.location.clone() };
-        match self.walk(start, rel, false, 0) {
+        match self.walk(start, rel, None, 0) {
             Ok(entry) => self.lookup(&entry, follow),
             Err(err) if err.errno() == Some(Errno::ENOENT) => Ok(None),
             Err(err) => Err(err),
@@ -396,7 +449,7 @@ impl Workspace {
             if kind == Kind::Symlink && (follow || slash) {
                 let target = self.link_target(&fd, &mut links)?;
                 let next = match self.link_start(dir, &target).and_then(|(start, rest)| {
-                    self.walk_components(start, rest, target.ends_with(b"/"), false, links)
+                    self.walk_components(start, rest, target.ends_with(b"/"), None, links)
                 }) {
                     Ok(next) => next,
                     Err(err) if err.errno() == Some(Errno::ENOENT) => return Ok(None),
@@ -453,17 +506,24 @@ impl Workspace {
     }
 
     /// Walks `path` from `cur` up to its last component.
-    fn walk(&self, cur: Cursor, path: &[u8], create: bool, links: u32) -> Result<Entry, ResolveError> {
-        self.walk_components(cur, components(path), path.ends_with(b"/"), create, links)
+    fn walk(
+        &self,
+        cur: Cursor,
+        path: &[u8],
+        made: Option<&mut Made>,
+        links: u32,
+    ) -> Result<Entry, ResolveError> {
+        self.walk_components(cur, components(path), path.ends_with(b"/"), made, links)
     }
 
-    /// Walks the stack `pending` (first component on top) from `cur` up to its last component.
+    /// Walks the stack `pending` (first component on top) from `cur` up to its last component;
+    /// with `made`, missing directories are made and recorded there.
     fn walk_components(
         &self,
         mut cur: Cursor,
         mut pending: Vec<Vec<u8>>,
         slash: bool,
-        create: bool,
+        mut made: Option<&mut Made>,
         mut links: u32,
     ) -> Result<Entry, ResolveError> {
         while let Some(name) = pending.pop() {
@@ -476,10 +536,16 @@ impl Workspace {
                 _ => {
                     let cname = cstring(&name)?;
                     let fd = match open_path(cur.fd.as_fd(), &cname) {
-                        Err(Errno::ENOENT) if create => {
+                        Err(Errno::ENOENT) if made.is_some() => {
                             let mode = Mode::from_bits_truncate(0o777);
                             match mkdirat(cur.fd.as_fd(), cname.as_c_str(), mode) {
-                                Ok(()) | Err(Errno::EEXIST) => {}
+                                Ok(()) => {
+                                    if let Some(made) = made.as_deref_mut() {
+                                        made.0.push((cur.fd.try_clone()?, cname.clone()));
+                                    }
+                                }
+                                // Made by someone else meanwhile: not ours to remove.
+                                Err(Errno::EEXIST) => {}
                                 Err(err) => return Err(err.into()),
                             }
                             open_path(cur.fd.as_fd(), &cname)?
@@ -498,7 +564,7 @@ impl Workspace {
                             pending.extend(rest);
                         }
                         // `mkdir -p` through a file says the file exists; a lookup, that it is no directory.
-                        Kind::File | Kind::Other if create => return Err(Errno::EEXIST.into()),
+                        Kind::File | Kind::Other if made.is_some() => return Err(Errno::EEXIST.into()),
                         Kind::File | Kind::Other => return Err(Errno::ENOTDIR.into()),
                     }
                 }
@@ -657,6 +723,25 @@ mod tests {
         assert!(!c.outside.join("new").exists());
         let entry = c.ws.entry("/", false).unwrap();
         assert_eq!(entry.name(), None);
+    }
+
+    #[test]
+    fn made_directories_are_undone_deepest_first_while_empty() {
+        let c = case();
+        let (entry, made) = c.ws.entry_making("/in/a/b/leaf").unwrap();
+        assert_eq!(entry.dir_location(), Path::new("sub/a/b"));
+        assert!(c.root.join("sub/a/b").is_dir());
+        made.undo();
+        assert!(!c.root.join("sub/a").exists() && c.root.join("sub/f").is_file());
+        // Only what this walk made: an existing parent stays; a filled directory stops the undo.
+        let (_, made) = c.ws.entry_making("/sub/x/y/z/leaf").unwrap();
+        std::fs::write(c.root.join("sub/x/y/mine"), "m").unwrap();
+        made.undo();
+        assert!(c.root.join("sub/x/y/mine").is_file() && !c.root.join("sub/x/y/z").exists());
+        // A walk that fails after making some (a name too long) removes them itself.
+        let err = c.ws.entry_making(&format!("/made/{}/leaf", "n".repeat(256))).unwrap_err();
+        assert_eq!(err.errno(), Some(Errno::ENAMETOOLONG));
+        assert!(!c.root.join("made").exists());
     }
 
     #[test]

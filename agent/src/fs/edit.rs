@@ -1,15 +1,26 @@
 //! `edit` (contract §3.4): exact, then CRLF-form, then LF-form matching of `old`; the same transform
-//! applied to `new`; the file rewritten in place (through links, mode kept).
+//! applied to `new`; the file replaced atomically, as an upload replaces one (through links, mode and
+//! owner kept, setuid and setgid dropped).
+//!
+//! The new content goes to a temp file in the directory where the resolution found the file (a link's
+//! target's directory: the link stays a link) and is renamed over its name, so a kill at any moment
+//! leaves the old content or the new, never a truncated file. A rename makes a new inode: other hard
+//! links to the file keep the old content. Where that directory takes no new file (no write
+//! permission on it) but the file itself is writable, the content is rewritten in place as the
+//! contract's reference does (truncate and write, not atomic), so such an edit still succeeds.
 
+use std::fs::File;
 use std::io::Read as _;
 use std::os::unix::fs::FileExt as _;
+use std::path::Path;
 
 use agentd_protocol::fs::EditResult;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
 use super::errno;
-use crate::root::{ResolveError, Workspace};
+use crate::root::{Node, ResolveError, Workspace};
+use crate::transfer::UploadTarget;
 
 pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace) -> EditResult {
     let fail = |error: String| EditResult { error: Some(error), ..EditResult::default() };
@@ -74,10 +85,8 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace)
     }
     let edited =
         if replace_all { text.replace(old_form, new_form) } else { text.replacen(old_form, new_form, 1) };
-    // In place (truncate and write), not a rename: links keep pointing here and the mode stays. The
-    // file written is the one read, through the same fd.
     let written = match unwritable {
-        None => file.set_len(0).and_then(|()| file.write_all_at(edited.as_bytes(), 0)),
+        None => replace(&node, &file, edited.as_bytes(), ws),
         Some(err) => Err(err),
     };
     match written {
@@ -88,6 +97,25 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace)
         },
         Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => denied(),
         Err(err) => other(err),
+    }
+}
+
+/// Replaces the file `node` (opened read-write as `file`) with `bytes`: see the module doc.
+fn replace(node: &Node, file: &File, bytes: &[u8], ws: &Workspace) -> std::io::Result<()> {
+    let (dir, name) = node.parent();
+    let real_dir = ws.real_path(node.location().parent().unwrap_or(Path::new("")));
+    match UploadTarget::create(dir, name, &real_dir, Some(node.stat()), None).map(UploadTarget::unsynced) {
+        Ok(mut target) => match target.write(bytes) {
+            Ok(()) => target.commit_io(),
+            Err(err) => {
+                target.remove();
+                Err(err)
+            }
+        },
+        Err(err) if matches!(errno(&err), Some(Errno::EACCES | Errno::EPERM)) => {
+            file.set_len(0).and_then(|()| file.write_all_at(bytes, 0))
+        }
+        Err(err) => Err(err),
     }
 }
 
@@ -164,5 +192,29 @@ mod tests {
         assert_eq!(edit("ln", "a", "Z", false, ws).error, None);
         assert_eq!(std::fs::read(base.join("f")).unwrap(), b"Zbc");
         assert!(std::fs::symlink_metadata(base.join("ln")).unwrap().file_type().is_symlink());
+    }
+
+    #[test]
+    fn edits_replace_the_links_target_whole_and_drop_setuid() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path();
+        let ws = &Workspace::open(base.into());
+        std::fs::create_dir(base.join("sub")).unwrap();
+        let long = "e".repeat(255);
+        let target = base.join("sub").join(&long);
+        std::fs::write(&target, "#!/bin/sh\necho old\n").unwrap();
+        std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        std::os::unix::fs::symlink(format!("sub/{long}"), base.join("ln")).unwrap();
+        let before = std::fs::metadata(&target).unwrap();
+        assert_eq!(edit("ln", "old", "new", false, ws).error, None);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "#!/bin/sh\necho new\n");
+        let after = std::fs::metadata(&target).unwrap();
+        // A new inode (renamed into place), the mode kept without setuid, the link still a link.
+        assert_ne!(std::os::unix::fs::MetadataExt::ino(&after), std::os::unix::fs::MetadataExt::ino(&before));
+        assert_eq!(after.permissions().mode() & 0o7777, 0o755);
+        assert!(std::fs::symlink_metadata(base.join("ln")).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_dir(base.join("sub")).unwrap().count(), 1);
+        assert_eq!(edit(&format!("sub/{long}"), "new", "x", false, ws).error, None);
     }
 }

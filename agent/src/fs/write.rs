@@ -1,5 +1,7 @@
 //! `write` (contract §3.3): create missing parents (`mkdir -p` of the dirname), then write the exact
-//! bytes as an upload does, so its errors are the upload's codes.
+//! bytes as an upload does (temp file renamed over the name: atomic, mode and owner kept, setuid and
+//! setgid dropped), so its errors are the upload's codes. A failed write removes the directories it
+//! made.
 
 use agentd_protocol::fs::WriteResult;
 
@@ -11,16 +13,19 @@ pub fn write(path: &str, content: &str, ws: &Workspace) -> WriteResult {
     let parent = dirname(path);
     // `mkdir -p` of the dirname: with `/.` appended, every component of it is a directory on the way.
     let parent_dir = if parent.is_empty() { ".".to_owned() } else { format!("{parent}/.") };
-    match ws.entry(&parent_dir, true) {
-        Ok(_) => {}
+    let made = match ws.entry_making(&parent_dir) {
+        Ok((_, made)) => made,
         Err(ResolveError::Escape) => return fail(format!("Failed to write file '{path}': invalid_path")),
         Err(ResolveError::Io(err)) => {
             return fail(format!("Failed to write file '{path}': cannot create directory '{parent}': {err}"));
         }
-    }
+    };
     match transfer::destination(ws, path).and_then(|dest| transfer::write_whole(&dest, content.as_bytes())) {
         Ok(()) => WriteResult { error: None, path: Some(path.to_owned()) },
-        Err(code) => fail(format!("Failed to write file '{path}': {code}")),
+        Err(code) => {
+            made.undo();
+            fail(format!("Failed to write file '{path}': {code}"))
+        }
     }
 }
 
@@ -67,5 +72,25 @@ mod tests {
         std::fs::write(dir.path().join("afile"), "").unwrap();
         let r = write(&format!("{t}/afile/c"), "x", base);
         assert!(r.error.is_some() && r.path.is_none(), "{r:?}");
+    }
+
+    #[test]
+    fn a_failed_write_removes_the_directories_it_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = &Workspace::open(dir.path().into());
+        let base = dir.path().to_str().unwrap();
+        // The parents are made, then the name is too long for the file system: they go again.
+        let long = format!("{base}/new/deeper/{}", "n".repeat(256));
+        assert!(write(&long, "x", ws).error.is_some());
+        assert!(!dir.path().join("new").exists());
+        // So does a relative path, refused after the parent step (the contract's order).
+        assert!(write("rel/x", "x", ws).error.is_some());
+        assert!(!dir.path().join("rel").exists());
+        std::fs::create_dir(dir.path().join("old")).unwrap();
+        assert!(write(&format!("{base}/old/made/{}", "n".repeat(256)), "x", ws).error.is_some());
+        assert!(dir.path().join("old").is_dir() && !dir.path().join("old/made").exists());
+        let name = "w".repeat(255);
+        assert_eq!(write(&format!("{base}/old/{name}"), "x", ws).error, None);
+        assert_eq!(std::fs::read(dir.path().join("old").join(&name)).unwrap(), b"x");
     }
 }
