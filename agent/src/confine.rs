@@ -805,6 +805,19 @@ impl Confiner {
         self.cgroups.get_or_init(pids_cgroup_parent).as_ref()
     }
 
+    /// The per-command cgroups that exist now (commands running, or a finished command's
+    /// background processes still in its cgroup).
+    pub fn command_cgroups(&self) -> Vec<PathBuf> {
+        let Some(Some(parent)) = self.cgroups.get() else { return Vec::new() };
+        std::fs::read_dir(parent)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|entry| entry.path())
+            .collect()
+    }
+
     /// Removes agentd's cgroups at shutdown, once every process is gone.
     pub fn remove_cgroups(&self) {
         let Some(Some(parent)) = self.cgroups.get() else { return };

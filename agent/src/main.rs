@@ -225,7 +225,9 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
             let _ = std::fs::remove_file(path);
         }
     }
-    // Nothing may outlive agentd: every running exec's tree is killed before it exits.
+    // Nothing may outlive agentd: every running exec's tree is killed before it exits; what is in
+    // a per-command pids cgroup first, through the cgroup (a fork bomb cannot outrun that).
+    exec::tree::end_cgroups(&shared.confiner.command_cgroups()).await;
     shared.executor.kill_all().await;
     shared.confiner.remove_cgroups();
     let _ = std::fs::remove_dir_all(&scratch);

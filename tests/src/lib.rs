@@ -578,21 +578,48 @@ impl PidsCap {
         format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.dir.display())
     }
 
+    /// Moves the calling thread into the cap until the guard drops: what it spawns meanwhile (an
+    /// agentd through `LocalSandbox::start`) starts inside. cgroup v1 moves single threads through
+    /// `tasks`, so the test's other threads stay where they are.
+    pub fn join_thread(&self) -> ThreadInCap {
+        let tid = nix::unistd::gettid().to_string();
+        let back = self.dir.parent().expect("parent cgroup").join("tasks");
+        std::fs::write(self.dir.join("tasks"), &tid).expect("join the cap");
+        ThreadInCap { tid, back }
+    }
+
     /// Every pid in the cap's tree.
     pub fn pids(&self) -> Vec<i32> {
-        let mut pids = Vec::new();
-        let mut stack = vec![self.dir.clone()];
-        while let Some(dir) = stack.pop() {
-            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            pids.extend(procs.lines().filter_map(|l| l.parse::<i32>().ok()));
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(entry.path());
-                }
+        pids_below(&self.dir)
+    }
+}
+
+/// The calling thread inside a [`PidsCap`]; dropping it moves the thread back to the cap's parent.
+pub struct ThreadInCap {
+    tid: String,
+    back: PathBuf,
+}
+
+impl Drop for ThreadInCap {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.back, &self.tid);
+    }
+}
+
+/// Every pid in the cgroup `dir` and beneath it.
+pub fn pids_below(dir: &std::path::Path) -> Vec<i32> {
+    let mut pids = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        pids.extend(procs.lines().filter_map(|l| l.parse::<i32>().ok()));
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
             }
         }
-        pids
     }
+    pids
 }
 
 impl Drop for PidsCap {
