@@ -18,8 +18,9 @@ use agentd_protocol::ExecRequest;
 use agentd_protocol::profile::Level;
 use agentd_tests::{PidsCap, binary, pids_below};
 
-/// `:(){ :|:& };:` with a name dash accepts (it refuses to define `:`), after 50 sleepers that outlive it (a bomb at its limit dies down by itself: each of its
-/// processes exits when its fork fails), so what was not ended is seen.
+/// `:(){ :|:& };:` with a name dash accepts (it refuses to define `:`), after 50 sleepers that
+/// outlive it (a bomb at its limit dies down by itself: each of its processes exits when its fork
+/// fails), so what was not ended is seen.
 const BOMB_AND_SLEEPERS: &str = "for i in $(seq 50); do sleep 1022 & done; bomb(){ bomb|bomb& };bomb";
 
 /// Room above the profile's limit for agentd's own threads and the test's thread.
