@@ -11,7 +11,7 @@ const SENTINEL: &str = "AGENTD_META_00112233445566778899__";
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let (exit_code, truncated) = (data.first().map(|b| i32::from(*b)), data.len() % 2 == 0);
+    let (exit_code, truncated) = (data.first().map(|b| i32::from(*b)), data.len().is_multiple_of(2));
     let response = ExecuteResponse { output: text.to_owned(), exit_code, truncated };
     let parsed = meta::parse(response.clone(), SENTINEL);
     if !text.starts_with(SENTINEL) {
