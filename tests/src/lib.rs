@@ -419,64 +419,6 @@ pub async fn docker_available(image: &str) -> bool {
     }
 }
 
-/// The static agentd built for injection (`images/build.sh` builds it).
-pub fn static_agentd() -> PathBuf {
-    let release = binary("agentd");
-    let target = release.parent().and_then(|p| p.parent()).expect("target dir");
-    let path = target.join("x86_64-unknown-linux-gnu/release/agentd");
-    assert!(path.is_file(), "{} is missing: images/build.sh builds it", path.display());
-    path
-}
-
-/// A running container from `image` whose process only waits (no agentd), with `mounts` bound at
-/// the same paths.
-pub fn plain_container(image: &str, mounts: &[&std::path::Path]) -> String {
-    let mut args =
-        vec!["run".to_owned(), "-d".into(), "--label".into(), agentd_host::adapters::docker::LABEL.into()];
-    for dir in mounts {
-        args.extend(["-v".to_owned(), format!("{0}:{0}", dir.display())]);
-    }
-    args.extend(["--entrypoint".into(), "/bin/sh".into(), image.into(), "-c".into(), "sleep 3600".into()]);
-    let out = std::process::Command::new("docker").args(&args).output().expect("docker run");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-/// A Docker sandbox with `workspace` bind-mounted at the same path and as agentd's working
-/// directory: baked (`image` has agentd) or injected into a plain container of `image`.
-pub async fn docker_sandbox(
-    image: &str,
-    inject: bool,
-    workspace: &std::path::Path,
-) -> (agentd_host::adapters::docker::DockerSandbox, String) {
-    use agentd_host::adapters::docker::{DockerOptions, DockerSandbox};
-    let workdir = Some(workspace.to_string_lossy().into_owned());
-    if inject {
-        let container = plain_container(image, &[workspace]);
-        let sandbox =
-            DockerSandbox::attach_with(&container, &static_agentd(), workdir).await.expect("attach");
-        (sandbox, container)
-    } else {
-        let options = DockerOptions { mounts: vec![workspace.to_owned()], workdir };
-        let sandbox = DockerSandbox::create_with(image, &options).await.expect("create");
-        let container = sandbox.container().to_owned();
-        (sandbox, container)
-    }
-}
-
-/// Removes a container when dropped (tests: also when they fail).
-pub struct RemoveOnDrop(pub String);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("docker")
-            .args(["rm", "-f", &self.0])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
-
 /// What a test needs from the machine that the machine may not have.
 #[derive(Clone, Copy, Debug)]
 pub enum Need {
@@ -654,5 +596,63 @@ impl Drop for PidsCap {
         for dir in dirs.iter().rev() {
             let _ = std::fs::remove_dir(dir);
         }
+    }
+}
+
+/// The static agentd built for injection (`images/build.sh` builds it).
+pub fn static_agentd() -> PathBuf {
+    let release = binary("agentd");
+    let target = release.parent().and_then(|p| p.parent()).expect("target dir");
+    let path = target.join("x86_64-unknown-linux-gnu/release/agentd");
+    assert!(path.is_file(), "{} is missing: images/build.sh builds it", path.display());
+    path
+}
+
+/// A running container from `image` whose process only waits (no agentd), with `mounts` bound at
+/// the same paths.
+pub fn plain_container(image: &str, mounts: &[&std::path::Path]) -> String {
+    let mut args =
+        vec!["run".to_owned(), "-d".into(), "--label".into(), agentd_host::adapters::docker::LABEL.into()];
+    for dir in mounts {
+        args.extend(["-v".to_owned(), format!("{0}:{0}", dir.display())]);
+    }
+    args.extend(["--entrypoint".into(), "/bin/sh".into(), image.into(), "-c".into(), "sleep 3600".into()]);
+    let out = std::process::Command::new("docker").args(&args).output().expect("docker run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+/// A Docker sandbox with `workspace` bind-mounted at the same path and as agentd's working
+/// directory: baked (`image` has agentd) or injected into a plain container of `image`.
+pub async fn docker_sandbox(
+    image: &str,
+    inject: bool,
+    workspace: &std::path::Path,
+) -> (agentd_host::adapters::docker::DockerSandbox, String) {
+    use agentd_host::adapters::docker::{DockerOptions, DockerSandbox};
+    let workdir = Some(workspace.to_string_lossy().into_owned());
+    if inject {
+        let container = plain_container(image, &[workspace]);
+        let sandbox =
+            DockerSandbox::attach_with(&container, &static_agentd(), workdir).await.expect("attach");
+        (sandbox, container)
+    } else {
+        let options = DockerOptions { mounts: vec![workspace.to_owned()], workdir };
+        let sandbox = DockerSandbox::create_with(image, &options).await.expect("create");
+        let container = sandbox.container().to_owned();
+        (sandbox, container)
+    }
+}
+
+/// Removes a container when dropped (tests: also when they fail).
+pub struct RemoveOnDrop(pub String);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker")
+            .args(["rm", "-f", &self.0])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
