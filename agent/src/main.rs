@@ -225,8 +225,8 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
             let _ = std::fs::remove_file(path);
         }
     }
-    // Nothing may outlive agentd: every running exec's tree is killed before it exits; what is in
-    // a per-command pids cgroup first, through the cgroup (a fork bomb cannot outrun that).
+    // Nothing may outlive agentd: every running exec's tree is killed before it exits.
+    // Per-command pids cgroups first: through the cgroup, a fork bomb cannot outrun the kill.
     exec::tree::end_cgroups(&shared.confiner.command_cgroups()).await;
     shared.executor.kill_all().await;
     shared.confiner.remove_cgroups();
