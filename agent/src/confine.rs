@@ -411,6 +411,13 @@ pub struct Cleanup {
 }
 
 impl Cleanup {
+    /// Processes still in the command's pids cgroup (`None` without one).
+    pub fn processes_left(&self) -> Option<u32> {
+        let cgroup = self._cgroup.as_ref()?;
+        let procs = std::fs::read_to_string(cgroup.dir.join("cgroup.procs")).ok()?;
+        Some(u32::try_from(procs.lines().count()).unwrap_or(u32::MAX))
+    }
+
     /// Removes the command's cgroup (its tree is gone by now).
     pub fn finish(self) {
         drop(self);

@@ -60,6 +60,8 @@ async fn a_fork_bomb_under_the_embedded_default_is_capped_and_dropping_the_sandb
     assert!(took < Duration::from_secs(10), "the exec took {took:?}");
     assert_eq!(r.enforcement.as_ref().map(|e| e.limits), Some(Level::Full), "{r:?}");
     // The bomb runs on after its exec returned, in the command's own pids cgroup.
+    let strays = r.stray_processes.unwrap_or(0);
+    assert!(strays >= 50, "the sleepers and the bomb are strays: {r:?}");
     let cgroups = command_cgroups(&cap, agentd);
     assert_eq!(cgroups.len(), 1, "{cgroups:?}");
     let command = &cgroups[0];
@@ -158,4 +160,34 @@ async fn agentctl_down_ends_the_commands_of_an_agentd_that_cannot() {
     let left = cap.pids();
     assert!(left.is_empty(), "{} processes outlived `agentctl down` ({took:?})", left.len());
     assert!(took < Duration::from_secs(10), "agentctl down took {took:?}");
+}
+
+#[tokio::test]
+async fn an_exec_result_counts_the_processes_it_left_running() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(64) else { return };
+    async fn run(sb: &LocalSandbox, command: &str, timeout: f64) -> agentd_protocol::ExecResult {
+        let request =
+            ExecRequest { command: command.to_owned(), timeout: Some(timeout), ..ExecRequest::default() };
+        sb.agentd().exec(request, None).await.unwrap()
+    }
+    let (confined, unconfined) = {
+        let _inside = cap.join_thread();
+        (LocalSandbox::start().await.unwrap(), LocalSandbox::start_unconfined().await.unwrap())
+    };
+    // In a pids cgroup (the embedded default): counted exactly, however the strays left.
+    let quiet = "for i in 1 2 3; do setsid sleep 1024 >/dev/null 2>&1 & done; true";
+    assert_eq!(run(&confined, "true", 20.0).await.stray_processes, Some(0));
+    assert_eq!(run(&confined, quiet, 20.0).await.stray_processes, Some(3));
+    // A timeout kills them: none left.
+    let r = run(&confined, "sleep 1024 & sleep 1024 & sleep 30", 0.5).await;
+    assert_eq!(r.stray_processes, Some(0), "{r:?}");
+    // Without a cgroup: counted when one held the output pipe, by tree and tag.
+    assert_eq!(run(&unconfined, "true", 20.0).await.stray_processes, None);
+    assert_eq!(
+        run(&unconfined, "sleep 1024 & setsid sleep 1024 & true", 20.0).await.stray_processes,
+        Some(2)
+    );
+    drop((confined, unconfined));
+    assert!(cap.pids().is_empty(), "strays outlived their agentd");
 }
