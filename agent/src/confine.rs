@@ -411,6 +411,13 @@ pub struct Cleanup {
 }
 
 impl Cleanup {
+    /// Processes still in the command's pids cgroup (`None` without one).
+    pub fn processes_left(&self) -> Option<u32> {
+        let cgroup = self._cgroup.as_ref()?;
+        let procs = std::fs::read_to_string(cgroup.dir.join("cgroup.procs")).ok()?;
+        Some(u32::try_from(procs.lines().count()).unwrap_or(u32::MAX))
+    }
+
     /// Removes the command's cgroup (its tree is gone by now).
     pub fn finish(self) {
         drop(self);
@@ -803,6 +810,19 @@ fn own_pids_cgroup(membership: &str, mountinfo: &str) -> Option<OwnCgroup> {
 impl Confiner {
     fn cgroup_parent(&self) -> Option<&PathBuf> {
         self.cgroups.get_or_init(pids_cgroup_parent).as_ref()
+    }
+
+    /// The per-command cgroups that exist now (commands running, or a finished command's
+    /// background processes still in its cgroup).
+    pub fn command_cgroups(&self) -> Vec<PathBuf> {
+        let Some(Some(parent)) = self.cgroups.get() else { return Vec::new() };
+        std::fs::read_dir(parent)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|entry| entry.path())
+            .collect()
     }
 
     /// Removes agentd's cgroups at shutdown, once every process is gone.

@@ -312,6 +312,11 @@ pub struct ExecResult {
     /// The command was stopped by a resource limit: `cpu_seconds` (SIGXCPU) or `file_size` (SIGXFSZ).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit_exceeded: Option<String>,
+    /// Processes of this exec still running when the shell was reaped (background processes it left
+    /// behind; they run on until they exit or agentd stops, which kills them). Counted where the exec
+    /// has its own pids cgroup, or when one of them held the output pipe open; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stray_processes: Option<u32>,
 }
 
 impl ExecResult {

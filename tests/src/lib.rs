@@ -399,8 +399,8 @@ impl agentd_host::BaseSandbox for ExecOnly {
     }
 }
 
-/// Whether the Docker engine and `image` are there; prints why not, or fails when
-/// `AGENTD_REQUIRE_DOCKER` is set (CI on a machine with Docker).
+/// Whether the Docker engine and `image` are there; when not, the running test is [`skip`]ped
+/// (a failure when `AGENTD_REQUIRE_DOCKER` is set: CI on a machine with Docker).
 pub async fn docker_available(image: &str) -> bool {
     use agentd_host::adapters::docker;
     let reason = match docker::engine().await {
@@ -413,9 +413,188 @@ pub async fn docker_available(image: &str) -> bool {
     match reason {
         None => true,
         Some(reason) => {
-            assert!(std::env::var_os("AGENTD_REQUIRE_DOCKER").is_none(), "Docker required but: {reason}");
-            println!("skipped: {reason}");
+            skip(Need::Docker, reason);
             false
+        }
+    }
+}
+
+/// What a test needs from the machine that the machine may not have.
+#[derive(Clone, Copy, Debug)]
+pub enum Need {
+    /// A Docker engine and the images `images/build.sh` builds.
+    Docker,
+    /// Landlock (at the ABI the test names in its reason).
+    Landlock,
+    /// A writable cgroup v1 `pids` hierarchy (root).
+    Cgroup,
+    /// python3, for the probes the shell cannot make.
+    Python3,
+}
+
+impl Need {
+    /// The variable that makes a skip for this need a failure (`.ci/run` sets them all).
+    pub fn variable(self) -> &'static str {
+        match self {
+            Self::Docker => "AGENTD_REQUIRE_DOCKER",
+            Self::Landlock => "AGENTD_REQUIRE_LANDLOCK",
+            Self::Cgroup => "AGENTD_REQUIRE_CGROUP",
+            Self::Python3 => "AGENTD_REQUIRE_PYTHON3",
+        }
+    }
+}
+
+/// The one way a test says it cannot run here; the caller returns right after.
+///
+/// libtest has no runtime skip, so a skipped test counts as passed there. This makes it visible:
+/// it fails the test when `need`'s `AGENTD_REQUIRE_*` variable is set; otherwise it writes
+/// `skipped: <binary>::<test>: <reason>` to stderr (straight to the descriptor, so libtest's capture
+/// does not hide it) and appends the same line to the file `$AGENTD_SKIP_LOG` names, from which
+/// `.ci/run` counts skips (one per test) and takes them off the passed count.
+pub fn skip(need: Need, reason: impl std::fmt::Display) {
+    use std::io::Write as _;
+    let variable = need.variable();
+    assert!(std::env::var_os(variable).is_none(), "{variable} is set, but this test would skip: {reason}");
+    let line = format!("skipped: {}: {reason}\n", test_name());
+    // One write each: lines from tests running in parallel do not mix.
+    let _ = std::io::stderr().write_all(line.as_bytes());
+    if let Some(log) = std::env::var_os("AGENTD_SKIP_LOG") {
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(err) = appended {
+            panic!("cannot record the skip in {}: {err}", std::path::Path::new(&log).display());
+        }
+    }
+}
+
+/// `<test binary>::<test>`: libtest runs each test on a thread named after it; the binary's name
+/// (without cargo's hash) tells apart the same test in several binaries (the conformance suites).
+fn test_name() -> String {
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .map(|stem| match stem.rsplit_once('-') {
+            Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_owned(),
+            _ => stem,
+        })
+        .unwrap_or_else(|| "?".to_owned());
+    let thread = std::thread::current();
+    format!("{binary}::{}", thread.name().unwrap_or("?"))
+}
+
+/// A pids cgroup made by the test beneath its own (cgroup v1 `pids`), with a small `pids.max`: a
+/// ceiling for everything started inside it, so a fork bomb or an escape cannot fill the machine's
+/// process table. Dropping it kills what is left and removes it.
+pub struct PidsCap {
+    pub dir: PathBuf,
+}
+
+impl PidsCap {
+    /// `None` where no writable cgroup v1 `pids` hierarchy is mounted (not root, cgroup v2 only).
+    pub fn new(max: u32) -> Option<Self> {
+        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let own = membership.lines().find_map(|l| l.split_once(":pids:").map(|(_, path)| path.to_owned()))?;
+        let root = std::path::Path::new("/sys/fs/cgroup/pids");
+        let dir =
+            root.join(own.trim_start_matches('/')).join(format!("agentd-test-{}", rand::random::<u32>()));
+        std::fs::create_dir(&dir).ok()?;
+        let cap = Self { dir };
+        std::fs::write(cap.dir.join("pids.max"), max.to_string()).ok()?;
+        Some(cap)
+    }
+
+    /// [`PidsCap::new`], or [`skip`] (`Need::Cgroup`) and `None`.
+    pub fn or_skip(max: u32) -> Option<Self> {
+        let cap = Self::new(max);
+        if cap.is_none() {
+            skip(Need::Cgroup, "needs a writable cgroup v1 pids hierarchy (root)");
+        }
+        cap
+    }
+
+    /// A wrapper for [`Daemon::launch`]: a shell that joins the cap, then runs its arguments.
+    pub fn enter(&self) -> String {
+        format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.dir.display())
+    }
+
+    /// Moves the calling thread into the cap until the guard drops: what it spawns meanwhile (an
+    /// agentd through `LocalSandbox::start`) starts inside. cgroup v1 moves single threads through
+    /// `tasks`, so the test's other threads stay where they are.
+    pub fn join_thread(&self) -> ThreadInCap {
+        let tid = nix::unistd::gettid().to_string();
+        let back = self.dir.parent().expect("parent cgroup").join("tasks");
+        std::fs::write(self.dir.join("tasks"), &tid).expect("join the cap");
+        ThreadInCap { tid, back }
+    }
+
+    /// Every pid in the cap's tree.
+    pub fn pids(&self) -> Vec<i32> {
+        pids_below(&self.dir)
+    }
+}
+
+/// The calling thread inside a [`PidsCap`]; dropping it moves the thread back to the cap's parent.
+pub struct ThreadInCap {
+    tid: String,
+    back: PathBuf,
+}
+
+impl Drop for ThreadInCap {
+    fn drop(&mut self) {
+        let _ = std::fs::write(&self.back, &self.tid);
+    }
+}
+
+/// Every pid in the cgroup `dir` and beneath it.
+pub fn pids_below(dir: &std::path::Path) -> Vec<i32> {
+    let mut pids = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        pids.extend(procs.lines().filter_map(|l| l.parse::<i32>().ok()));
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(entry.path());
+            }
+        }
+    }
+    pids
+}
+
+impl Drop for PidsCap {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            let pids = self.pids();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Deepest first.
+        let mut dirs = vec![self.dir.clone()];
+        let mut i = 0;
+        while i < dirs.len() {
+            let children: Vec<_> = std::fs::read_dir(&dirs[i])
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect();
+            dirs.extend(children);
+            i += 1;
+        }
+        for dir in dirs.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }

@@ -2,7 +2,8 @@
 //! `images/build.sh`), and injected into a running container from a base image without it. (The file
 //! verbs run the whole conformance suite on the same four sandboxes: `conformance_docker_*.rs`.)
 //!
-//! Without a reachable engine (or without the images) each test prints one line and returns, unless
+//! Without a reachable engine (or without the images) each test prints one `skipped:` line and returns
+//! ([`agentd_tests::skip`]), unless
 //! `AGENTD_REQUIRE_DOCKER=1` (set by `.ci/run`) makes that a failure.
 
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.

@@ -1,9 +1,11 @@
 //! Sandbox profiles: real commands under real profiles, and the kernel saying no.
 //!
 //! These need landlock (ABI ≥ 4 for the network rules). On a kernel without it each test prints one
-//! line and returns, unless `AGENTD_REQUIRE_LANDLOCK=1` (set by `.ci/run`) makes that a failure.
+//! `skipped:` line and returns ([`agentd_tests::skip`]), unless `AGENTD_REQUIRE_LANDLOCK=1` (set by `.ci/run`)
+//! makes that a failure.
 //! The probes the shell cannot make (sockets of every kind, io_uring, x32 system calls, open by
-//! handle, nested landlock) are python3 scripts; without python3 those tests say so and return.
+//! handle, nested landlock) are python3 scripts; without python3 those tests skip the same way
+//! (`AGENTD_REQUIRE_PYTHON3`).
 
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use agentd_host::{AgentdSandbox, SandboxError};
 use agentd_protocol::profile::{Level, Limits, Network, ProfileOverride};
 use agentd_protocol::{ErrorCode, ExecRequest, ExecResult};
-use agentd_tests::Daemon;
+use agentd_tests::{Daemon, Need, skip};
 
 /// A daemon running `profile` (TOML, `{W}` replaced by its workspace), and a link to it.
 async fn profiled(profile: &str) -> Option<(Daemon, AgentdSandbox, tempfile::TempDir)> {
@@ -27,8 +29,7 @@ async fn profiled(profile: &str) -> Option<(Daemon, AgentdSandbox, tempfile::Tem
     let sandbox = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
     let abi = sandbox.link().await.unwrap().hello().landlock_abi;
     if abi < 4 {
-        assert!(std::env::var_os("AGENTD_REQUIRE_LANDLOCK").is_none(), "landlock ABI {abi} < 4 but required");
-        println!("skipped: this kernel's landlock ABI is {abi}; profile tests need 4");
+        skip(Need::Landlock, format!("this kernel's landlock ABI is {abi}; profile tests need 4"));
         return None;
     }
     Some((daemon, sandbox, dir))
@@ -258,8 +259,7 @@ async fn the_embedded_default_is_confined_to_its_workspace_and_private_tmp() {
     let enforcement = r.enforcement.clone().unwrap();
     assert_eq!(enforcement.profile, "local-default");
     if enforcement.landlock_abi == 0 {
-        assert!(std::env::var_os("AGENTD_REQUIRE_LANDLOCK").is_none(), "landlock required");
-        println!("skipped: no landlock on this kernel");
+        skip(Need::Landlock, "no landlock on this kernel");
         return;
     }
     let output = r.output.unwrap();
@@ -303,7 +303,7 @@ fn profile_file(dir: &Path, workspace: &Path, profile: &str) -> std::path::PathB
 fn python3() -> bool {
     let there = std::process::Command::new("python3").arg("-c").arg("").status().is_ok_and(|s| s.success());
     if !there {
-        println!("skipped: no python3 for the probes");
+        skip(Need::Python3, "no python3 for the probes");
     }
     there
 }
@@ -476,7 +476,10 @@ async fn the_report_is_what_the_command_got_under_strict_and_best_effort() {
         let r = run(&sb, "true").await;
         let e = r.enforcement.unwrap();
         if e.landlock_abi < 6 {
-            println!("skipped: signal scoping needs landlock ABI 6, the kernel has {}", e.landlock_abi);
+            skip(
+                Need::Landlock,
+                format!("signal scoping needs landlock ABI 6, the kernel has {}", e.landlock_abi),
+            );
             return;
         }
         assert_eq!(
@@ -530,7 +533,7 @@ async fn a_strict_command_that_does_not_get_landlock_does_not_run() {
         );
         let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
         if sb.link().await.unwrap().hello().landlock_abi < 4 {
-            println!("skipped: no landlock");
+            skip(Need::Landlock, "no landlock");
             return;
         }
         let marker = outside.path().join(format!("ran-{mode}"));
@@ -647,8 +650,7 @@ cat $D/sibling",
             Daemon::launch(&[], workspace, &["--profile", path.to_str().unwrap()], Some(&token_file));
         let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
         if sb.link().await.unwrap().hello().landlock_abi < 3 {
-            assert!(std::env::var_os("AGENTD_REQUIRE_LANDLOCK").is_none(), "landlock required");
-            println!("skipped: landlock ABI < 3");
+            skip(Need::Landlock, "landlock ABI < 3");
             return;
         }
         let r = run(&sb, &attack).await;

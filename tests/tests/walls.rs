@@ -11,7 +11,7 @@ use std::process::Command;
 use agentd_host::{AgentdSandbox, SandboxError};
 use agentd_protocol::profile::ProfileOverride;
 use agentd_protocol::{ErrorCode, ExecRequest};
-use agentd_tests::Daemon;
+use agentd_tests::{Daemon, PidsCap};
 
 /// A raw websocket upgrade (no client library) over TCP `host:port` or a Unix socket path, with
 /// extra header lines; prints the status line of the answer. Run by agentd's commands and by the
@@ -241,97 +241,15 @@ impl Drop for RemoveDir {
     }
 }
 
-/// A pids cgroup made by the test beneath its own (cgroup v1 `pids`), with a small `pids.max`: a
-/// ceiling for everything started inside it. Dropping it kills what is left and removes it.
-struct PidsCap {
-    dir: std::path::PathBuf,
-}
-
-impl PidsCap {
-    fn new(max: u32) -> Option<Self> {
-        let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        let own = membership.lines().find_map(|l| l.split_once(":pids:").map(|(_, path)| path.to_owned()))?;
-        let root = Path::new("/sys/fs/cgroup/pids");
-        let dir =
-            root.join(own.trim_start_matches('/')).join(format!("agentd-walls-{}", rand::random::<u32>()));
-        std::fs::create_dir(&dir).ok()?;
-        let cap = Self { dir };
-        std::fs::write(cap.dir.join("pids.max"), max.to_string()).ok()?;
-        Some(cap)
-    }
-
-    /// Every pid in the cap's tree.
-    fn pids(&self) -> Vec<i32> {
-        let mut pids = Vec::new();
-        let mut stack = vec![self.dir.clone()];
-        while let Some(dir) = stack.pop() {
-            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-            pids.extend(procs.lines().filter_map(|l| l.parse::<i32>().ok()));
-            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(entry.path());
-                }
-            }
-        }
-        pids
-    }
-}
-
-impl Drop for PidsCap {
-    fn drop(&mut self) {
-        for _ in 0..100 {
-            let pids = self.pids();
-            if pids.is_empty() {
-                break;
-            }
-            for pid in pids {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        // Deepest first.
-        let mut dirs = vec![self.dir.clone()];
-        let mut i = 0;
-        while i < dirs.len() {
-            let children: Vec<_> = std::fs::read_dir(&dirs[i])
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path())
-                .collect();
-            dirs.extend(children);
-            i += 1;
-        }
-        for dir in dirs.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
-}
-
-fn cgroups_required() -> bool {
-    std::env::var_os("AGENTD_REQUIRE_CGROUP").is_some()
-}
-
 #[tokio::test]
 async fn commands_get_no_more_processes_than_agentd_itself() {
     const CEILING: u32 = 24;
-    let Some(cap) = PidsCap::new(CEILING) else {
-        assert!(
-            !cgroups_required(),
-            "no writable cgroup v1 pids hierarchy, but AGENTD_REQUIRE_CGROUP is set"
-        );
-        println!("skipped: needs a writable cgroup v1 pids hierarchy (root)");
-        return;
-    };
+    let Some(cap) = PidsCap::or_skip(CEILING) else { return };
     let config = tempfile::tempdir().unwrap();
     let profile = config.path().join("p.toml");
     // The profile allows far more than agentd's own cgroup does.
     std::fs::write(&profile, "name = \"many\"\n[limits]\nprocesses = 1000\n").unwrap();
-    let enter = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cap.dir.display());
+    let enter = cap.enter();
     let daemon = Daemon::launch(
         &["sh", "-c", &enter, "sh"],
         tempfile::tempdir().unwrap(),

@@ -310,7 +310,8 @@ impl Executor {
         if let Err(err) = read_result {
             tracing::warn!(pid, "reading exec output failed: {err}");
         }
-        if matches!(end, DrainEnd::Stopped) {
+        let pipe_held = matches!(end, DrainEnd::Stopped);
+        if pipe_held {
             tracing::debug!(pid, "a background process still holds the output pipe");
         }
 
@@ -330,7 +331,12 @@ impl Executor {
         };
         if let Some((report, cleanup)) = confinement {
             result.enforcement = Some(report);
+            result.stray_processes = cleanup.processes_left();
             cleanup.finish();
+        }
+        if result.stray_processes.is_none() && pipe_held {
+            // No cgroup to ask: a `/proc` scan, only when a process is known to be left.
+            result.stray_processes = Some(u32::try_from(tree::members(pid, &tag).len()).unwrap_or(u32::MAX));
         }
         let path = capture.path().to_owned();
         // Reading back up to 32 MiB (and writing the preview) is disk work: off the runtime thread,

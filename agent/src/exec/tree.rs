@@ -9,6 +9,7 @@
 //! cgroup is the complete answer where one can be created.
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
@@ -22,6 +23,8 @@ pub const TAG_VAR: &str = "AGENTD_EXEC_TAG";
 struct ProcEntry {
     pid: i32,
     ppid: i32,
+    /// Stopped (`T`, or `t` under a tracer): it cannot fork until continued.
+    stopped: bool,
 }
 
 fn live_processes() -> Vec<ProcEntry> {
@@ -32,7 +35,8 @@ fn live_processes() -> Vec<ProcEntry> {
         let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let (state, ppid) = parse_stat(&stat)?;
-        (state != "Z" && state != "X").then_some(ProcEntry { pid, ppid })
+        let stopped = state == "T" || state == "t";
+        (state != "Z" && state != "X").then_some(ProcEntry { pid, ppid, stopped })
     })
     .collect()
 }
@@ -84,15 +88,20 @@ fn has_tag(pid: i32, tag_entry: &[u8]) -> bool {
 /// Parent pid → live children, from one scan of `/proc`.
 struct ProcessTree {
     children: HashMap<i32, Vec<i32>>,
+    stopped: HashSet<i32>,
 }
 
 impl ProcessTree {
     fn scan() -> Self {
         let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        let mut stopped = HashSet::new();
         for process in live_processes() {
             children.entry(process.ppid).or_default().push(process.pid);
+            if process.stopped {
+                stopped.insert(process.pid);
+            }
         }
-        Self { children }
+        Self { children, stopped }
     }
 
     /// Every live process below `root`.
@@ -115,7 +124,10 @@ impl ProcessTree {
 
 /// The live processes of the exec whose shell is `root` and whose tag is `tag`.
 pub fn members(root: u32, tag: &str) -> Vec<i32> {
-    let tree = ProcessTree::scan();
+    members_in(&ProcessTree::scan(), root, tag)
+}
+
+fn members_in(tree: &ProcessTree, root: u32, tag: &str) -> Vec<i32> {
     let root = root as i32;
     let mut out: HashSet<i32> = tree.descendants(root).into_iter().collect();
     if tree.is_live(root) {
@@ -132,19 +144,85 @@ pub fn members(root: u32, tag: &str) -> Vec<i32> {
     out.into_iter().collect()
 }
 
-/// SIGKILLs every process below agentd, until none is left: the last step of shutdown, so nothing
-/// agentd started (a finished exec's background daemon included) outlives it.
+/// Ends every process in the per-command pids cgroups `dirs` (each holds one command's processes,
+/// a finished command's strays included): the cheap first step of shutdown. `pids.max` goes to 0,
+/// so no fork in them succeeds any more; `cgroup.kill` (cgroup v2) kills them all at once, and
+/// every pid `cgroup.procs` lists is SIGKILLed until the lists are empty. A fork bomb in a cgroup
+/// cannot outrun that, and the kernel's lists spare agentd a `/proc` scan of thousands of processes
+/// on a CPU the bomb is starving. Returns how many processes were still listed after the rounds.
+pub async fn end_cgroups(dirs: &[PathBuf]) -> usize {
+    for dir in dirs {
+        // Both fail harmlessly on a cgroup already gone; `cgroup.kill` exists on v2 only.
+        let _ = std::fs::write(dir.join("pids.max"), "0");
+        let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    }
+    kill_until_gone(|| {
+        dirs.iter()
+            .flat_map(|dir| {
+                std::fs::read_to_string(dir.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.parse().ok())
+                    .collect::<Vec<i32>>()
+            })
+            .collect()
+    })
+    .await
+}
+
+/// Stops, then SIGKILLs, every process below agentd until none is left: the last step of shutdown,
+/// so nothing agentd started (a finished exec's background daemon, a fork bomb) outlives it.
 pub async fn kill_every_descendant() {
+    let agentd = std::process::id() as i32;
+    let stopped = stop_all(|| {
+        let tree = ProcessTree::scan();
+        let all = tree.descendants(agentd);
+        let running = all.iter().filter(|pid| !tree.stopped.contains(pid)).count();
+        (all, running)
+    })
+    .await;
+    let left = kill_until_gone(|| ProcessTree::scan().descendants(agentd)).await;
+    if !stopped || left > 0 {
+        tracing::warn!(left, "processes below agentd survived the stop and kill rounds");
+    }
+}
+
+/// SIGSTOPs what `scan` finds (every process, and how many of them are not stopped yet) until a
+/// scan finds all of them stopped; false if rounds ran out first (e.g. processes in
+/// uninterruptible sleep).
+///
+/// Why stop before killing: a fork bomb replaces what is killed as fast as it is killed, and under a
+/// pids limit every kill frees a slot for a survivor's fork. A stopped process cannot fork and keeps
+/// its slot, so each round only has to catch the processes born since the last scan, and those
+/// become fewer every round; then one SIGKILL round ends them all.
+async fn stop_all(scan: impl Fn() -> (Vec<i32>, usize)) -> bool {
     for _ in 0..KILL_ROUNDS {
-        let all = ProcessTree::scan().descendants(std::process::id() as i32);
+        let (all, running) = scan();
+        if running == 0 {
+            return true;
+        }
+        for pid in all {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+        }
+        // SIGSTOP takes effect when the process next runs: let it.
+        sleep(Duration::from_millis(1)).await;
+    }
+    false
+}
+
+/// SIGKILLs what `scan` finds until it finds nothing; returns how many were left after the rounds.
+async fn kill_until_gone(scan: impl Fn() -> Vec<i32>) -> usize {
+    for _ in 0..KILL_ROUNDS {
+        let all = scan();
         if all.is_empty() {
-            return;
+            return 0;
         }
         for pid in all {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         sleep(Duration::from_millis(2)).await;
     }
+    scan().len()
 }
 
 /// SIGTERM to the whole exec, a grace period, then SIGKILL until nothing is left.
@@ -173,13 +251,23 @@ impl TimeoutLadder {
             }
             sleep(POLL).await;
         }
-        for _ in 0..KILL_ROUNDS {
-            if signal_all(root, tag, Signal::SIGKILL) == 0 {
-                return;
-            }
-            sleep(Duration::from_millis(2)).await;
+        // What is left is stopped first (a fork bomb cannot outrun that), then killed.
+        let _ = killpg(Pid::from_raw(root as i32), Signal::SIGSTOP);
+        stop_all(|| {
+            let tree = ProcessTree::scan();
+            let members = members_in(&tree, root, tag);
+            let running = members.iter().filter(|pid| !tree.stopped.contains(pid)).count();
+            (members, running)
+        })
+        .await;
+        let left = kill_until_gone(|| {
+            let _ = killpg(Pid::from_raw(root as i32), Signal::SIGKILL);
+            members(root, tag)
+        })
+        .await;
+        if left > 0 {
+            tracing::warn!(root, left, "processes of an exec survived {KILL_ROUNDS} SIGKILL rounds");
         }
-        tracing::warn!(root, "processes of an exec survived {KILL_ROUNDS} SIGKILL rounds");
     }
 }
 

@@ -4,6 +4,7 @@
 //! The walk is one thread, top-down, entries in name order: truncation keeps what the walk met first,
 //! and name order makes that reproducible (the match-limit quirk of §3.7 depends on it).
 
+pub(crate) mod braces;
 pub(crate) mod fnmatch;
 
 use std::collections::HashSet;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use agentd_protocol::fs::{FileInfo, GlobResult, TruncationReason};
 use nix::errno::Errno;
 
+use self::braces::expand_braces;
 use self::fnmatch::{PYTHON, Pattern, has_magic, rewrite_caret};
 
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
@@ -90,55 +92,6 @@ pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
         truncated: truncation_reason.is_some(),
         truncation_reason,
     }
-}
-
-/// Expands braces (§3.7): leftmost group first, top-level commas split it, a group without a matching
-/// `}` leaves the whole rest literal, a group of fewer than two parts stays literal. `None` when the
-/// expansions exceed `limit`.
-fn expand_braces(pattern: &str, limit: usize) -> Option<Vec<String>> {
-    let mut out = Vec::new();
-    expand_into(String::new(), pattern, &mut out, limit)?;
-    Some(out)
-}
-
-/// Appends `prefix` + each expansion of `rest` to `out`.
-fn expand_into(prefix: String, rest: &str, out: &mut Vec<String>, limit: usize) -> Option<()> {
-    let literal = |out: &mut Vec<String>, mut prefix: String| {
-        prefix.push_str(rest);
-        out.push(prefix);
-        (out.len() <= limit).then_some(())
-    };
-    let Some(open) = rest.find('{') else { return literal(out, prefix) };
-    let mut depth = 0usize;
-    let mut close = None;
-    let mut commas = Vec::new();
-    // Braces and commas are ASCII, so byte offsets are char boundaries.
-    for (i, b) in rest.bytes().enumerate().skip(open) {
-        match b {
-            b'{' => depth += 1,
-            b'}' => {
-                depth -= 1;
-                if depth == 0 {
-                    close = Some(i);
-                    break;
-                }
-            }
-            b',' if depth == 1 => commas.push(i),
-            _ => {}
-        }
-    }
-    let Some(close) = close else { return literal(out, prefix) };
-    if commas.is_empty() {
-        return expand_into(prefix + &rest[..=close], &rest[close + 1..], out, limit);
-    }
-    let head = prefix + &rest[..open];
-    let suffix = &rest[close + 1..];
-    let mut start = open + 1;
-    for end in commas.into_iter().chain([close]) {
-        expand_into(head.clone(), &format!("{}{suffix}", &rest[start..end]), out, limit)?;
-        start = end + 1;
-    }
-    Some(())
 }
 
 /// One segment of a path-rule candidate.

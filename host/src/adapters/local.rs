@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentd_protocol::profile::{Mode, SandboxProfile};
+use agentd_protocol::profile::{Limits, Mode, SandboxProfile};
 use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use agentd_protocol::{FsRequest, FsResponse};
 use async_trait::async_trait;
@@ -40,9 +40,18 @@ pub struct LocalSandbox {
     _confinement: Option<DefaultProfile>,
 }
 
+/// Tasks (processes and threads: a pids cgroup counts both) one command of the embedded default may
+/// have at once. Real work fits with room to spare: a parallel build (`make -j`/cargo on a many-core
+/// machine, each compiler with its own threads), a JVM or Gradle build (hundreds of threads), a test
+/// runner with dozens of workers, a headless browser. It is systemd's default per-service `TasksMax`
+/// on a machine with the common `pid_max` of 32768 (15 %, 4915) rounded down: a fork bomb stops
+/// there, leaving the machine's process table to everything else, `agentctl down` included.
+pub const DEFAULT_PROCESSES: u64 = 4096;
+
 /// The embedded default's sandbox profile: commands may write only to the workspace and a private
-/// tmp (`TMPDIR`), read everything, and use the network. Best-effort, so a kernel without landlock
-/// still runs commands, and each result says what was enforced.
+/// tmp (`TMPDIR`), read everything, use the network, and have at most [`DEFAULT_PROCESSES`] tasks.
+/// Best-effort, so a kernel without landlock (or a machine where no pids cgroup can be made) still
+/// runs commands, and each result says what was enforced.
 pub struct DefaultProfile {
     pub tmp: tempfile::TempDir,
     config: tempfile::TempDir,
@@ -60,6 +69,7 @@ impl DefaultProfile {
                 tmp.path().to_string_lossy().into_owned(),
             ]),
             env: [("TMPDIR".to_owned(), tmp.path().to_string_lossy().into_owned())].into(),
+            limits: Limits { processes: Some(DEFAULT_PROCESSES), ..Limits::default() },
             ..SandboxProfile::default()
         };
         let text = serde_json::to_string_pretty(&profile).map_err(|e| SandboxError::Start(e.to_string()))?;

@@ -494,6 +494,11 @@ fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     if alive() {
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        // agentd did not finish its own cleaning (a storm starved it): end what it started here.
+        let left = end_tagged(session.pid);
+        if left > 0 {
+            eprintln!("agentctl: {left} processes of agentd (pid {}) could not be ended", session.pid);
+        }
     }
     if session.owns_workspace {
         let _ = std::fs::remove_dir_all(&session.workspace);
@@ -504,6 +509,50 @@ fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
     std::fs::remove_file(&path)?;
     println!("agentd down (pid {})", session.pid);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Stops, then SIGKILLs, every process carrying the exec tag of the agentd `agentd`
+/// (`AGENTD_EXEC_TAG=<pid>.<seq>`, which every process of its commands inherits), as agentd's own
+/// shutdown does: stopped processes cannot fork, so a fork bomb cannot replace what is killed.
+/// Returns how many were left after the rounds.
+fn end_tagged(agentd: u32) -> usize {
+    use nix::sys::signal::{Signal, kill};
+    let prefix = format!("AGENTD_EXEC_TAG={agentd}.").into_bytes();
+    // (pid, stopped) of every live process with the tag.
+    let scan = || -> Vec<(i32, bool)> {
+        let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+        dir.flatten()
+            .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+            .filter_map(|pid| {
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                let state = stat.rsplit_once(')')?.1.split_whitespace().next()?.to_owned();
+                let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+                let tagged = environ.split(|b| *b == 0).any(|var| var.starts_with(&prefix));
+                (tagged && state != "Z" && state != "X").then_some((pid, state == "T" || state == "t"))
+            })
+            .collect()
+    };
+    for _ in 0..200 {
+        let found = scan();
+        if found.iter().all(|(_, stopped)| *stopped) {
+            break;
+        }
+        for (pid, _) in found {
+            let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGSTOP);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for _ in 0..200 {
+        let found = scan();
+        if found.is_empty() {
+            return 0;
+        }
+        for (pid, _) in found {
+            let _ = kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    scan().len()
 }
 
 fn is_zombie(pid: u32) -> bool {

@@ -1,0 +1,25 @@
+//! The glob verb's brace expander (`agent/src/fs/glob/braces.rs`, included as is): any pattern
+//! expands or is refused without panicking or overflowing the stack, never into more than the
+//! limit, and a pattern without `{` is its only expansion.
+#![no_main]
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../agent/src/fs/glob/braces.rs"]
+mod braces;
+
+use libfuzzer_sys::fuzz_target;
+
+const LIMIT: usize = 1000;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(pattern) = std::str::from_utf8(data) else { return };
+    match braces::expand_braces(pattern, LIMIT) {
+        Some(expansions) => {
+            assert!(!expansions.is_empty() && expansions.len() <= LIMIT);
+            if !pattern.contains('{') {
+                assert_eq!(expansions, [pattern]);
+            }
+        }
+        None => assert!(pattern.contains('{')),
+    }
+});

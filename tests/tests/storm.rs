@@ -1,0 +1,193 @@
+//! Process storms: a fork bomb under the embedded default is capped by the profile's process limit,
+//! and neither dropping the sandbox nor `agentctl down` is outrun by it.
+//!
+//! Every bomb runs inside a pids cgroup the test makes ([`PidsCap`], a little above the profile's
+//! limit), so a bomb that got past agentd's own cap could still not fill the machine's process
+//! table; without a writable cgroup v1 `pids` hierarchy the tests skip (`AGENTD_REQUIRE_CGROUP`).
+//! The tests run one at a time (a lock), so two bombs never share the machine's two cores.
+
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agentd_host::LocalSandbox;
+use agentd_host::adapters::local::DEFAULT_PROCESSES;
+use agentd_protocol::ExecRequest;
+use agentd_protocol::profile::Level;
+use agentd_tests::{PidsCap, binary, pids_below};
+
+/// `:(){ :|:& };:` with a name dash accepts (it refuses to define `:`), after 50 sleepers that
+/// outlive it (a bomb at its limit dies down by itself: each of its processes exits when its fork
+/// fails), so what was not ended is seen.
+const BOMB_AND_SLEEPERS: &str = "for i in $(seq 50); do sleep 1022 & done; bomb(){ bomb|bomb& };bomb";
+
+/// Room above the profile's limit for agentd's own threads and the test's thread.
+const CAP: u32 = DEFAULT_PROCESSES as u32 + 200;
+
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The per-command cgroups of the agentd `pid` that runs inside `cap`.
+fn command_cgroups(cap: &PidsCap, pid: u32) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(cap.dir.join(format!("agentd-{pid}")))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default().trim().to_owned()
+}
+
+#[tokio::test]
+async fn a_fork_bomb_under_the_embedded_default_is_capped_and_dropping_the_sandbox_ends_it() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(CAP) else { return };
+    let sb = {
+        let _inside = cap.join_thread();
+        LocalSandbox::start().await.unwrap()
+    };
+    let agentd = sb.pid();
+    let started = Instant::now();
+    let request =
+        ExecRequest { command: BOMB_AND_SLEEPERS.to_owned(), timeout: Some(30.0), ..ExecRequest::default() };
+    let r = sb.agentd().exec(request, None).await.unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "the exec took {took:?}");
+    assert_eq!(r.enforcement.as_ref().map(|e| e.limits), Some(Level::Full), "{r:?}");
+    // The bomb runs on after its exec returned, in the command's own pids cgroup.
+    let strays = r.stray_processes.unwrap_or(0);
+    assert!(strays >= 50, "the sleepers and the bomb are strays: {r:?}");
+    let cgroups = command_cgroups(&cap, agentd);
+    assert_eq!(cgroups.len(), 1, "{cgroups:?}");
+    let command = &cgroups[0];
+    assert_eq!(read(&command.join("pids.max")), DEFAULT_PROCESSES.to_string());
+    let mut peak = 0;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        peak = peak.max(pids_below(command).len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The kernel's own account: the most the cgroup ever held, and forks it refused at the limit.
+    let kernel_peak: u64 = read(&command.join("pids.peak")).parse().unwrap_or(0);
+    let refused = read(&command.join("pids.events"));
+    println!("bomb: sampled peak {peak}, pids.peak {kernel_peak}, pids.events {refused:?}, exec {took:?}");
+    assert!(kernel_peak <= DEFAULT_PROCESSES && peak as u64 <= DEFAULT_PROCESSES);
+    assert!(refused != "max 0" && !refused.is_empty(), "the bomb never reached the limit: {refused}");
+    // Dropping the sandbox (SIGTERM, then SIGKILL after 5 s) must leave nothing behind.
+    let started = Instant::now();
+    drop(sb);
+    let took = started.elapsed();
+    let left = cap.pids();
+    assert!(left.is_empty(), "{} processes outlived the sandbox ({took:?})", left.len());
+    assert!(took < Duration::from_secs(4), "agentd took {took:?} to stop");
+}
+
+/// `agentctl up` inside `cap`, with its session file in `state`; a fork bomb (and sleepers) started
+/// through it and in full swing. Returns agentd's pid and a runner of agentctl commands on that session.
+async fn session_with_a_bomb(cap: &PidsCap, state: &Path) -> (u32, impl Fn(&[&str]) -> std::process::Output) {
+    let session = state.join("session.json");
+    let agentctl = {
+        let session = session.clone();
+        move |args: &[&str]| {
+            std::process::Command::new(binary("agentctl"))
+                .args(args)
+                .env("AGENTCTL_SESSION", &session)
+                .env_remove("AGENTD_URL")
+                .output()
+                .unwrap()
+        }
+    };
+    let up = std::process::Command::new("sh")
+        .args(["-c", &cap.enter(), "sh"])
+        .arg(binary("agentctl"))
+        .arg("up")
+        .env("AGENTCTL_SESSION", &session)
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&session).unwrap()).unwrap();
+    let pid = saved["pid"].as_u64().unwrap() as u32;
+    let out = agentctl(&["exec", "--", BOMB_AND_SLEEPERS]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let swing = agentd_tests::eventually(Duration::from_secs(5), || {
+        command_cgroups(cap, pid).iter().map(|c| pids_below(c).len()).sum::<usize>() > 100
+    })
+    .await;
+    assert!(swing, "the bomb did not start");
+    (pid, agentctl)
+}
+
+#[tokio::test]
+async fn agentctl_down_finishes_under_a_running_fork_bomb() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(CAP) else { return };
+    let state = tempfile::tempdir().unwrap();
+    let (_pid, agentctl) = session_with_a_bomb(&cap, state.path()).await;
+    let started = Instant::now();
+    let down = agentctl(&["down"]);
+    let took = started.elapsed();
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    let left = cap.pids();
+    let log = std::fs::read_to_string(state.path().join("session.log")).unwrap_or_default();
+    assert!(
+        left.is_empty(),
+        "{} processes outlived `agentctl down` ({took:?}); agentd's log:\n{log}",
+        left.len()
+    );
+    // agentd ends the bomb itself on SIGTERM; `down` would SIGKILL it after 5 s.
+    assert!(took < Duration::from_secs(5), "agentctl down took {took:?}; agentd's log:\n{log}");
+    assert!(!state.path().join("session.json").exists());
+}
+
+#[tokio::test]
+async fn agentctl_down_ends_the_commands_of_an_agentd_that_cannot() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(CAP) else { return };
+    let state = tempfile::tempdir().unwrap();
+    let (pid, agentctl) = session_with_a_bomb(&cap, state.path()).await;
+    // A stopped agentd never acts on SIGTERM: `down` kills it after 5 s and must end the bomb itself.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGSTOP)
+        .unwrap();
+    let started = Instant::now();
+    let down = agentctl(&["down"]);
+    let took = started.elapsed();
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    let left = cap.pids();
+    assert!(left.is_empty(), "{} processes outlived `agentctl down` ({took:?})", left.len());
+    assert!(took < Duration::from_secs(10), "agentctl down took {took:?}");
+}
+
+#[tokio::test]
+async fn an_exec_result_counts_the_processes_it_left_running() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(64) else { return };
+    async fn run(sb: &LocalSandbox, command: &str, timeout: f64) -> agentd_protocol::ExecResult {
+        let request =
+            ExecRequest { command: command.to_owned(), timeout: Some(timeout), ..ExecRequest::default() };
+        sb.agentd().exec(request, None).await.unwrap()
+    }
+    let (confined, unconfined) = {
+        let _inside = cap.join_thread();
+        (LocalSandbox::start().await.unwrap(), LocalSandbox::start_unconfined().await.unwrap())
+    };
+    // In a pids cgroup (the embedded default): counted exactly, however the strays left.
+    let quiet = "for i in 1 2 3; do setsid sleep 1024 >/dev/null 2>&1 & done; true";
+    assert_eq!(run(&confined, "true", 20.0).await.stray_processes, Some(0));
+    assert_eq!(run(&confined, quiet, 20.0).await.stray_processes, Some(3));
+    // A timeout kills them: none left.
+    let r = run(&confined, "sleep 1024 & sleep 1024 & sleep 30", 0.5).await;
+    assert_eq!(r.stray_processes, Some(0), "{r:?}");
+    // Without a cgroup: counted when one held the output pipe, by tree and tag.
+    assert_eq!(run(&unconfined, "true", 20.0).await.stray_processes, None);
+    assert_eq!(
+        run(&unconfined, "sleep 1024 & setsid sleep 1024 & true", 20.0).await.stray_processes,
+        Some(2)
+    );
+    drop((confined, unconfined));
+    assert!(cap.pids().is_empty(), "strays outlived their agentd");
+}
