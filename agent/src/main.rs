@@ -312,3 +312,19 @@ fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, Box<dyn
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_budget_leaves_the_reserve() {
+        // The default soft limit: the reserve and a few fds stay free of connections.
+        assert_eq!(connection_budget(1024), 1024 - FD_RESERVE - 16);
+        // Raised limits: the constant caps it.
+        assert_eq!(connection_budget(20_000), MAX_CONNECTIONS);
+        assert_eq!(connection_budget(1 << 20), MAX_CONNECTIONS);
+        // Absurdly low limits still admit one connection.
+        assert_eq!(connection_budget(10), 1);
+    }
+}
