@@ -390,7 +390,7 @@ async fn sockets_that_never_authenticate_are_closed_after_the_handshake_timeout(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_flood_ends_agentd_promptly() {
-    let mut daemon = Daemon::start();
+    let daemon = Daemon::start();
     let (fifo, _writer) = fifo_with_writer(daemon.workspace.path());
     let root = symlink_chain(daemon.workspace.path(), 20);
     let mut ws = greeted(&daemon).await;
@@ -404,7 +404,14 @@ async fn sigterm_during_a_flood_ends_agentd_promptly() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let exited = eventually(Duration::from_secs(5), || daemon.child.try_wait().unwrap().is_some()).await;
+    // Watched without reaping it: the pid stays agentd's (a zombie) until `Daemon` reaps it on drop.
+    let pid = daemon.pid();
+    let exited = eventually(Duration::from_secs(5), || {
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_or(true, |status| {
+            status.lines().any(|line| line.starts_with("State:") && line.contains('Z'))
+        })
+    })
+    .await;
     let took = start.elapsed();
     eprintln!("SIGTERM during a flood: agentd exited after {took:?}");
     assert!(exited, "agentd still runs 5 s after SIGTERM");
