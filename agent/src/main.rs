@@ -11,6 +11,8 @@
 //! - [`transfer`]: chunked uploads (temp file + rename) and downloads, sha256 end to end.
 //! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
 //!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
+//! - [`registry`]: every request in flight (all kinds) with its caps and cancellation, and the
+//!   connection budget.
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
 //!
 //! ## Usage
@@ -25,6 +27,7 @@ mod confine;
 mod exec;
 mod fs;
 mod oneshot;
+mod registry;
 mod root;
 mod server;
 mod transfer;
@@ -42,8 +45,12 @@ use crate::auth::Token;
 use crate::confine::Confiner;
 use crate::exec::Executor;
 use crate::exec::reaper::Reaper;
+use crate::registry::Connections;
 use crate::root::Workspace;
 use crate::server::{Listener, Shared};
+use agentd_protocol::limits::{
+    FD_RESERVE, MAX_BLOCKING_THREADS, MAX_CONNECTIONS, MAX_PENDING_CONNECTIONS, SHUTDOWN_GRACE_MS,
+};
 use agentd_protocol::profile::SandboxProfile;
 
 #[derive(Parser)]
@@ -142,10 +149,25 @@ fn main() -> ExitCode {
                 }
             };
         }
-        Command::Serve(args) => match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-            Ok(runtime) => runtime.block_on(serve(args, env_token)),
-            Err(err) => Err(format!("cannot start the runtime: {err}").into()),
-        },
+        Command::Serve(args) => {
+            // A bounded blocking pool: no client can make agentd take more threads than this.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .max_blocking_threads(MAX_BLOCKING_THREADS)
+                // Idle pool threads retire soon after a burst instead of lingering (10 s default).
+                .thread_keep_alive(Duration::from_secs(2))
+                .build();
+            match runtime {
+                Ok(runtime) => {
+                    let result = runtime.block_on(serve(args, env_token));
+                    // Blocking work still running (its requests are cancelled and it polls that,
+                    // but a read can hang in a stuck file system) must not keep agentd alive.
+                    runtime.shutdown_timeout(Duration::from_millis(SHUTDOWN_GRACE_MS));
+                    result
+                }
+                Err(err) => Err(format!("cannot start the runtime: {err}").into()),
+            }
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -180,6 +202,8 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     let scratch = std::env::temp_dir().join(format!("agentd-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
     let default_timeout = admission::seconds(args.default_timeout, "--default-timeout")?;
+    let max_connections = connection_budget(raise_fd_limit());
+    tracing::debug!("connection budget: {max_connections}");
     let grace = admission::seconds(args.kill_grace, "--kill-grace")?;
 
     // The SIGCHLD handler must exist before the first child.
@@ -199,6 +223,8 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
             profile,
             default_timeout: (!default_timeout.is_zero()).then_some(default_timeout),
         },
+        global: Arc::default(),
+        connections: Arc::new(Connections::new(max_connections, MAX_PENDING_CONNECTIONS)),
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
@@ -228,6 +254,8 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
             let _ = std::fs::remove_file(path);
         }
     }
+    // Blocking verbs stop at their next step instead of holding the shutdown.
+    registry::shut_down();
     // Nothing may outlive agentd: every running exec's tree is killed before it exits.
     // Per-command pids cgroups first: through the cgroup, a fork bomb cannot outrun the kill.
     exec::tree::end_cgroups(&shared.confiner.command_cgroups()).await;
@@ -235,6 +263,35 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     shared.confiner.remove_cgroups();
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard one (connections and work both need descriptors; the
+/// default soft 1024 is a historical `select` limit agentd does not have); returns the soft limit in
+/// force.
+fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(err) => {
+                tracing::warn!("cannot raise RLIMIT_NOFILE from {soft} to {hard}: {err}");
+                soft
+            }
+        },
+        Ok((soft, _)) => soft,
+        Err(err) => {
+            tracing::warn!("cannot read RLIMIT_NOFILE: {err}");
+            1024
+        }
+    }
+}
+
+/// Connections agentd accepts at once with `fds` descriptors: [`MAX_CONNECTIONS`], less when the
+/// descriptors left after [`FD_RESERVE`] (and a few for the listener, the runtime and stdio) are
+/// fewer.
+fn connection_budget(fds: u64) -> usize {
+    let fds = usize::try_from(fds).unwrap_or(usize::MAX);
+    fds.saturating_sub(FD_RESERVE + 16).clamp(1, MAX_CONNECTIONS)
 }
 
 /// Binds the Unix socket at `path`, mode 0600. A socket file left by an agentd that died is replaced;
@@ -259,4 +316,20 @@ fn bind_unix(path: &std::path::Path) -> Result<tokio::net::UnixListener, Box<dyn
     let listener = listener.map_err(|e| format!("cannot listen on `{}`: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
     Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_budget_leaves_the_reserve() {
+        // The default soft limit: the reserve and a few fds stay free of connections.
+        assert_eq!(connection_budget(1024), 1024 - FD_RESERVE - 16);
+        // Raised limits: the constant caps it.
+        assert_eq!(connection_budget(20_000), MAX_CONNECTIONS);
+        assert_eq!(connection_budget(1 << 20), MAX_CONNECTIONS);
+        // Absurdly low limits still admit one connection.
+        assert_eq!(connection_budget(10), 1);
+    }
 }

@@ -3,21 +3,33 @@
 //!
 //! Each request runs in its own task and answers through the connection's outgoing queue, so a slow
 //! exec never delays another. Bad input is answered with an `error` reply and the connection stays
-//! up. When a connection closes, its running execs are killed and its unfinished uploads removed: no
-//! result could be delivered any more, and nothing should be left running unseen.
+//! up. Every request of every kind is in the connection's [`Requests`] (duplicate ids, caps, cancel
+//! and disconnect reach them all). When a connection closes, its running execs are killed, its
+//! unfinished uploads removed and its verbs and downloads stopped: no result could be delivered any
+//! more, and nothing should be left running unseen.
+//!
+//! Connections are budgeted ([`Connections`]): the HTTP upgrade must complete within
+//! [`HANDSHAKE_TIMEOUT_SECS`], and a new connection over the budget evicts the oldest one still in
+//! its upgrade.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use agentd_protocol::limits::{MAX_BINARY_MESSAGE, MAX_IN_FLIGHT, MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE};
+use agentd_protocol::fs::{
+    DeleteResult, EditResult, FsRequest, FsResponse, GlobResult, GrepResult, LsResult, ReadResult,
+    WriteResult,
+};
+use agentd_protocol::limits::{
+    HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_TEXT_MESSAGE,
+    MAX_WEBSOCKET_MESSAGE,
+};
 use agentd_protocol::{
-    CancelResult, ClientMessage, DecodeError, ErrorCode, ErrorReply, ExecRequest, ExecStarted, FsReply,
-    HelloReply, PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
+    CancelResult, ClientMessage, DecodeError, DownloadResult, ErrorCode, ErrorReply, ExecRequest,
+    ExecStarted, FsReply, HelloReply, PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
 };
 use futures_util::StreamExt as _;
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
@@ -28,6 +40,7 @@ use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner};
 use crate::exec::{CancelHandle, Confined, ExecError, ExecSpec, Executor, tree};
+use crate::registry::{Admitted, Cancel, Connections, Global, Handle, Requests, Slot};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
 
@@ -51,6 +64,10 @@ pub struct Shared {
     pub token: Option<Token>,
     /// What a request may do: the server's profile (`--profile`) and default timeout.
     pub policy: ServerPolicy,
+    /// Requests in flight across all connections.
+    pub global: Arc<Global>,
+    /// The connection budget.
+    pub connections: Arc<Connections>,
 }
 
 /// Where agentd listens.
@@ -67,10 +84,19 @@ pub async fn serve(listener: Listener, shared: Arc<Shared>) {
     loop {
         let accepted = match &listener {
             Listener::Tcp(tcp) => tcp.accept().await.map(|(stream, peer)| {
+                // Over budget with every connection authenticated: closed unanswered.
+                let Some(admitted) = shared.connections.admit() else { return };
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(connection(stream, peer.to_string(), Peer::Remote, Arc::clone(&shared)));
+                tokio::spawn(connection(
+                    stream,
+                    peer.to_string(),
+                    Peer::Remote,
+                    Arc::clone(&shared),
+                    admitted,
+                ));
             }),
             Listener::Unix(unix) => unix.accept().await.map(|(stream, _)| {
+                let Some(admitted) = shared.connections.admit() else { return };
                 let shared = Arc::clone(&shared);
                 let peer = stream.peer_cred().ok().and_then(|cred| cred.pid());
                 let label = peer.map_or("unix socket".to_owned(), |pid| format!("unix socket, pid {pid}"));
@@ -84,7 +110,7 @@ pub async fn serve(listener: Listener, shared: Arc<Shared>) {
                         }
                         None => Peer::OwnCommand,
                     };
-                    connection(stream, label, peer, shared).await;
+                    connection(stream, label, peer, shared, admitted).await;
                 });
             }),
         };
@@ -108,23 +134,43 @@ enum Peer {
     OwnCommand,
 }
 
-async fn connection<S>(stream: S, peer: String, who: Peer, shared: Arc<Shared>)
+/// One connection: the upgrade within [`HANDSHAKE_TIMEOUT_SECS`] (unless a newer connection evicts
+/// this one first), then its session. `admitted` holds its place in the budget until it ends.
+async fn connection<S>(stream: S, peer: String, who: Peer, shared: Arc<Shared>, mut admitted: Admitted)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     #[allow(clippy::result_large_err)] // tungstenite's `Callback` signature
     let auth =
         |request: &Request, response: Response| authorize(shared.token.as_ref(), who, request, response);
-    let ws = match tokio_tungstenite::accept_hdr_async_with_config(stream, auth, Some(ws_config())).await {
-        Ok(ws) => ws,
-        Err(err) => {
-            tracing::info!(%peer, "websocket upgrade refused: {err}");
+    let upgrade = tokio::time::timeout(
+        Duration::from_secs(HANDSHAKE_TIMEOUT_SECS),
+        tokio_tungstenite::accept_hdr_async_with_config(stream, auth, Some(ws_config())),
+    );
+    let ws = tokio::select! {
+        upgraded = upgrade => match upgraded {
+            Ok(Ok(ws)) => ws,
+            Ok(Err(err)) => {
+                tracing::info!(%peer, "websocket upgrade refused: {err}");
+                return;
+            }
+            Err(_) => {
+                tracing::info!(%peer, "no upgrade within {HANDSHAKE_TIMEOUT_SECS} s: closed");
+                return;
+            }
+        },
+        () = admitted.evicted() => {
+            tracing::info!(%peer, "closed in its upgrade to make room for a newer connection");
             return;
         }
     };
+    if !admitted.authenticate() {
+        return;
+    }
     tracing::debug!(%peer, "connected");
     session(ws, shared).await;
     tracing::debug!(%peer, "disconnected");
+    drop(admitted);
 }
 
 /// Serves one session over stdin/stdout: websocket frames without the HTTP upgrade, for a channel
@@ -152,7 +198,9 @@ where
     let writer =
         tokio::spawn(futures_util::stream::poll_fn(move |cx| outgoing.poll_recv(cx)).map(Ok).forward(sink));
 
-    let mut session = Session { shared, out, in_flight: Arc::default(), greeted: false };
+    let requests = Arc::new(Requests::new(Arc::clone(&shared.global)));
+    let blocking = Arc::new(Semaphore::new(MAX_BLOCKING_PER_CONNECTION));
+    let mut session = Session { shared, out, requests, blocking, greeted: false };
     while let Some(frame) = source.next().await {
         match frame {
             Ok(Message::Text(text)) => session.on_text(text.as_str()).await,
@@ -165,7 +213,7 @@ where
             }
         }
     }
-    session.close();
+    session.requests.close();
     drop(session);
     let _ = writer.await;
 }
@@ -203,19 +251,12 @@ fn authorize(
     refuse(StatusCode::UNAUTHORIZED, "invalid or missing bearer token")
 }
 
-/// A request in flight, as far as the connection must reach it again.
-enum InFlight {
-    Exec(Arc<CancelHandle>),
-    Upload(mpsc::Sender<UploadEvent>),
-    Download(Arc<Notify>),
-}
-
-type InFlightMap = Arc<Mutex<HashMap<u64, InFlight>>>;
-
 struct Session {
     shared: Arc<Shared>,
     out: mpsc::Sender<Message>,
-    in_flight: InFlightMap,
+    requests: Arc<Requests>,
+    /// Permits for this connection's blocking verbs ([`MAX_BLOCKING_PER_CONNECTION`]).
+    blocking: Arc<Semaphore>,
     /// A `hello` was answered; before it only `hello` is served.
     greeted: bool,
 }
@@ -259,87 +300,65 @@ impl Session {
                 self.send(ServerMessage::Hello(reply)).await;
             }
             ClientMessage::Exec(request) => self.exec(request).await,
-            ClientMessage::Fs(message) => {
-                let (out, shared) = (self.out.clone(), Arc::clone(&self.shared));
-                tokio::spawn(async move {
-                    // The verbs do blocking file IO: keep it off the connection's runtime thread.
-                    let response = tokio::task::spawn_blocking(move || {
-                        crate::fs::run(message.request, &shared.workspace)
-                    })
-                    .await;
-                    let reply = match response {
-                        Ok(response) => ServerMessage::FsResult(FsReply { id, result: response }),
-                        Err(err) => ServerMessage::Error(ErrorReply {
-                            id: Some(id),
-                            code: ErrorCode::Internal,
-                            message: format!("file verb failed: {err}"),
-                        }),
-                    };
-                    let _ = out.send(Message::text(reply.to_json())).await;
-                });
-            }
+            ClientMessage::Fs(message) => self.fs(id, message.request).await,
             ClientMessage::Cancel(request) => {
-                let found = match self.lock().get(&request.target) {
-                    Some(InFlight::Exec(cancel)) => {
-                        cancel.cancel();
-                        true
-                    }
-                    Some(InFlight::Upload(events)) => {
-                        // Queued behind chunks if need be; the reader must not wait for the disk here.
-                        let events = events.clone();
-                        tokio::spawn(
-                            async move { events.send(UploadEvent::Abort("cancelled".to_owned())).await },
-                        );
-                        true
-                    }
-                    Some(InFlight::Download(cancel)) => {
-                        cancel.notify_one();
-                        true
-                    }
-                    None => false,
-                };
+                let found = self.requests.cancel(request.target);
                 self.send(ServerMessage::CancelResult(CancelResult { id, target: request.target, found }))
                     .await;
             }
             ClientMessage::Upload(request) => {
                 let dest = transfer::destination(&self.shared.workspace, &request.path);
                 let (events, rx) = mpsc::channel(UPLOAD_QUEUE);
-                if !self.register(id, InFlight::Upload(events)).await {
-                    return;
-                }
-                let (out, in_flight) = (self.out.clone(), Arc::clone(&self.in_flight));
+                let Some(slot) = self.register(id, Handle::Upload(events)).await else { return };
+                let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
                 tokio::spawn(async move {
                     let error = transfer::upload(dest, request.mode, rx).await;
-                    finish(&in_flight, id);
+                    requests.finish(id);
+                    drop(slot);
                     let reply = ServerMessage::UploadResult(UploadResult { id, path: request.path, error });
                     let _ = out.send(Message::text(reply.to_json())).await;
                 });
             }
-            ClientMessage::UploadEnd(end) => {
-                let events = match self.lock().get(&id) {
-                    Some(InFlight::Upload(events)) => Some(events.clone()),
-                    _ => None,
-                };
-                match events {
-                    Some(events) => {
-                        let _ = events.send(UploadEvent::End { sha256: end.sha256 }).await;
-                    }
-                    None => {
-                        self.reply_error(Some(id), ErrorCode::UnknownId, "no upload in progress with this id")
-                            .await
-                    }
+            ClientMessage::UploadEnd(end) => match self.requests.upload(id) {
+                Some(events) => {
+                    let _ = events.send(UploadEvent::End { sha256: end.sha256 }).await;
                 }
-            }
+                None => {
+                    self.reply_error(Some(id), ErrorCode::UnknownId, "no upload in progress with this id")
+                        .await
+                }
+            },
             ClientMessage::Download(request) => {
                 let source = transfer::destination(&self.shared.workspace, &request.path);
                 let cancel = Arc::new(Notify::new());
-                if !self.register(id, InFlight::Download(Arc::clone(&cancel))).await {
+                let Some(slot) = self.register(id, Handle::Download(Arc::clone(&cancel))).await else {
                     return;
-                }
-                let (out, in_flight) = (self.out.clone(), Arc::clone(&self.in_flight));
+                };
+                let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
+                let permits = Arc::clone(&self.blocking);
                 tokio::spawn(async move {
-                    let result = transfer::download(id, request.path, source, out.clone(), cancel).await;
-                    finish(&in_flight, id);
+                    // Its reads run on the blocking pool: it waits for one of the connection's permits.
+                    let permit = tokio::select! {
+                        permit = permits.acquire_owned() => permit.ok(),
+                        () = cancel.notified() => None,
+                    };
+                    let result = match permit {
+                        Some(permit) => {
+                            let result =
+                                transfer::download(id, request.path, source, out.clone(), cancel).await;
+                            drop(permit);
+                            result
+                        }
+                        None => DownloadResult {
+                            id,
+                            path: request.path,
+                            error: Some(CANCELLED.to_owned()),
+                            sha256: None,
+                            size: None,
+                        },
+                    };
+                    requests.finish(id);
+                    drop(slot);
                     let _ = out.send(Message::text(ServerMessage::DownloadResult(result).to_json())).await;
                 });
             }
@@ -353,11 +372,7 @@ impl Session {
                 return self.reply_error(None, ErrorCode::MalformedFrame, err.to_string()).await;
             }
         };
-        let events = match self.lock().get(&id) {
-            Some(InFlight::Upload(events)) => Some(events.clone()),
-            _ => None,
-        };
-        let Some(events) = events else {
+        let Some(events) = self.requests.upload(id) else {
             return self
                 .reply_error(
                     Some(id),
@@ -386,11 +401,9 @@ impl Session {
             Err(err) => return self.send(err.into_reply()).await,
         };
         let cancel = Arc::new(CancelHandle::default());
-        if !self.register(id, InFlight::Exec(Arc::clone(&cancel))).await {
-            return;
-        }
-        let (out, in_flight, shared) =
-            (self.out.clone(), Arc::clone(&self.in_flight), Arc::clone(&self.shared));
+        let Some(slot) = self.register(id, Handle::Exec(Arc::clone(&cancel))).await else { return };
+        let (out, requests, shared) =
+            (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
         tokio::spawn(async move {
             let (started, live, forwarder) = if stream {
                 let (started_tx, started_rx) = oneshot::channel();
@@ -405,7 +418,8 @@ impl Session {
                 // Every chunk goes out before the result.
                 let _ = forwarder.await;
             }
-            finish(&in_flight, id);
+            requests.finish(id);
+            drop(slot);
             let reply = match result {
                 Ok(mut result) => {
                     result.id = id;
@@ -450,33 +464,70 @@ impl Session {
         Ok(ExecSpec::new(admitted, confined))
     }
 
-    /// Records a new request; answers `duplicate_id` or `too_many_requests` and returns false if it can't.
-    async fn register(&mut self, id: u64, entry: InFlight) -> bool {
-        let refusal = {
-            let mut in_flight = self.lock();
-            if in_flight.contains_key(&id) {
-                Some((ErrorCode::DuplicateId, format!("request id {id} is already in flight")))
-            } else if in_flight.len() >= MAX_IN_FLIGHT {
-                Some((
-                    ErrorCode::TooManyRequests,
-                    format!("at most {MAX_IN_FLIGHT} requests may be in flight per connection"),
-                ))
-            } else {
-                in_flight.insert(id, entry);
+    /// Records a new request of any kind; answers `duplicate_id` or `too_many_requests` and returns
+    /// `None` if it can't. The slot must live as long as the request's work.
+    async fn register(&self, id: u64, handle: Handle) -> Option<Slot> {
+        match self.requests.register(id, handle) {
+            Ok(slot) => Some(slot),
+            Err(refusal) => {
+                self.reply_error(Some(id), refusal.code(), refusal.to_string()).await;
                 None
             }
-        };
-        match refusal {
-            Some((code, message)) => {
-                self.reply_error(Some(id), code, message).await;
-                false
-            }
-            None => true,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
-        self.in_flight.lock().unwrap_or_else(PoisonError::into_inner)
+    /// A file verb: registered like any request, run on the blocking pool once one of the
+    /// connection's permits is free, with a token its loops poll. A verb cancelled before it ran, or
+    /// a read-only verb cancelled while it ran, answers `"cancelled"` in its result's `error`;
+    /// `write`, `edit` and `delete` are short and not interrupted once started, so they answer what
+    /// they did.
+    async fn fs(&self, id: u64, request: FsRequest) {
+        let cancel = Cancel::default();
+        let Some(slot) = self.register(id, Handle::Fs(cancel.clone())).await else { return };
+        let (out, requests, shared) =
+            (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
+        let permits = Arc::clone(&self.blocking);
+        tokio::spawn(async move {
+            let read_only = !matches!(
+                request,
+                FsRequest::Write { .. } | FsRequest::Edit { .. } | FsRequest::Delete { .. }
+            );
+            let cancelled = cancelled_response(&request);
+            let permit = tokio::select! {
+                permit = permits.acquire_owned() => permit.ok(),
+                () = cancel.cancelled() => None,
+            };
+            let response = match permit {
+                Some(permit) => {
+                    let token = cancel.clone();
+                    let ran = tokio::task::spawn_blocking(move || {
+                        let response = token.enter(|| crate::fs::run(request, &shared.workspace));
+                        // The slot and the permit go with the work, when it has really ended.
+                        drop((permit, slot));
+                        response
+                    })
+                    .await;
+                    match ran {
+                        Ok(_) if read_only && cancel.is_cancelled() => Ok(cancelled),
+                        ran => ran.map_err(|err| err.to_string()),
+                    }
+                }
+                None => {
+                    drop(slot);
+                    Ok(cancelled)
+                }
+            };
+            requests.finish(id);
+            let reply = match response {
+                Ok(result) => ServerMessage::FsResult(FsReply { id, result }),
+                Err(err) => ServerMessage::Error(ErrorReply {
+                    id: Some(id),
+                    code: ErrorCode::Internal,
+                    message: format!("file verb failed: {err}"),
+                }),
+            };
+            let _ = out.send(Message::text(reply.to_json())).await;
+        });
     }
 
     async fn reply_error(&self, id: Option<u64>, code: ErrorCode, message: impl Into<String>) {
@@ -486,25 +537,24 @@ impl Session {
     async fn send(&self, message: ServerMessage) {
         let _ = self.out.send(Message::text(message.to_json())).await;
     }
+}
 
-    /// The connection is gone: stop everything it started. Dropping an upload's sender ends it
-    /// without a result, which removes its temporary file.
-    fn close(&self) {
-        let entries: Vec<(u64, InFlight)> = self.lock().drain().collect();
-        for (_, entry) in entries {
-            match entry {
-                InFlight::Exec(cancel) => cancel.cancel(),
-                InFlight::Upload(events) => drop(events),
-                InFlight::Download(cancel) => cancel.notify_one(),
-            }
-        }
+/// What a verb answers when it was cancelled: its result with `error: "cancelled"`.
+fn cancelled_response(request: &FsRequest) -> FsResponse {
+    let error = Some(CANCELLED.to_owned());
+    match request {
+        FsRequest::Ls { .. } => FsResponse::Ls(LsResult { error, ..LsResult::default() }),
+        FsRequest::Read { .. } => FsResponse::Read(ReadResult { error, ..ReadResult::default() }),
+        FsRequest::Write { .. } => FsResponse::Write(WriteResult { error, path: None }),
+        FsRequest::Edit { .. } => FsResponse::Edit(EditResult { error, ..EditResult::default() }),
+        FsRequest::Glob { .. } => FsResponse::Glob(GlobResult { error, ..GlobResult::default() }),
+        FsRequest::Grep { .. } => FsResponse::Grep(GrepResult { error, ..GrepResult::default() }),
+        FsRequest::Delete { .. } => FsResponse::Delete(DeleteResult { error, path: None }),
     }
 }
 
-/// Removes a finished request before its terminal reply goes out, so the client may reuse the id.
-fn finish(in_flight: &InFlightMap, id: u64) {
-    in_flight.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
-}
+/// The `error` of a cancelled verb's result (as a cancelled download's).
+const CANCELLED: &str = "cancelled";
 
 /// Sends `exec_started`, then each live chunk, of a streamed exec.
 async fn forward_live(

@@ -381,6 +381,9 @@ pub async fn download(
     }
 }
 
+/// A download of anything but a regular file (or a directory: `is_directory`).
+pub const NOT_A_FILE: &str = "not a regular file";
+
 /// The file to send, opened through the workspace (the very inode the resolution found).
 fn open_for_download(source: &Destination) -> Result<std::fs::File, String> {
     let node = match source.workspace.node(&source.path, true) {
@@ -391,6 +394,10 @@ fn open_for_download(source: &Destination) -> Result<std::fs::File, String> {
     let file = node.open(OFlag::O_RDONLY).map_err(|e| error_text(&e))?;
     if node.is_dir() {
         return Err(TransferError::IsDirectory.as_str().to_owned());
+    }
+    // A FIFO, socket or device could block a read forever (or never end): only regular files.
+    if !node.is_file() {
+        return Err(NOT_A_FILE.to_owned());
     }
     Ok(file)
 }

@@ -31,3 +31,42 @@ pub const MIN_INLINE_CAPTURE_BYTES: u64 = 512_000;
 /// Requests one connection may have in flight; one more gets `too_many_requests`. It bounds the
 /// processes and files a single client can hold open.
 pub const MAX_IN_FLIGHT: usize = 4096;
+
+/// Requests in flight across all connections; one more gets `too_many_requests`. It bounds what all
+/// clients together can make agentd hold (processes, open files, queued verbs), whatever the number
+/// of connections.
+pub const MAX_IN_FLIGHT_GLOBAL: usize = 8192;
+
+/// Blocking file work (`fs` verbs, downloads) one connection runs at once; its other such requests
+/// wait, still in flight and cancellable. One client's walks and reads then take at most this many
+/// threads of the blocking pool (plus a verb's own few walker threads), so other clients keep
+/// theirs.
+pub const MAX_BLOCKING_PER_CONNECTION: usize = 4;
+
+/// Threads of agentd's blocking pool (file IO, transfers' reads and writes). Work beyond it queues.
+/// It bounds agentd's threads whatever the clients ask; nothing blocks a thread indefinitely (verbs
+/// poll their cancellation, FIFOs and devices are refused or opened non-blocking), so the queue moves.
+pub const MAX_BLOCKING_THREADS: usize = 64;
+
+/// Seconds a new connection has to complete its HTTP upgrade (with the token, on TCP); a socket
+/// that has not authenticated by then — half-sent, or idle since it connected — is closed. A real
+/// client needs milliseconds.
+pub const HANDSHAKE_TIMEOUT_SECS: u64 = 5;
+
+/// Connections open at once, authenticated or not (further capped by the fd budget: the soft
+/// `RLIMIT_NOFILE`, raised to the hard one at start, less `FD_RESERVE`). When full, the oldest
+/// connection still in its upgrade is closed to make room; only when all are authenticated is a new
+/// one closed unanswered.
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections still in their upgrade at once; one more closes the oldest of them. A flood of
+/// half-sent upgrades thus never keeps a client with the right token out.
+pub const MAX_PENDING_CONNECTIONS: usize = 128;
+
+/// File descriptors kept free of connections for the work itself (exec pipes and capture files,
+/// transfers, verbs' walks), so a full connection budget never makes a request fail to open a file.
+pub const FD_RESERVE: usize = 256;
+
+/// Milliseconds agentd waits at shutdown (SIGTERM) for blocking work still running after its
+/// requests were cancelled, before exiting anyway: a stuck file system never keeps agentd alive.
+pub const SHUTDOWN_GRACE_MS: u64 = 1000;

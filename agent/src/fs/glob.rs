@@ -223,7 +223,8 @@ type Pending = (Rc<Node>, CString, String);
 
 impl Walk<'_> {
     fn out_of_time(&mut self) -> bool {
-        if self.start.elapsed() > TIME_BUDGET {
+        // A cancelled walk stops the same way; the server answers `cancelled` instead.
+        if self.start.elapsed() > TIME_BUDGET || crate::registry::is_cancelled() {
             self.budget = true;
         }
         self.budget

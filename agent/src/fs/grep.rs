@@ -125,9 +125,11 @@ fn route_a(
     // With a limit, one walker in sorted order: which matches are "the first n" must not depend on
     // thread timing (the native and derived paths must agree, run after run).
     let workers = if limit.is_some() { 1 } else { workers() };
+    // The walkers see the request's cancellation too.
+    let cancel = crate::registry::current();
     thread::scope(|scope| {
         for _ in 0..workers {
-            scope.spawn(|| walker.work());
+            scope.spawn(|| cancel.enter(|| walker.work()));
         }
     });
     let mut found = walker.found.into_inner().unwrap_or_else(PoisonError::into_inner);
@@ -190,7 +192,7 @@ impl Walker<'_> {
     fn next(&self) -> Option<Item> {
         let mut queue = lock(&self.queue);
         loop {
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stop.load(Ordering::Relaxed) || crate::registry::is_cancelled() {
                 return None;
             }
             if let Some(item) = queue.items.pop() {
@@ -318,7 +320,7 @@ fn search_in_order(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let work = || {
-        while !stop.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) && !crate::registry::is_cancelled() {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some((rel, shown)) = files.get(i) else { break };
             let node = ws.node_in(root, rel, true).ok().flatten().filter(Node::is_file);
@@ -339,9 +341,10 @@ fn search_in_order(
     if threads <= 1 {
         work();
     } else {
+        let cancel = crate::registry::current();
         thread::scope(|scope| {
             for _ in 0..threads {
-                scope.spawn(work);
+                scope.spawn(|| cancel.enter(work));
             }
         });
     }

@@ -122,6 +122,11 @@ fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// An error once the request is cancelled, to end a read loop (the server answers `cancelled`).
+fn cancelled() -> io::Result<()> {
+    if crate::registry::is_cancelled() { Err(io::Error::other("cancelled")) } else { Ok(()) }
+}
+
 fn read_all(mut file: File) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
@@ -270,6 +275,7 @@ impl LineScanner {
         // Bytes past `check` are not examined, so an open sequence at the cut is not an error.
         let mut partly_checked = false;
         loop {
+            cancelled()?;
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
                 if !partly_checked {
@@ -313,6 +319,7 @@ impl LineScanner {
         let mut in_line = false;
         let mut after_cr = false;
         loop {
+            cancelled()?;
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
                 return Ok(count + u64::from(in_line));

@@ -50,6 +50,9 @@ impl LineMatcher {
         // `buf[..filled]` holds bytes read but not yet scanned; it always starts a line.
         let mut filled = 0;
         loop {
+            if crate::registry::is_cancelled() {
+                return None;
+            }
             if filled == buf.len() {
                 // One line longer than the buffer: grow it.
                 let len = buf.len();

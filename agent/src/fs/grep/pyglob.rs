@@ -91,6 +91,9 @@ fn iglob(tree: &Tree<'_>, pathname: &str, dironly: bool, out: &mut Vec<Vec<u8>>)
         vec![dirname.as_bytes().to_vec()]
     };
     for dir in dirs {
+        if crate::registry::is_cancelled() {
+            return;
+        }
         let mut names = Vec::new();
         glob_in_dir(tree, &dir, basename, dironly, &mut names);
         out.extend(names.iter().map(|name| join(&dir, name)));
@@ -110,6 +113,9 @@ fn glob_in_dir(tree: &Tree<'_>, dir: &[u8], segment: &str, dironly: bool, out: &
         let pattern = Pattern::new(segment, PYTHON);
         let hidden_ok = segment.starts_with('.');
         for (name, _) in listdir(tree, &node, dironly) {
+            if crate::registry::is_cancelled() {
+                return;
+            }
             let text = String::from_utf8_lossy(&name);
             if (hidden_ok || !text.starts_with('.')) && pattern.is_match(&text) {
                 out.push(name);
@@ -130,6 +136,8 @@ fn listdir(tree: &Tree<'_>, dir: &Node, dironly: bool) -> Vec<(Vec<u8>, Option<N
     let Ok(children) = dir.open_dir().and_then(|fd| root::list(&fd)) else { return Vec::new() };
     children
         .into_iter()
+        // A cancelled request looks nothing more up.
+        .take_while(|_| !crate::registry::is_cancelled())
         .map(|child| {
             let name = child.name.as_bytes().to_vec();
             // Only directories (and links, which may lead to one) need a lookup.
@@ -154,6 +162,9 @@ fn rlistdir(
     out: &mut Vec<Vec<u8>>,
 ) {
     for (name, target) in listdir(tree, dir, dironly) {
+        if crate::registry::is_cancelled() {
+            return;
+        }
         if name.starts_with(b".") {
             continue;
         }

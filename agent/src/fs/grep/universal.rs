@@ -49,6 +49,9 @@ impl LineMatcher {
         let mut found = Vec::new();
         let mut lines = 0u64;
         loop {
+            if crate::registry::is_cancelled() {
+                return None;
+            }
             let read = loop {
                 match (&mut file).take(CHUNK as u64).read_to_end(&mut raw) {
                     Ok(n) => break n,

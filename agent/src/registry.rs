@@ -1,0 +1,435 @@
+//! What agentd holds for its clients, and the budgets that bound it: the requests in flight (every
+//! kind — exec, fs, upload, download — in one [`Requests`] per connection, counted against a
+//! [`Global`] cap across connections) and the connections themselves ([`Connections`]).
+//!
+//! A request is registered before any work starts and removed just before its terminal reply, so
+//! duplicate ids are refused across kinds and cancel and disconnect reach every kind. Its global
+//! [`Slot`] is held by the work itself and released only when that work has really ended (a
+//! cancelled verb still walking holds it), so the global cap bounds work, not bookkeeping.
+//!
+//! Blocking verbs run on the blocking pool with a [`Cancel`] token entered for their thread
+//! ([`Cancel::enter`]); their loops ask [`is_cancelled`] at each step, so a cancelled or orphaned
+//! walk ends within one directory entry or one read.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use agentd_protocol::ErrorCode;
+use agentd_protocol::limits::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_GLOBAL};
+use tokio::sync::{Notify, mpsc};
+
+use crate::exec::CancelHandle;
+use crate::transfer::UploadEvent;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A cancellation flag for blocking work: set once, polled by the work, awaitable by async code.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel(Arc<CancelInner>);
+
+#[derive(Debug, Default)]
+struct CancelInner {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+thread_local! {
+    /// The token of the blocking work this thread is doing, if any.
+    static CURRENT: RefCell<Option<Cancel>> = const { RefCell::new(None) };
+}
+
+impl Cancel {
+    pub fn cancel(&self) {
+        self.0.flag.store(true, Ordering::Relaxed);
+        self.0.notify.notify_waiters();
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.flag.load(Ordering::Relaxed)
+    }
+
+    /// Resolves once [`Cancel::cancel`] was called (at once if it already was).
+    pub async fn cancelled(&self) {
+        let notified = self.0.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if self.is_cancelled() {
+            return;
+        }
+        notified.await;
+    }
+
+    /// Runs `work` with this token as the thread's current one, so [`is_cancelled`] sees it.
+    pub fn enter<R>(&self, work: impl FnOnce() -> R) -> R {
+        let previous = CURRENT.with(|current| current.replace(Some(self.clone())));
+        let result = work();
+        CURRENT.with(|current| *current.borrow_mut() = previous);
+        result
+    }
+}
+
+/// Whether the blocking work on this thread was cancelled (its request cancelled, or its connection
+/// gone, or agentd shutting down). False outside [`Cancel::enter`] (e.g. in the one-shot CLI) unless
+/// agentd is shutting down. Cheap: a thread-local and an
+/// atomic load, meant for the head of every loop of a walk or a read.
+pub fn is_cancelled() -> bool {
+    SHUTTING_DOWN.load(Ordering::Relaxed)
+        || CURRENT.with(|current| current.borrow().as_ref().is_some_and(Cancel::is_cancelled))
+}
+
+/// Set when agentd is shutting down: every blocking verb stops at its next step.
+static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+
+/// Cancels all blocking work, of every connection, for good (SIGTERM).
+pub fn shut_down() {
+    SHUTTING_DOWN.store(true, Ordering::Relaxed);
+}
+
+/// The current thread's token, to [`Cancel::enter`] in threads a verb spawns for itself.
+pub fn current() -> Cancel {
+    CURRENT.with(|current| current.borrow().clone()).unwrap_or_default()
+}
+
+/// Requests in flight across all connections.
+#[derive(Debug, Default)]
+pub struct Global {
+    count: AtomicUsize,
+}
+
+impl Global {
+    /// Takes a slot, or `None` when [`MAX_IN_FLIGHT_GLOBAL`] are taken.
+    fn take(self: &Arc<Self>) -> Option<Slot> {
+        self.count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < MAX_IN_FLIGHT_GLOBAL).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Slot(Arc::clone(self)))
+    }
+
+    #[cfg(test)]
+    fn in_flight(&self) -> usize {
+        self.count.load(Ordering::Acquire)
+    }
+}
+
+/// One request's share of the global cap; released when dropped (by the request's work, when it ends).
+#[derive(Debug)]
+pub struct Slot(Arc<Global>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How the connection reaches a request again (cancel, disconnect, upload chunks).
+pub enum Handle {
+    Exec(Arc<CancelHandle>),
+    Upload(mpsc::Sender<UploadEvent>),
+    Download(Arc<Notify>),
+    Fs(Cancel),
+}
+
+impl Handle {
+    /// Stops the request; its work answers with its own terminal reply (or nothing, when the
+    /// connection is gone).
+    fn stop(&self) {
+        match self {
+            Handle::Exec(cancel) => cancel.cancel(),
+            Handle::Upload(events) => {
+                // Queued behind chunks if need be; the connection's reader must not wait for the disk.
+                let events = events.clone();
+                tokio::spawn(async move { events.send(UploadEvent::Abort("cancelled".to_owned())).await });
+            }
+            Handle::Download(cancel) => cancel.notify_one(),
+            Handle::Fs(cancel) => cancel.cancel(),
+        }
+    }
+}
+
+/// Why a request was not registered: the `error` reply it gets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("request id {0} is already in flight")]
+    Duplicate(u64),
+    #[error("at most {MAX_IN_FLIGHT} requests may be in flight per connection")]
+    Connection,
+    #[error("agentd has {MAX_IN_FLIGHT_GLOBAL} requests in flight across all connections; retry later")]
+    Global,
+}
+
+impl Refusal {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Refusal::Duplicate(_) => ErrorCode::DuplicateId,
+            Refusal::Connection | Refusal::Global => ErrorCode::TooManyRequests,
+        }
+    }
+}
+
+/// One connection's requests in flight, by id.
+pub struct Requests {
+    global: Arc<Global>,
+    map: Mutex<HashMap<u64, Handle>>,
+}
+
+impl Requests {
+    pub fn new(global: Arc<Global>) -> Self {
+        Self { global, map: Mutex::default() }
+    }
+
+    /// Records a new request of any kind. The returned slot must live as long as its work.
+    pub fn register(&self, id: u64, handle: Handle) -> Result<Slot, Refusal> {
+        let mut map = lock(&self.map);
+        if map.contains_key(&id) {
+            return Err(Refusal::Duplicate(id));
+        }
+        if map.len() >= MAX_IN_FLIGHT {
+            return Err(Refusal::Connection);
+        }
+        let slot = self.global.take().ok_or(Refusal::Global)?;
+        map.insert(id, handle);
+        Ok(slot)
+    }
+
+    /// Removes a finished request before its terminal reply goes out, so the client may reuse the id.
+    pub fn finish(&self, id: u64) {
+        lock(&self.map).remove(&id);
+    }
+
+    /// Stops the request `id`; false when none is in flight.
+    pub fn cancel(&self, id: u64) -> bool {
+        let map = lock(&self.map);
+        match map.get(&id) {
+            Some(handle) => {
+                handle.stop();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The chunk queue of the upload `id`, if one is in flight.
+    pub fn upload(&self, id: u64) -> Option<mpsc::Sender<UploadEvent>> {
+        match lock(&self.map).get(&id) {
+            Some(Handle::Upload(events)) => Some(events.clone()),
+            _ => None,
+        }
+    }
+
+    /// The connection is gone: stop everything it started. Dropping an upload's sender ends it
+    /// without a result, which removes its temporary file.
+    pub fn close(&self) {
+        let entries: Vec<Handle> = lock(&self.map).drain().map(|(_, handle)| handle).collect();
+        for handle in entries {
+            match handle {
+                Handle::Upload(events) => drop(events),
+                other => other.stop(),
+            }
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        lock(&self.map).len()
+    }
+}
+
+/// The connection budget: at most `max` connections open (authenticated or not), of which at most
+/// `max_pending` still in their upgrade. A new connection over either budget evicts the oldest one
+/// still in its upgrade (a client with the right token completes its upgrade in milliseconds, a
+/// flood of half-sent upgrades cannot keep it out); only when every connection is authenticated is
+/// the new one refused.
+#[derive(Debug)]
+pub struct Connections {
+    max: usize,
+    max_pending: usize,
+    state: Mutex<ConnectionState>,
+}
+
+#[derive(Debug, Default)]
+struct ConnectionState {
+    next: u64,
+    /// Connections still in their upgrade, oldest first, each with its eviction signal.
+    pending: BTreeMap<u64, Arc<Notify>>,
+    sessions: usize,
+}
+
+impl Connections {
+    pub fn new(max: usize, max_pending: usize) -> Self {
+        Self { max: max.max(1), max_pending: max_pending.clamp(1, max.max(1)), state: Mutex::default() }
+    }
+
+    /// Admits a new connection in its upgrade, evicting the oldest pending one if need be; `None`
+    /// when every admitted connection is authenticated and the budget is full.
+    pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
+        let mut state = lock(&self.state);
+        let full =
+            state.pending.len() + state.sessions >= self.max || state.pending.len() >= self.max_pending;
+        if full {
+            let (_, evict) = state.pending.pop_first()?;
+            // A stored permit: the evicted connection sees it even if it is not waiting yet.
+            evict.notify_one();
+        }
+        let seq = state.next;
+        state.next += 1;
+        let evicted = Arc::new(Notify::new());
+        state.pending.insert(seq, Arc::clone(&evicted));
+        Some(Admitted { connections: Arc::clone(self), seq, evicted, authenticated: false })
+    }
+
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize) {
+        let state = lock(&self.state);
+        (state.pending.len(), state.sessions)
+    }
+}
+
+/// A connection's place in the budget; released when dropped.
+#[derive(Debug)]
+pub struct Admitted {
+    connections: Arc<Connections>,
+    seq: u64,
+    evicted: Arc<Notify>,
+    authenticated: bool,
+}
+
+impl Admitted {
+    /// Resolves when a newer connection took this one's place during its upgrade.
+    pub async fn evicted(&self) {
+        self.evicted.notified().await;
+    }
+
+    /// The upgrade succeeded: the connection becomes a session. False when it was evicted meanwhile.
+    pub fn authenticate(&mut self) -> bool {
+        let mut state = lock(&self.connections.state);
+        if state.pending.remove(&self.seq).is_none() {
+            return false;
+        }
+        state.sessions += 1;
+        self.authenticated = true;
+        true
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut state = lock(&self.connections.state);
+        if self.authenticated {
+            state.sessions -= 1;
+        } else {
+            state.pending.remove(&self.seq);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn ids_are_unique_across_kinds_and_slots_bound_the_work() {
+        let global = Arc::new(Global::default());
+        let requests = Requests::new(Arc::clone(&global));
+        let fs = Cancel::default();
+        let slot = requests.register(7, Handle::Fs(fs.clone())).unwrap();
+        let exec = Arc::new(CancelHandle::default());
+        assert_eq!(requests.register(7, Handle::Exec(exec)).unwrap_err(), Refusal::Duplicate(7));
+        assert_eq!(Refusal::Duplicate(7).code(), ErrorCode::DuplicateId);
+        assert!(requests.cancel(7));
+        assert!(fs.is_cancelled());
+        requests.finish(7);
+        assert!(!requests.cancel(7));
+        // The work still runs: its slot counts until it is dropped.
+        assert_eq!(global.in_flight(), 1);
+        drop(slot);
+        assert_eq!(global.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn caps_per_connection_and_global() {
+        let global = Arc::new(Global::default());
+        let a = Requests::new(Arc::clone(&global));
+        let mut slots = Vec::new();
+        for id in 0..MAX_IN_FLIGHT as u64 {
+            slots.push(a.register(id, Handle::Fs(Cancel::default())).unwrap());
+        }
+        assert_eq!(a.register(u64::MAX, Handle::Fs(Cancel::default())).unwrap_err(), Refusal::Connection);
+        let mut others = Vec::new();
+        while global.in_flight() < MAX_IN_FLIGHT_GLOBAL {
+            let b = Requests::new(Arc::clone(&global));
+            for id in 0..MAX_IN_FLIGHT as u64 {
+                match b.register(id, Handle::Fs(Cancel::default())) {
+                    Ok(slot) => slots.push(slot),
+                    Err(err) => assert_eq!(err, Refusal::Global),
+                }
+            }
+            others.push(b);
+        }
+        let c = Requests::new(Arc::clone(&global));
+        assert_eq!(c.register(1, Handle::Fs(Cancel::default())).unwrap_err(), Refusal::Global);
+        assert_eq!(c.len(), 0);
+        slots.pop();
+        assert!(c.register(1, Handle::Fs(Cancel::default())).is_ok());
+    }
+
+    #[tokio::test]
+    async fn close_cancels_everything() {
+        let requests = Requests::new(Arc::default());
+        let tokens: Vec<Cancel> = (0..10).map(|_| Cancel::default()).collect();
+        let _slots: Vec<Slot> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| requests.register(i as u64, Handle::Fs(t.clone())).unwrap())
+            .collect();
+        requests.close();
+        assert!(tokens.iter().all(Cancel::is_cancelled));
+        assert_eq!(requests.len(), 0);
+        // Awaiting a cancelled token returns at once.
+        tokens[0].cancelled().await;
+    }
+
+    #[test]
+    fn the_thread_sees_its_token() {
+        assert!(!is_cancelled());
+        let token = Cancel::default();
+        token.enter(|| {
+            assert!(!is_cancelled());
+            token.cancel();
+            assert!(is_cancelled());
+            let inner = current();
+            std::thread::spawn(move || inner.enter(is_cancelled)).join().unwrap()
+        });
+        assert!(!is_cancelled());
+    }
+
+    #[test]
+    fn the_oldest_pending_connection_makes_room() {
+        let connections = Arc::new(Connections::new(4, 2));
+        let mut first = connections.admit().unwrap();
+        let second = connections.admit().unwrap();
+        // Over the pending budget: the oldest pending one is evicted, not the newcomer.
+        let third = connections.admit().unwrap();
+        assert!(!first.authenticate());
+        drop(first);
+        let mut second = second;
+        assert!(second.authenticate());
+        let mut third = third;
+        assert!(third.authenticate());
+        let mut fourth = connections.admit().unwrap();
+        assert!(fourth.authenticate());
+        let mut fifth = connections.admit().unwrap();
+        assert!(fifth.authenticate());
+        assert_eq!(connections.counts(), (0, 4));
+        // Everyone authenticated and the budget full: the newcomer is refused.
+        assert!(connections.admit().is_none());
+        drop(fifth);
+        assert!(connections.admit().is_some());
+        assert_eq!(connections.counts(), (0, 3));
+    }
+}
