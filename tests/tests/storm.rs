@@ -57,7 +57,8 @@ async fn a_fork_bomb_under_the_embedded_default_is_capped_and_dropping_the_sandb
         ExecRequest { command: BOMB_AND_SLEEPERS.to_owned(), timeout: Some(30.0), ..ExecRequest::default() };
     let r = sb.agentd().exec(request, None).await.unwrap();
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(10), "the exec took {took:?}");
+    // Well under its 30 s timeout: the exec returned while its bomb ran on in the background.
+    assert!(took < Duration::from_secs(25), "the exec took {took:?}");
     assert_eq!(r.enforcement.as_ref().map(|e| e.limits), Some(Level::Full), "{r:?}");
     // The bomb runs on after its exec returned, in the command's own pids cgroup.
     let strays = r.stray_processes.unwrap_or(0);
@@ -84,7 +85,8 @@ async fn a_fork_bomb_under_the_embedded_default_is_capped_and_dropping_the_sandb
     let took = started.elapsed();
     let left = cap.pids();
     assert!(left.is_empty(), "{} processes outlived the sandbox ({took:?})", left.len());
-    assert!(took < Duration::from_secs(4), "agentd took {took:?} to stop");
+    // Under 5 s: agentd stopped by itself, before the drop's SIGKILL fallback.
+    assert!(took < Duration::from_secs(5), "agentd took {took:?} to stop");
 }
 
 /// `agentctl up` inside `cap`, with its session file in `state`; a fork bomb (and sleepers) started
@@ -162,7 +164,8 @@ async fn agentctl_down_ends_the_commands_of_an_agentd_that_cannot() {
     assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
     let left = cap.pids();
     assert!(left.is_empty(), "{} processes outlived `agentctl down` ({took:?})", left.len());
-    assert!(took < Duration::from_secs(10), "agentctl down took {took:?}");
+    // A liveness bound: `down` waits 5 s for agentd, then ends it and its commands itself.
+    assert!(took < Duration::from_secs(60), "agentctl down took {took:?}");
 }
 
 #[tokio::test]
