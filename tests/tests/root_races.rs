@@ -13,15 +13,12 @@
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use agentd_host::{AgentdSandbox, BaseSandbox, SandboxError};
 use agentd_protocol::{ErrorCode, ExecRequest, Offload};
-use agentd_tests::Daemon;
-use nix::fcntl::{OFlag, RenameFlags, open, renameat2};
+use agentd_tests::{Daemon, Swapper};
+use nix::fcntl::{OFlag, open};
 use nix::sys::stat::Mode;
 
 /// In every outside file; must never appear in a result.
@@ -51,9 +48,7 @@ struct Arena {
     /// The real inside directory, wherever the swaps put it: to restore what a round removed.
     inside: OwnedFd,
     daemon: Daemon,
-    stop: Arc<AtomicBool>,
-    swaps: Arc<AtomicU64>,
-    swapper: Option<JoinHandle<()>>,
+    swapper: Swapper,
 }
 
 impl Arena {
@@ -73,22 +68,8 @@ impl Arena {
         std::os::unix::fs::symlink(&outside, root.join("b")).unwrap();
         let inside = open(&root.join("a"), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
         let daemon = Daemon::start_with(&["--root", root.to_str().unwrap()]);
-
-        let stop = Arc::new(AtomicBool::new(false));
-        let swaps = Arc::new(AtomicU64::new(0));
-        let dir = open(&root, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
-        let swapper = {
-            let (stop, swaps) = (Arc::clone(&stop), Arc::clone(&swaps));
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    renameat2(&dir, "a", &dir, "b", RenameFlags::RENAME_EXCHANGE).unwrap();
-                    swaps.fetch_add(1, Ordering::Relaxed);
-                    // Two cores: leave agentd and the client room to run between swaps.
-                    std::thread::yield_now();
-                }
-            })
-        };
-        Self { _dirs: (root_dir, outside_dir), outside, inside, daemon, stop, swaps, swapper: Some(swapper) }
+        let swapper = Swapper::start(&root, "a", "b");
+        Self { _dirs: (root_dir, outside_dir), outside, inside, daemon, swapper }
     }
 
     async fn sandbox(&self) -> AgentdSandbox {
@@ -103,12 +84,12 @@ impl Arena {
         Fut: std::future::Future<Output = Seen>,
     {
         let before = snapshot(&self.outside);
-        let first_swap = self.swaps.load(Ordering::Relaxed);
+        let first_swap = self.swapper.swaps();
         let start = Instant::now();
         let mut seen: BTreeMap<String, u32> = BTreeMap::new();
         let mut rounds = 0;
         loop {
-            let swapped = self.swaps.load(Ordering::Relaxed) - first_swap;
+            let swapped = self.swapper.swaps() - first_swap;
             if rounds >= MIN_ROUNDS && swapped >= MIN_SWAPS {
                 break;
             }
@@ -121,7 +102,7 @@ impl Arena {
             assert_eq!(snapshot(&self.outside), before, "{verb}: the outside changed in round {rounds}");
             rounds += 1;
         }
-        let swapped = self.swaps.load(Ordering::Relaxed) - first_swap;
+        let swapped = self.swapper.swaps() - first_swap;
         eprintln!("{verb}: {rounds} rounds over {swapped} swaps in {:?}: {seen:?}", start.elapsed());
         assert!(
             seen.contains_key("Inside") && seen.contains_key("Refused"),
@@ -138,15 +119,6 @@ impl Arena {
         for name in ["d/f1", "d/f2"] {
             let flags = OFlag::O_WRONLY | OFlag::O_CREAT;
             let _ = nix::fcntl::openat(&self.inside, name, flags, Mode::from_bits_truncate(0o644));
-        }
-    }
-}
-
-impl Drop for Arena {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(swapper) = self.swapper.take() {
-            let _ = swapper.join();
         }
     }
 }

@@ -284,11 +284,6 @@ async fn commands_get_no_more_processes_than_agentd_itself() {
 
 #[tokio::test]
 async fn a_root_swapped_for_a_link_after_admission_grants_nothing_outside() {
-    use nix::fcntl::{OFlag, RenameFlags, open, renameat2};
-    use nix::sys::stat::Mode;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
     const MIN_SWAPS: u64 = 1000;
     const MIN_ROUNDS: u32 = 200;
     let (daemon, sb, _config, outside) = workspace_only().await;
@@ -297,23 +292,10 @@ async fn a_root_swapped_for_a_link_after_admission_grants_nothing_outside() {
     // `a` is a real directory, `b` a link to the outside; a thread exchanges the two names.
     std::fs::create_dir(w.join("a")).unwrap();
     std::os::unix::fs::symlink(&outside, w.join("b")).unwrap();
-    let (stop, swaps) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let swapper = {
-        let dir = open(&w, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
-        let (stop, swaps) = (Arc::clone(&stop), Arc::clone(&swaps));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                renameat2(&dir, "a", &dir, "b", RenameFlags::RENAME_EXCHANGE).unwrap();
-                swaps.fetch_add(1, Ordering::Relaxed);
-                std::thread::yield_now();
-            }
-        })
-    };
+    let swapper = agentd_tests::Swapper::start(&w, "a", "b");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let (mut rounds, mut admitted, mut refused) = (0u32, 0u32, 0u32);
-    while (rounds < MIN_ROUNDS || swaps.load(Ordering::Relaxed) < MIN_SWAPS)
-        && std::time::Instant::now() < deadline
-    {
+    while (rounds < MIN_ROUNDS || swapper.swaps() < MIN_SWAPS) && std::time::Instant::now() < deadline {
         rounds += 1;
         let request = ExecRequest {
             // Several writes through the swapping name, so one may meet the link.
@@ -336,9 +318,8 @@ async fn a_root_swapped_for_a_link_after_admission_grants_nothing_outside() {
         let planted: Vec<_> = std::fs::read_dir(&outside).unwrap().flatten().map(|e| e.file_name()).collect();
         assert!(planted.is_empty(), "round {rounds}: written outside: {planted:?}");
     }
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-    let swaps = swaps.load(Ordering::Relaxed);
+    let swaps = swapper.swaps();
+    drop(swapper);
     assert!(swaps >= MIN_SWAPS && rounds >= MIN_ROUNDS, "{swaps} swaps, {rounds} rounds in 30 s");
     println!("{swaps} swaps, {rounds} rounds: {admitted} admitted, {refused} refused");
     // Both outcomes happened: the race was real.
