@@ -25,8 +25,6 @@ use agentd_protocol::{ErrorCode, ExecRequest};
 use base64::Engine as _;
 use thiserror::Error;
 
-use crate::exec::CaptureMode;
-
 /// The largest number of seconds agentd accepts anywhere (about 31 years): far below where a
 /// `Duration` or a deadline `Instant` could overflow.
 pub const MAX_SECONDS: f64 = 1e9;
@@ -365,6 +363,13 @@ pub struct ServerPolicy {
     pub default_timeout: Option<Duration>,
 }
 
+/// Where the output of an admitted exec goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Capture {
+    Inline,
+    Offload { path: String, inline_budget: u64 },
+}
+
 /// An exec that may run, with every value validated.
 #[derive(Debug, Clone)]
 pub struct Admitted {
@@ -376,7 +381,7 @@ pub struct Admitted {
     pub env: BTreeMap<String, String>,
     pub stdin: Option<Vec<u8>>,
     pub max_capture_bytes: u64,
-    pub capture: CaptureMode,
+    pub capture: Capture,
 }
 
 /// Admits one exec request. The only IO is resolving the override's roots.
@@ -423,12 +428,12 @@ pub fn admit(policy: &ServerPolicy, request: ExecRequest) -> Result<Admitted, Re
     // Plain execs are clamped where their inline cap is chosen; offloaded ones here.
     let max_capture_bytes = max_capture_bytes.min(MAX_OFFLOAD_CAPTURE_BYTES);
     let capture = match request.offload {
-        None => CaptureMode::Inline,
+        None => Capture::Inline,
         Some(offload) if offload.capture_path.is_empty() || offload.capture_path.contains('\0') => {
             return Err(invalid("`offload.capture_path` must be a non-empty path without NUL"));
         }
         Some(offload) => {
-            CaptureMode::Offload { path: offload.capture_path, inline_budget: offload.inline_budget }
+            Capture::Offload { path: offload.capture_path, inline_budget: offload.inline_budget }
         }
     };
     Ok(Admitted {

@@ -37,7 +37,7 @@ use capture::{CaptureFile, CaptureTarget, DrainEnd};
 use reaper::{Exit, Reaper};
 use tree::{TAG_VAR, TimeoutLadder};
 
-use crate::admission::Admitted;
+use crate::admission::{Admitted, Capture};
 use crate::confine::Plan;
 use crate::root::{Kind, Node, ResolveError, Workspace};
 
@@ -70,7 +70,10 @@ impl ExecSpec {
             timeout: admitted.timeout,
             stdin: admitted.stdin,
             max_capture_bytes: admitted.max_capture_bytes,
-            mode: admitted.capture,
+            mode: match admitted.capture {
+                Capture::Inline => CaptureMode::Inline,
+                Capture::Offload { path, inline_budget } => CaptureMode::Offload { path, inline_budget },
+            },
             confined,
         }
     }
