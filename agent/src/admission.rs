@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use agentd_protocol::limits::{DEFAULT_MAX_CAPTURE_BYTES, MAX_OFFLOAD_CAPTURE_BYTES};
+use agentd_protocol::limits::{DEFAULT_MAX_CAPTURE_BYTES, MAX_INLINE_CAPTURE, MAX_OFFLOAD_CAPTURE_BYTES};
 use agentd_protocol::profile::{Limits, Network, ProfileOverride, SandboxProfile};
 use agentd_protocol::{ErrorCode, ExecRequest};
 use base64::Engine as _;
@@ -432,9 +432,11 @@ pub fn admit(policy: &ServerPolicy, request: ExecRequest) -> Result<Admitted, Re
         Some(offload) if offload.capture_path.is_empty() || offload.capture_path.contains('\0') => {
             return Err(invalid("`offload.capture_path` must be a non-empty path without NUL"));
         }
-        Some(offload) => {
-            Capture::Offload { path: offload.capture_path, inline_budget: offload.inline_budget }
-        }
+        // Output within the inline budget travels in one reply: bounded like a plain exec's.
+        Some(offload) => Capture::Offload {
+            path: offload.capture_path,
+            inline_budget: offload.inline_budget.min(MAX_INLINE_CAPTURE),
+        },
     };
     Ok(Admitted {
         profile,
@@ -722,6 +724,19 @@ mod tests {
         assert!(request(&|r| r.max_capture_bytes = Some(0)).is_err());
         let huge = request(&|r| r.max_capture_bytes = Some(u64::MAX)).unwrap();
         assert_eq!(huge.max_capture_bytes, MAX_OFFLOAD_CAPTURE_BYTES, "clamped: it bounds the disk");
+        let offload = |budget| {
+            request(&|r| {
+                r.offload =
+                    Some(agentd_protocol::Offload { capture_path: "/c".into(), inline_budget: budget })
+            })
+        };
+        for (asked, kept) in [(100, 100), (u64::MAX, MAX_INLINE_CAPTURE)] {
+            let admitted = offload(asked).unwrap();
+            assert!(
+                matches!(admitted.capture, Capture::Offload { inline_budget, .. } if inline_budget == kept),
+                "inline_budget {asked}: one reply bounds it"
+            );
+        }
         assert!(request(&|r| r.stdin_base64 = Some("!!".to_owned())).is_err());
         assert!(request(&|r| r.cwd = Some(String::new())).is_err());
         // An override without a server profile tightens an empty one (and is then confined).

@@ -27,6 +27,7 @@ mod confine;
 mod exec;
 mod fs;
 mod oneshot;
+mod outbox;
 mod registry;
 mod root;
 mod server;
@@ -225,6 +226,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         },
         global: Arc::default(),
         connections: Arc::new(Connections::new(max_connections, MAX_PENDING_CONNECTIONS)),
+        room: outbox::Room::new(),
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

@@ -166,7 +166,8 @@ pub fn exec(args: ExecArgs) -> ExitCode {
             scratch.clone(),
             Duration::from_secs(1),
         );
-        let result = executor.run(spec, &CancelHandle::default(), None, None).await;
+        let result =
+            executor.run(spec, &CancelHandle::default(), None, None, None).await.map(|(result, _)| result);
         let _ = std::fs::remove_dir_all(&scratch);
         Ok::<_, std::io::Error>(result)
     });

@@ -40,13 +40,10 @@ use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner};
 use crate::exec::{CancelHandle, Confined, ExecError, ExecSpec, Executor, tree};
+use crate::outbox::{self, Outbox, Room};
 use crate::registry::{Admitted, Cancel, Connections, Global, Handle, Requests, Slot};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
-
-/// Messages queued for one connection's writer. Bounded, so a client that stops reading slows its
-/// own execs' streaming and downloads instead of growing agentd's memory.
-const OUTGOING_QUEUE: usize = 64;
 
 /// Chunks queued for one upload before the connection's reader waits for the disk.
 const UPLOAD_QUEUE: usize = 16;
@@ -68,6 +65,8 @@ pub struct Shared {
     pub global: Arc<Global>,
     /// The connection budget.
     pub connections: Arc<Connections>,
+    /// Room for replies queued across all connections.
+    pub room: Room,
 }
 
 /// Where agentd listens.
@@ -193,15 +192,19 @@ where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (sink, mut source) = ws.split();
-    let (out, mut outgoing) = mpsc::channel::<Message>(OUTGOING_QUEUE);
-    // `forward` flushes only when the queue is momentarily empty: many small results, one write.
-    let writer =
-        tokio::spawn(futures_util::stream::poll_fn(move |cx| outgoing.poll_recv(cx)).map(Ok).forward(sink));
+    let (out, outgoing) = Outbox::new(shared.room.clone());
+    let writer = tokio::spawn(outbox::write(sink, outgoing));
 
     let requests = Arc::new(Requests::new(Arc::clone(&shared.global)));
     let blocking = Arc::new(Semaphore::new(MAX_BLOCKING_PER_CONNECTION));
     let mut session = Session { shared, out, requests, blocking, greeted: false };
-    while let Some(frame) = source.next().await {
+    loop {
+        // A writer that gave up (the client stopped reading) ends the session too.
+        let frame = tokio::select! {
+            frame = source.next() => frame,
+            () = session.out.closed() => None,
+        };
+        let Some(frame) = frame else { break };
         match frame {
             Ok(Message::Text(text)) => session.on_text(text.as_str()).await,
             Ok(Message::Binary(data)) => session.on_binary(data).await,
@@ -253,7 +256,7 @@ fn authorize(
 
 struct Session {
     shared: Arc<Shared>,
-    out: mpsc::Sender<Message>,
+    out: Outbox,
     requests: Arc<Requests>,
     /// Permits for this connection's blocking verbs ([`MAX_BLOCKING_PER_CONNECTION`]).
     blocking: Arc<Semaphore>,
@@ -316,7 +319,7 @@ impl Session {
                     requests.finish(id);
                     drop(slot);
                     let reply = ServerMessage::UploadResult(UploadResult { id, path: request.path, error });
-                    let _ = out.send(Message::text(reply.to_json())).await;
+                    let _ = out.reply(&reply).await;
                 });
             }
             ClientMessage::UploadEnd(end) => match self.requests.upload(id) {
@@ -359,7 +362,7 @@ impl Session {
                     };
                     requests.finish(id);
                     drop(slot);
-                    let _ = out.send(Message::text(ServerMessage::DownloadResult(result).to_json())).await;
+                    let _ = out.reply(&ServerMessage::DownloadResult(result)).await;
                 });
             }
         }
@@ -413,29 +416,32 @@ impl Session {
             } else {
                 (None, None, None)
             };
-            let result = shared.executor.run(spec, &cancel, started, live).await;
+            let finished = shared.executor.run(spec, &cancel, started, live, Some(out.room())).await;
             if let Some(forwarder) = forwarder {
                 // Every chunk goes out before the result.
                 let _ = forwarder.await;
             }
             requests.finish(id);
             drop(slot);
-            let reply = match result {
-                Ok(mut result) => {
+            let (reply, reserved) = match finished {
+                Ok((mut result, reserved)) => {
                     result.id = id;
-                    ServerMessage::ExecResult(result)
+                    (ServerMessage::ExecResult(result), reserved)
                 }
-                Err(err) => ServerMessage::Error(ErrorReply {
-                    id: Some(id),
-                    code: match err {
-                        ExecError::NotEnforceable(_) => ErrorCode::NotEnforceable,
-                        _ if err.is_spawn_failure() => ErrorCode::SpawnFailed,
-                        _ => ErrorCode::Internal,
-                    },
-                    message: err.to_string(),
-                }),
+                Err(err) => (
+                    ServerMessage::Error(ErrorReply {
+                        id: Some(id),
+                        code: match err {
+                            ExecError::NotEnforceable(_) => ErrorCode::NotEnforceable,
+                            _ if err.is_spawn_failure() => ErrorCode::SpawnFailed,
+                            _ => ErrorCode::Internal,
+                        },
+                        message: err.to_string(),
+                    }),
+                    None,
+                ),
             };
-            let _ = out.send(Message::text(reply.to_json())).await;
+            let _ = out.reply_in(&reply, reserved).await;
         });
     }
 
@@ -526,7 +532,7 @@ impl Session {
                     message: format!("file verb failed: {err}"),
                 }),
             };
-            let _ = out.send(Message::text(reply.to_json())).await;
+            let _ = out.reply(&reply).await;
         });
     }
 
@@ -535,7 +541,7 @@ impl Session {
     }
 
     async fn send(&self, message: ServerMessage) {
-        let _ = self.out.send(Message::text(message.to_json())).await;
+        let _ = self.out.reply(&message).await;
     }
 }
 
@@ -561,12 +567,12 @@ async fn forward_live(
     id: u64,
     started: oneshot::Receiver<u32>,
     mut live: mpsc::Receiver<Vec<u8>>,
-    out: mpsc::Sender<Message>,
+    out: Outbox,
 ) {
     if let Ok(pid) = started.await {
-        let _ = out.send(Message::text(ServerMessage::ExecStarted(ExecStarted { id, pid }).to_json())).await;
+        let _ = out.reply(&ServerMessage::ExecStarted(ExecStarted { id, pid })).await;
     }
     while let Some(data) = live.recv().await {
-        let _ = out.send(Message::binary(chunk::encode(id, &data))).await;
+        let _ = out.binary(chunk::encode(id, &data)).await;
     }
 }

@@ -28,10 +28,12 @@ use std::io::Write as _;
 
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::{Notify, mpsc};
-use tokio_tungstenite::tungstenite::{Bytes, Message};
+use tokio_tungstenite::tungstenite::Bytes;
 
 use crate::root::{Made, ResolveError, Workspace};
 use temp::Temp;
+
+use crate::outbox::Outbox;
 
 /// What the connection hands an upload in progress.
 #[derive(Debug)]
@@ -327,7 +329,7 @@ pub async fn download(
     id: u64,
     path: String,
     source: Result<Destination, String>,
-    out: mpsc::Sender<Message>,
+    out: Outbox,
     cancel: Arc<Notify>,
 ) -> DownloadResult {
     let failed = |error: String| DownloadResult {
@@ -351,7 +353,7 @@ pub async fn download(
         Err(err) => return failed(error_text(&err)),
     };
     let start = ServerMessage::DownloadStart(DownloadStart { id, path: path.clone(), size });
-    if out.send(Message::text(start.to_json())).await.is_err() {
+    if out.reply(&start).await.is_err() {
         return failed("connection closed".to_owned());
     }
     let mut hasher = Sha256::new();
@@ -368,7 +370,7 @@ pub async fn download(
         };
         hasher.update(&buf[..n]);
         sent += n as u64;
-        if out.send(Message::binary(chunk::encode(id, &buf[..n]))).await.is_err() {
+        if out.binary(chunk::encode(id, &buf[..n])).await.is_err() {
             return failed("connection closed".to_owned());
         }
     }

@@ -70,3 +70,86 @@ pub const FD_RESERVE: usize = 256;
 /// Milliseconds agentd waits at shutdown (SIGTERM) for blocking work still running after its
 /// requests were cancelled, before exiting anyway: a stuck file system never keeps agentd alive.
 pub const SHUTDOWN_GRACE_MS: u64 = 1000;
+
+/// Largest reply agentd builds: the JSON text of one `exec_result` or `fs_result`, the same bound as
+/// [`MAX_TEXT_MESSAGE`] in the other direction. Inline output, `grep` matches and `read`'s base64
+/// stop before it (and say so: `truncated`, or an error); a client that accepts messages of this size
+/// can read every reply.
+pub const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Upper clamp of a plain exec's capture (`max_capture_bytes`) and of an offload's `inline_budget`:
+/// the output travels inline in one reply, and 12 MiB is the most whose base64 still fits
+/// [`MAX_REPLY_BYTES`]. Output whose JSON escaping would not fit is cut and reported `truncated`.
+pub const MAX_INLINE_CAPTURE: u64 = 12 * 1024 * 1024;
+
+/// Bytes of replies queued for sending, across all connections. A reply larger than
+/// [`SMALL_REPLY_BYTES`] waits for room before it is queued, so clients that read slowly (or not at
+/// all) make agentd hold at most this much however many large replies they ask for.
+pub const MAX_QUEUED_REPLY_BYTES: usize = 128 * 1024 * 1024;
+
+/// Replies up to this size never wait for [`MAX_QUEUED_REPLY_BYTES`]: acknowledgements, errors and
+/// small results always go out.
+pub const SMALL_REPLY_BYTES: usize = 64 * 1024;
+
+/// Seconds agentd waits for a client to take a reply off the socket. A client that reads nothing for
+/// this long while agentd has something for it is disconnected (as if it had closed: its execs
+/// are killed), so it cannot hold queued replies forever.
+pub const WRITE_TIMEOUT_SECS: u64 = 60;
+
+/// Bytes `s` takes inside a JSON string as serde_json writes it (quotes excluded): what a reply
+/// budget counts.
+pub fn json_escaped_len(s: &str) -> usize {
+    s.len() + s.bytes().map(escape_extra).sum::<usize>()
+}
+
+/// The longest prefix of `s` (cut on a character boundary) whose escaped form fits `budget` bytes.
+pub fn json_prefix_within(s: &str, budget: usize) -> &str {
+    let mut used = 0;
+    for (at, c) in s.char_indices() {
+        let cost = c.len_utf8() + if c.is_ascii() { escape_extra(c as u8) } else { 0 };
+        if used + cost > budget {
+            return &s[..at];
+        }
+        used += cost;
+    }
+    s
+}
+
+/// Extra bytes serde_json spends on one byte of a string: `\"`, `\\`, the short escapes and `\u00XX`.
+fn escape_extra(byte: u8) -> usize {
+    match byte {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 1,
+        0..0x20 => 5,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_lengths_are_what_serde_json_writes() {
+        let samples =
+            ["", "plain", "q\"b\\", "\n\r\t\u{8}\u{c}", "\u{0}\u{1}\u{1f}\u{7f}", "é😀", "a\u{0}é\"z"];
+        for s in samples {
+            let written = serde_json::to_string(s).unwrap();
+            assert_eq!(json_escaped_len(s), written.len() - 2, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn prefixes_fit_their_budget_and_cut_on_characters() {
+        let s = "ab\u{1}é😀\"c";
+        for budget in 0..=json_escaped_len(s) + 1 {
+            let prefix = json_prefix_within(s, budget);
+            assert!(json_escaped_len(prefix) <= budget, "{budget}");
+            // The next character would not have fitted.
+            if let Some(next) = s[prefix.len()..].chars().next() {
+                let longer = &s[..prefix.len() + next.len_utf8()];
+                assert!(json_escaped_len(longer) > budget, "{budget}");
+            }
+        }
+        assert_eq!(json_prefix_within(s, usize::MAX), s);
+    }
+}

@@ -346,6 +346,26 @@ impl ExecResult {
             }
         }
     }
+
+    /// [`set_output`](Self::set_output), cut so that the encoded field (escaped text or base64) takes
+    /// at most `budget` bytes of the reply. Returns whether output had to be dropped.
+    pub fn set_output_within(&mut self, mut bytes: Vec<u8>, budget: usize) -> bool {
+        let keep = match std::str::from_utf8(&bytes) {
+            Ok(text) => crate::limits::json_prefix_within(text, budget).len(),
+            // Base64: 4 bytes for every 3.
+            Err(_) => bytes.len().min(budget / 4 * 3),
+        };
+        let whole = bytes.len();
+        bytes.truncate(keep);
+        // Cut binary output can become text, whose escaping may cost more than base64 would.
+        if let Ok(text) = std::str::from_utf8(&bytes) {
+            let keep = crate::limits::json_prefix_within(text, budget).len();
+            bytes.truncate(keep);
+        }
+        let cut = bytes.len() < whole;
+        self.set_output(bytes);
+        cut
+    }
 }
 
 /// The answer to `cancel`.
@@ -577,6 +597,34 @@ mod tests {
         result.set_output(vec![0xff, 0]);
         assert_eq!((result.output.as_deref(), result.output_base64.as_deref()), (None, Some("/wA=")));
         assert_eq!(result.output_bytes(), Ok(vec![0xff, 0]));
+    }
+
+    #[test]
+    fn output_within_a_budget_is_cut_after_encoding() {
+        let mut result = ExecResult::default();
+        // 10 control bytes escape to 60: a 30-byte budget keeps 5.
+        assert!(result.set_output_within(vec![1; 10], 30));
+        assert_eq!(result.output.as_deref(), Some("\u{1}\u{1}\u{1}\u{1}\u{1}"));
+        assert_eq!(result.output.as_deref().map(str::len), Some(5));
+        assert!(!result.set_output_within(b"fits".to_vec(), 4));
+        assert_eq!(result.output.as_deref(), Some("fits"));
+        // Binary: 8 base64 bytes hold 6 raw bytes.
+        assert!(result.set_output_within(vec![0xff; 9], 8));
+        assert_eq!(result.output_bytes(), Ok(vec![0xff; 6]));
+        // Binary cut into text is then held to the text's escaped size.
+        let mut mixed = vec![0u8; 6];
+        mixed.push(0xff);
+        assert!(result.set_output_within(mixed, 8));
+        assert_eq!(result.output.as_deref(), Some("\u{0}"));
+        for (bytes, budget) in [(vec![b'"'; 100], 51), (vec![0xc3, 0xa9, 0xff, 0], 4)] {
+            result.set_output_within(bytes, budget);
+            let field = match (&result.output, &result.output_base64) {
+                (Some(text), None) => crate::limits::json_escaped_len(text),
+                (None, Some(base64)) => base64.len(),
+                other => panic!("{other:?}"),
+            };
+            assert!(field <= budget, "{field} > {budget}");
+        }
     }
 
     #[test]

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use agentd_protocol::ExecResult;
+use agentd_protocol::limits::{MAX_INLINE_CAPTURE, MAX_REPLY_BYTES, MIN_INLINE_CAPTURE_BYTES};
 use agentd_protocol::profile::Limits;
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -39,6 +40,7 @@ use tree::{TAG_VAR, TimeoutLadder};
 
 use crate::admission::{Admitted, Capture};
 use crate::confine::Plan;
+use crate::outbox::{Reserved, Room};
 use crate::root::{Kind, Node, ResolveError, Workspace};
 
 /// How long the pipe is still read after the shell was reaped, for output a background process
@@ -206,13 +208,16 @@ impl Executor {
     }
 
     /// Runs `spec` to completion. `started` hears the shell's pid; `live` gets output as it comes.
+    /// With `room`, output that comes back inline is read back only once room for its reply is
+    /// reserved there (returned with the result, to be held until the reply is sent).
     pub async fn run(
         &self,
         spec: ExecSpec,
         cancel: &CancelHandle,
         started: Option<oneshot::Sender<u32>>,
         live: Option<mpsc::Sender<Vec<u8>>>,
-    ) -> Result<ExecResult, ExecError> {
+        room: Option<&Room>,
+    ) -> Result<(ExecResult, Option<Reserved>), ExecError> {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{}.{seq}", self.tag_prefix);
         let cwd = self.working_dir(spec.cwd.as_deref())?;
@@ -339,14 +344,18 @@ impl Executor {
             result.stray_processes = Some(u32::try_from(tree::members(pid, &tag).len()).unwrap_or(u32::MAX));
         }
         let path = capture.path().to_owned();
-        // Reading back up to 32 MiB (and writing the preview) is disk work: off the runtime thread,
+        let reserved = match room {
+            Some(room) => room.reserve(reply_size(&capture, &spec.mode)).await,
+            None => None,
+        };
+        // Reading back up to 12 MiB (and writing the preview) is disk work: off the runtime thread,
         // so other connections' requests do not wait for it.
         let mode = spec.mode;
         let finished =
             tokio::task::spawn_blocking(move || finish_capture(capture, &mode, &mut result).map(|()| result))
                 .await
                 .unwrap_or_else(|e| Err(io::Error::other(e)));
-        finished.map_err(|source| ExecError::Capture { path, source })
+        finished.map(|result| (result, reserved)).map_err(|source| ExecError::Capture { path, source })
     }
 
     /// Ends every running exec with the kill ladder, then every other process agentd started
@@ -366,9 +375,7 @@ impl Executor {
     fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<CaptureFile, ExecError> {
         match &spec.mode {
             CaptureMode::Inline => {
-                let cap = spec
-                    .max_capture_bytes
-                    .clamp(agentd_protocol::limits::MIN_INLINE_CAPTURE_BYTES, MAX_INLINE_CAPTURE);
+                let cap = spec.max_capture_bytes.clamp(MIN_INLINE_CAPTURE_BYTES, MAX_INLINE_CAPTURE);
                 let name = format!("capture-{seq}");
                 let target = target_in(&self.scratch, &name, self.scratch.shown(&name))?;
                 Ok(CaptureFile::new(target, cap))
@@ -428,15 +435,34 @@ fn limit_exceeded(exit: Exit, limits: Option<&Limits>) -> Option<String> {
     }
 }
 
-/// Largest capture a plain exec returns inline: it travels in one JSON message.
-pub const MAX_INLINE_CAPTURE: u64 = 32 * 1024 * 1024;
+/// Bytes of a reply kept for everything but the output field.
+const REPLY_ENVELOPE: usize = 64 * 1024;
+
+/// What the output field of an inline reply may take, encoded: the rest fits [`MAX_REPLY_BYTES`].
+const OUTPUT_BUDGET: usize = MAX_REPLY_BYTES - REPLY_ENVELOPE;
+
+/// The most the reply of this capture can take: inline output escaped or base64 within its budget,
+/// or a preview.
+fn reply_size(capture: &CaptureFile, mode: &CaptureMode) -> usize {
+    let inline = match mode {
+        CaptureMode::Inline => true,
+        CaptureMode::Offload { inline_budget, .. } => capture.captured() <= *inline_budget,
+    };
+    if !inline {
+        return REPLY_ENVELOPE;
+    }
+    // Text escapes to at most 6 bytes a byte, base64 to 4 per 3; the output budget caps both.
+    let captured = usize::try_from(capture.captured()).unwrap_or(usize::MAX);
+    captured.saturating_mul(6).min(OUTPUT_BUDGET) + REPLY_ENVELOPE
+}
 
 /// Fills the output fields of `result` from the finished capture.
 fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut ExecResult) -> io::Result<()> {
     match mode {
         CaptureMode::Inline => {
-            result.truncated = capture.total() > capture.captured();
-            result.set_output(capture.into_bytes()?);
+            let dropped = capture.total() > capture.captured();
+            let cut = result.set_output_within(capture.into_bytes()?, OUTPUT_BUDGET);
+            result.truncated = dropped || cut;
         }
         CaptureMode::Offload { inline_budget, .. } if capture.captured() <= *inline_budget => {
             // The contract's quirk: inline output cut at the cap is not reported as truncated.
@@ -444,7 +470,8 @@ fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut Exe
             let bytes = capture.bytes()?;
             // The contract removes the capture file of inline output, also one left there before.
             capture.discard();
-            result.set_output(bytes);
+            // Output that escaping makes too large for one reply is agentd's own loss: reported.
+            result.truncated = result.set_output_within(bytes, OUTPUT_BUDGET);
         }
         CaptureMode::Offload { .. } => {
             capture.persist()?;
