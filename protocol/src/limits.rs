@@ -85,7 +85,7 @@ pub const MAX_INLINE_CAPTURE: u64 = 12 * 1024 * 1024;
 /// Bytes of replies queued for sending, across all connections. A reply larger than
 /// [`SMALL_REPLY_BYTES`] waits for room before it is queued, so clients that read slowly (or not at
 /// all) make agentd hold at most this much however many large replies they ask for.
-pub const MAX_QUEUED_REPLY_BYTES: usize = 128 * 1024 * 1024;
+pub const MAX_QUEUED_REPLY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Replies up to this size never wait for [`MAX_QUEUED_REPLY_BYTES`]: acknowledgements, errors and
 /// small results always go out.

@@ -448,12 +448,15 @@ fn reply_size(capture: &CaptureFile, mode: &CaptureMode) -> usize {
         CaptureMode::Inline => true,
         CaptureMode::Offload { inline_budget, .. } => capture.captured() <= *inline_budget,
     };
+    // Every field but the output: a few hundred bytes, a few KiB with an enforcement report. (A
+    // reply larger than reserved takes more room when it is queued.)
+    const FIELDS: usize = 8 * 1024;
     if !inline {
-        return REPLY_ENVELOPE;
+        return FIELDS + 16 * 1024;
     }
     // Text escapes to at most 6 bytes a byte, base64 to 4 per 3; the output budget caps both.
     let captured = usize::try_from(capture.captured()).unwrap_or(usize::MAX);
-    captured.saturating_mul(6).min(OUTPUT_BUDGET) + REPLY_ENVELOPE
+    captured.saturating_mul(6).min(OUTPUT_BUDGET) + FIELDS
 }
 
 /// Fills the output fields of `result` from the finished capture.
