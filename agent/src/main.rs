@@ -12,7 +12,9 @@
 //! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
 //!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
 //! - [`registry`]: every request in flight (all kinds) with its caps and cancellation, and the
-//!   connection budget.
+//!   connection budget (idle sessions make room; `hello` is due within the handshake timeout).
+//! - [`outbox`]: each connection's outgoing queue and writer; large replies take room from one
+//!   budget shared by all connections, so memory does not follow output size.
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
 //!
 //! ## Usage

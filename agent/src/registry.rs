@@ -176,11 +176,13 @@ impl Refusal {
 pub struct Requests {
     global: Arc<Global>,
     map: Mutex<HashMap<u64, Handle>>,
+    /// Tells the connection budget when the connection is idle (nothing in flight).
+    activity: Option<Activity>,
 }
 
 impl Requests {
-    pub fn new(global: Arc<Global>) -> Self {
-        Self { global, map: Mutex::default() }
+    pub fn new(global: Arc<Global>, activity: Option<Activity>) -> Self {
+        Self { global, map: Mutex::default(), activity }
     }
 
     /// Records a new request of any kind. The returned slot must live as long as its work.
@@ -194,12 +196,23 @@ impl Requests {
         }
         let slot = self.global.take().ok_or(Refusal::Global)?;
         map.insert(id, handle);
+        if map.len() == 1
+            && let Some(activity) = &self.activity
+        {
+            activity.set_idle(false);
+        }
         Ok(slot)
     }
 
     /// Removes a finished request before its terminal reply goes out, so the client may reuse the id.
     pub fn finish(&self, id: u64) {
-        lock(&self.map).remove(&id);
+        let mut map = lock(&self.map);
+        if map.remove(&id).is_some()
+            && map.is_empty()
+            && let Some(activity) = &self.activity
+        {
+            activity.set_idle(true);
+        }
     }
 
     /// Stops the request `id`; false when none is in flight.
@@ -243,8 +256,9 @@ impl Requests {
 /// The connection budget: at most `max` connections open (authenticated or not), of which at most
 /// `max_pending` still in their upgrade. A new connection over either budget evicts the oldest one
 /// still in its upgrade (a client with the right token completes its upgrade in milliseconds, a
-/// flood of half-sent upgrades cannot keep it out); only when every connection is authenticated is
-/// the new one refused.
+/// flood of half-sent upgrades cannot keep it out); with none in its upgrade, the session idle the
+/// longest (nothing in flight: closing it loses nothing) is closed instead. Only when every session
+/// has work in flight is the new connection refused.
 #[derive(Debug)]
 pub struct Connections {
     max: usize,
@@ -257,7 +271,17 @@ struct ConnectionState {
     next: u64,
     /// Connections still in their upgrade, oldest first, each with its eviction signal.
     pending: BTreeMap<u64, Arc<Notify>>,
-    sessions: usize,
+    /// Authenticated connections.
+    sessions: BTreeMap<u64, SessionState>,
+    /// Orders the moments sessions became idle.
+    tick: u64,
+}
+
+#[derive(Debug)]
+struct SessionState {
+    /// When it last had nothing in flight (a [`ConnectionState::tick`]); `None` while busy.
+    idle_since: Option<u64>,
+    evict: Arc<Notify>,
 }
 
 impl Connections {
@@ -270,9 +294,19 @@ impl Connections {
     pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let mut state = lock(&self.state);
         let full =
-            state.pending.len() + state.sessions >= self.max || state.pending.len() >= self.max_pending;
+            state.pending.len() + state.sessions.len() >= self.max || state.pending.len() >= self.max_pending;
         if full {
-            let (_, evict) = state.pending.pop_first()?;
+            let evict = match state.pending.pop_first() {
+                Some((_, evict)) => evict,
+                None => {
+                    let (&idlest, _) = state
+                        .sessions
+                        .iter()
+                        .filter_map(|(seq, s)| Some((seq, s.idle_since?)))
+                        .min_by_key(|(_, since)| *since)?;
+                    state.sessions.remove(&idlest)?.evict
+                }
+            };
             // A stored permit: the evicted connection sees it even if it is not waiting yet.
             evict.notify_one();
         }
@@ -286,7 +320,25 @@ impl Connections {
     #[cfg(test)]
     fn counts(&self) -> (usize, usize) {
         let state = lock(&self.state);
-        (state.pending.len(), state.sessions)
+        (state.pending.len(), state.sessions.len())
+    }
+}
+
+/// Reports a session's idleness to the connection budget.
+#[derive(Debug)]
+pub struct Activity {
+    connections: Arc<Connections>,
+    seq: u64,
+}
+
+impl Activity {
+    fn set_idle(&self, idle: bool) {
+        let mut state = lock(&self.connections.state);
+        state.tick += 1;
+        let tick = state.tick;
+        if let Some(session) = state.sessions.get_mut(&self.seq) {
+            session.idle_since = idle.then_some(tick);
+        }
     }
 }
 
@@ -300,20 +352,29 @@ pub struct Admitted {
 }
 
 impl Admitted {
-    /// Resolves when a newer connection took this one's place during its upgrade.
+    /// Resolves when a newer connection took this one's place: during its upgrade, or as the
+    /// session idle the longest.
     pub async fn evicted(&self) {
         self.evicted.notified().await;
     }
 
-    /// The upgrade succeeded: the connection becomes a session. False when it was evicted meanwhile.
+    /// The upgrade succeeded: the connection becomes a session, idle until its first request.
+    /// False when it was evicted meanwhile.
     pub fn authenticate(&mut self) -> bool {
         let mut state = lock(&self.connections.state);
         if state.pending.remove(&self.seq).is_none() {
             return false;
         }
-        state.sessions += 1;
+        state.tick += 1;
+        let session = SessionState { idle_since: Some(state.tick), evict: Arc::clone(&self.evicted) };
+        state.sessions.insert(self.seq, session);
         self.authenticated = true;
         true
+    }
+
+    /// What the session's requests report their idleness through.
+    pub fn activity(&self) -> Activity {
+        Activity { connections: Arc::clone(&self.connections), seq: self.seq }
     }
 }
 
@@ -321,7 +382,7 @@ impl Drop for Admitted {
     fn drop(&mut self) {
         let mut state = lock(&self.connections.state);
         if self.authenticated {
-            state.sessions -= 1;
+            state.sessions.remove(&self.seq);
         } else {
             state.pending.remove(&self.seq);
         }
@@ -335,7 +396,7 @@ mod tests {
     #[tokio::test]
     async fn ids_are_unique_across_kinds_and_slots_bound_the_work() {
         let global = Arc::new(Global::default());
-        let requests = Requests::new(Arc::clone(&global));
+        let requests = Requests::new(Arc::clone(&global), None);
         let fs = Cancel::default();
         let slot = requests.register(7, Handle::Fs(fs.clone())).unwrap();
         let exec = Arc::new(CancelHandle::default());
@@ -354,7 +415,7 @@ mod tests {
     #[tokio::test]
     async fn caps_per_connection_and_global() {
         let global = Arc::new(Global::default());
-        let a = Requests::new(Arc::clone(&global));
+        let a = Requests::new(Arc::clone(&global), None);
         let mut slots = Vec::new();
         for id in 0..MAX_IN_FLIGHT as u64 {
             slots.push(a.register(id, Handle::Fs(Cancel::default())).unwrap());
@@ -362,7 +423,7 @@ mod tests {
         assert_eq!(a.register(u64::MAX, Handle::Fs(Cancel::default())).unwrap_err(), Refusal::Connection);
         let mut others = Vec::new();
         while global.in_flight() < MAX_IN_FLIGHT_GLOBAL {
-            let b = Requests::new(Arc::clone(&global));
+            let b = Requests::new(Arc::clone(&global), None);
             for id in 0..MAX_IN_FLIGHT as u64 {
                 match b.register(id, Handle::Fs(Cancel::default())) {
                     Ok(slot) => slots.push(slot),
@@ -371,7 +432,7 @@ mod tests {
             }
             others.push(b);
         }
-        let c = Requests::new(Arc::clone(&global));
+        let c = Requests::new(Arc::clone(&global), None);
         assert_eq!(c.register(1, Handle::Fs(Cancel::default())).unwrap_err(), Refusal::Global);
         assert_eq!(c.len(), 0);
         slots.pop();
@@ -380,7 +441,7 @@ mod tests {
 
     #[tokio::test]
     async fn close_cancels_everything() {
-        let requests = Requests::new(Arc::default());
+        let requests = Requests::new(Arc::default(), None);
         let tokens: Vec<Cancel> = (0..10).map(|_| Cancel::default()).collect();
         let _slots: Vec<Slot> = tokens
             .iter()
@@ -426,10 +487,32 @@ mod tests {
         let mut fifth = connections.admit().unwrap();
         assert!(fifth.authenticate());
         assert_eq!(connections.counts(), (0, 4));
-        // Everyone authenticated and the budget full: the newcomer is refused.
+        // Everyone authenticated and busy: the newcomer is refused.
+        let global = Arc::new(Global::default());
+        let busy: Vec<Requests> = [&second, &third, &fourth, &fifth]
+            .iter()
+            .map(|a| Requests::new(Arc::clone(&global), Some(a.activity())))
+            .collect();
+        let slots: Vec<Slot> =
+            busy.iter().map(|r| r.register(1, Handle::Fs(Cancel::default())).unwrap()).collect();
         assert!(connections.admit().is_none());
+        // Idle sessions make room, the one idle the longest first.
+        busy[2].finish(1);
+        busy[0].finish(1);
+        let sixth = connections.admit().unwrap();
+        tokio_test_evicted(&fourth);
+        assert_eq!(connections.counts(), (1, 3));
+        drop((sixth, slots));
         drop(fifth);
         assert!(connections.admit().is_some());
-        assert_eq!(connections.counts(), (0, 3));
+    }
+
+    /// The eviction signal of `admitted` was given (a stored permit).
+    fn tokio_test_evicted(admitted: &Admitted) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let signalled = runtime.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_millis(100), admitted.evicted()).await.is_ok()
+        });
+        assert!(signalled, "the session idle the longest is evicted");
     }
 }

@@ -167,7 +167,7 @@ where
         return;
     }
     tracing::debug!(%peer, "connected");
-    session(ws, shared).await;
+    session(ws, shared, Some(&admitted)).await;
     tracing::debug!(%peer, "disconnected");
     drop(admitted);
 }
@@ -177,7 +177,7 @@ where
 pub async fn serve_stdio(shared: Arc<Shared>) {
     let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
     let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(ws_config())).await;
-    session(ws, shared).await;
+    session(ws, shared, None).await;
 }
 
 fn ws_config() -> WebSocketConfig {
@@ -186,8 +186,10 @@ fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE))
 }
 
-/// One client's requests until its connection ends.
-async fn session<S>(ws: WebSocketStream<S>, shared: Arc<Shared>)
+/// One client's requests until its connection ends: the client closes it, the writer gives up on
+/// it, it sends no `hello` within [`HANDSHAKE_TIMEOUT_SECS`], or (`admitted`) a newer connection
+/// needs its place while it is idle.
+async fn session<S>(ws: WebSocketStream<S>, shared: Arc<Shared>, admitted: Option<&Admitted>)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -195,14 +197,32 @@ where
     let (out, outgoing) = Outbox::new(shared.room.clone());
     let writer = tokio::spawn(outbox::write(sink, outgoing));
 
-    let requests = Arc::new(Requests::new(Arc::clone(&shared.global)));
+    let activity = admitted.map(Admitted::activity);
+    let requests = Arc::new(Requests::new(Arc::clone(&shared.global), activity));
     let blocking = Arc::new(Semaphore::new(MAX_BLOCKING_PER_CONNECTION));
     let mut session = Session { shared, out, requests, blocking, greeted: false };
+    let evicted = async {
+        match admitted {
+            Some(admitted) => admitted.evicted().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(evicted);
+    let hello_by = tokio::time::sleep(Duration::from_secs(HANDSHAKE_TIMEOUT_SECS));
+    tokio::pin!(hello_by);
     loop {
-        // A writer that gave up (the client stopped reading) ends the session too.
         let frame = tokio::select! {
             frame = source.next() => frame,
+            // A writer that gave up (the client stopped reading) ends the session too.
             () = session.out.closed() => None,
+            () = &mut evicted => {
+                tracing::info!("idle session closed to make room for a newer connection");
+                None
+            }
+            () = &mut hello_by, if !session.greeted => {
+                tracing::info!("no hello within {HANDSHAKE_TIMEOUT_SECS} s: closed");
+                None
+            }
         };
         let Some(frame) = frame else { break };
         match frame {

@@ -427,3 +427,77 @@ async fn sigterm_during_a_flood_ends_agentd_promptly() {
     .await;
     assert!(next.is_ok());
 }
+
+/// Starts agentd with a descriptor limit of 300 (hard and soft): its connection budget is then
+/// 300 − `FD_RESERVE` − 16 = 28.
+fn daemon_with_28_connections() -> (Daemon, usize) {
+    use agentd_protocol::limits::FD_RESERVE;
+    let daemon =
+        Daemon::launch(&["prlimit", "--nofile=300:300", "--"], tempfile::tempdir().unwrap(), &[], None);
+    (daemon, 300 - FD_RESERVE - 16)
+}
+
+/// True when the server closed `ws` (or it failed) within `within`.
+async fn closed_within(ws: &mut Ws, within: Duration) -> bool {
+    loop {
+        match tokio::time::timeout(within, ws.next()).await {
+            Err(_) => return false,
+            Ok(None | Some(Err(_)) | Some(Ok(Message::Close(_)))) => return true,
+            Ok(Some(Ok(_))) => continue,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_slot_held_by_idle_links_the_idlest_makes_room() {
+    let (daemon, budget) = daemon_with_28_connections();
+    let mut links = Vec::new();
+    for _ in 0..budget {
+        links.push(greeted(&daemon).await);
+    }
+    let mut newcomer =
+        tokio::time::timeout(Duration::from_secs(2), greeted(&daemon)).await.expect("connected in time");
+    assert!(ls_latency(&mut newcomer, 1).await < LS_LATENCY_CEILING);
+    // The link idle the longest (the first) was closed for it; a later one was not.
+    assert!(closed_within(&mut links[0], Duration::from_secs(2)).await, "the idlest link is closed");
+    assert!(!closed_within(&mut links[budget - 1], Duration::from_millis(200)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_slot_busy_a_newcomer_is_refused_and_nothing_is_lost() {
+    let (daemon, budget) = daemon_with_28_connections();
+    let mut links = Vec::new();
+    for id in 0..budget {
+        let mut ws = greeted(&daemon).await;
+        let exec = json!({"type": "exec", "id": id, "command": "sleep 3; echo done", "stream": true});
+        send_text(&mut ws, exec.to_string()).await;
+        // Started: it is in flight.
+        assert_eq!(recv_json(&mut ws).await["type"], "exec_started");
+        links.push(ws);
+    }
+    // Every session has work in flight: nobody is closed, the newcomer is turned away.
+    let mut refused = raw_connect(&daemon.url, Some(&daemon.token)).await;
+    if let Ok(ws) = &mut refused {
+        assert!(closed_within(ws, Duration::from_secs(2)).await, "the newcomer is closed");
+    }
+    for ws in &mut links {
+        let reply = recv_json(ws).await;
+        assert_eq!((reply["type"].as_str(), reply["output"].as_str()), (Some("exec_result"), Some("done\n")));
+    }
+    // Idle again: a newcomer gets in.
+    let mut ws =
+        tokio::time::timeout(Duration::from_secs(2), greeted(&daemon)).await.expect("connected in time");
+    assert!(ls_latency(&mut ws, 1).await < LS_LATENCY_CEILING);
+}
+
+#[tokio::test]
+async fn an_authenticated_link_that_never_says_hello_is_closed() {
+    use agentd_protocol::limits::HANDSHAKE_TIMEOUT_SECS;
+    let daemon = Daemon::start();
+    let mut silent = raw_connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let start = Instant::now();
+    assert!(closed_within(&mut silent, Duration::from_secs(HANDSHAKE_TIMEOUT_SECS + 3)).await, "still open");
+    let closed = start.elapsed();
+    eprintln!("authenticated link without hello closed after {closed:?}");
+    assert!(closed >= Duration::from_secs(HANDSHAKE_TIMEOUT_SECS - 1), "closed too early: {closed:?}");
+}
