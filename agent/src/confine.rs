@@ -411,11 +411,16 @@ pub struct Cleanup {
 }
 
 impl Cleanup {
+    /// The command's pids cgroup directory, when it has one: the kill ladder ends the command
+    /// through it ([`crate::exec::tree::end_cgroups`]).
+    pub fn cgroup(&self) -> Option<&Path> {
+        self._cgroup.as_ref().map(|cgroup| cgroup.dir.as_path())
+    }
+
     /// Processes still in the command's pids cgroup (`None` without one).
     pub fn processes_left(&self) -> Option<u32> {
-        let cgroup = self._cgroup.as_ref()?;
-        let procs = std::fs::read_to_string(cgroup.dir.join("cgroup.procs")).ok()?;
-        Some(u32::try_from(procs.lines().count()).unwrap_or(u32::MAX))
+        let procs = crate::exec::tree::cgroup_procs(self.cgroup()?).ok()?;
+        Some(u32::try_from(procs.len()).unwrap_or(u32::MAX))
     }
 
     /// Removes the command's cgroup (its tree is gone by now).

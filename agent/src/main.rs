@@ -262,7 +262,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     registry::shut_down();
     // Nothing may outlive agentd: every running exec's tree is killed before it exits.
     // Per-command pids cgroups first: through the cgroup, a fork bomb cannot outrun the kill.
-    exec::tree::end_cgroups(&shared.confiner.command_cgroups()).await;
+    exec::tree::end_cgroups(shared.confiner.command_cgroups()).await;
     shared.executor.kill_all().await;
     shared.confiner.remove_cgroups();
     let _ = std::fs::remove_dir_all(&scratch);

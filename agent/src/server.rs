@@ -419,7 +419,7 @@ impl Session {
 
     async fn exec(&mut self, request: ExecRequest) {
         let (id, stream) = (request.id, request.stream);
-        let spec = match self.exec_spec(request) {
+        let spec = match self.exec_spec(request).await {
             Ok(spec) => spec,
             Err(err) => return self.send(err.into_reply()).await,
         };
@@ -465,14 +465,21 @@ impl Session {
         });
     }
 
-    fn exec_spec(&self, request: ExecRequest) -> Result<ExecSpec, DecodeError> {
+    async fn exec_spec(&self, request: ExecRequest) -> Result<ExecSpec, DecodeError> {
         let id = request.id;
         let mut admitted = admission::admit(&self.shared.policy, request)
             .map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?;
         let confined = match admitted.profile.take() {
             None => None,
             Some(profile) => {
-                let plan = self.shared.confiner.plan(&profile).map_err(|e| {
+                // Building the landlock ruleset, making the command's cgroup (and the first time,
+                // finding agentd's own in /proc) is file system work: off the runtime thread.
+                let shared = Arc::clone(&self.shared);
+                let (plan, profile) =
+                    tokio::task::spawn_blocking(move || (shared.confiner.plan(&profile), profile))
+                        .await
+                        .map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?;
+                let plan = plan.map_err(|e| {
                     let code = match e {
                         ConfineError::NotEnforceable { .. } => ErrorCode::NotEnforceable,
                         _ => ErrorCode::Internal,

@@ -17,6 +17,9 @@ use tokio_tungstenite::tungstenite::Message;
 
 const MIB: u64 = 1024 * 1024;
 
+/// One case at a time: each loads both cores, and their figures should be their own.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn greeted(daemon: &Daemon) -> Ws {
     let mut ws = raw_connect(&daemon.url, Some(&daemon.token)).await.unwrap();
     send_text(&mut ws, json!({"type": "hello", "id": 0, "versions": [1]}).to_string()).await;
@@ -44,6 +47,7 @@ const GIANT_OUTPUTS: [(&str, u8); 3] = [
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn giant_inline_outputs_fit_one_reply_and_memory_does_not_follow_them() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let daemon = Daemon::start();
     let mut ws = greeted(&daemon).await;
     let idle = status_kb(daemon.pid(), "VmRSS");
@@ -81,6 +85,7 @@ async fn giant_inline_outputs_fit_one_reply_and_memory_does_not_follow_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_reads_nothing_holds_at_most_the_reply_budget() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let daemon = Daemon::start();
     let mut greedy = greeted(&daemon).await;
     let mut other = greeted(&daemon).await;

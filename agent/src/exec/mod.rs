@@ -36,7 +36,7 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use capture::{CaptureFile, CaptureTarget, DrainEnd};
 use reaper::{Exit, Reaper};
-use tree::{TAG_VAR, TimeoutLadder};
+use tree::{TAG_VAR, Target, TimeoutLadder};
 
 use crate::admission::{Admitted, Capture};
 use crate::confine::Plan;
@@ -158,8 +158,8 @@ pub struct Executor {
     /// Prefix of every exec tag: agentd's pid, so two agentd in one sandbox never share tags.
     tag_prefix: String,
     next_seq: AtomicU64,
-    /// Running execs by sequence number (root pid, tag), so shutdown can end them all.
-    running: Mutex<HashMap<u64, (u32, String)>>,
+    /// Running execs by sequence number, so shutdown can end them all.
+    running: Mutex<HashMap<u64, Target>>,
     base_env: spawn::BaseEnv,
 }
 
@@ -247,22 +247,25 @@ impl Executor {
         };
         let start = Instant::now();
         let mut confinement = None;
-        let (pid, exited) = {
+        let (target, exited) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-            let spawned = match plan {
+            let (spawned, cgroup) = match plan {
                 Some(plan) => {
                     let (mut report, steps, cleanup) = plan.into_parts();
                     let spawned = self.reaper.spawn(|| spawn::spawn_confined(&shell, steps, &mut report));
+                    let cgroup = cleanup.cgroup().map(Path::to_owned);
                     confinement = Some((report, cleanup));
-                    spawned
+                    (spawned, cgroup)
                 }
-                None => self.reaper.spawn(|| spawn::spawn(&shell)),
-            }
-            .map_err(ExecError::spawn)?;
-            running.insert(seq, (spawned.0, tag.clone()));
-            spawned
+                None => (self.reaper.spawn(|| spawn::spawn(&shell)), None),
+            };
+            let (pid, exited) = spawned.map_err(ExecError::spawn)?;
+            let target = Target { root: pid, tag, cgroup };
+            running.insert(seq, target.clone());
+            (target, exited)
         };
+        let pid = target.root;
         // Our copies of the child's ends must close, or EOF never comes.
         drop(writer);
         if let Some(started) = started {
@@ -288,12 +291,12 @@ impl Executor {
             exit = &mut exited => exit,
             () = sleep => {
                 timed_out = true;
-                self.ladder.kill(pid, &tag).await;
+                self.ladder.kill(&target).await;
                 (&mut exited).await
             }
             () = cancel.0.notified() => {
                 cancelled = true;
-                self.ladder.kill(pid, &tag).await;
+                self.ladder.kill(&target).await;
                 (&mut exited).await
             }
         };
@@ -334,36 +337,39 @@ impl Executor {
             limit_exceeded: limit_exceeded(exit, limits.as_ref()),
             ..ExecResult::default()
         };
-        if let Some((report, cleanup)) = confinement {
-            result.enforcement = Some(report);
-            result.stray_processes = cleanup.processes_left();
-            cleanup.finish();
-        }
-        if result.stray_processes.is_none() && pipe_held {
-            // No cgroup to ask: a `/proc` scan, only when a process is known to be left.
-            result.stray_processes = Some(u32::try_from(tree::members(pid, &tag).len()).unwrap_or(u32::MAX));
-        }
         let path = capture.path().to_owned();
         let reserved = match room {
             Some(room) => room.reserve(reply_size(&capture, &spec.mode)).await,
             None => None,
         };
-        // Reading back up to 12 MiB (and writing the preview) is disk work: off the runtime thread,
-        // so other connections' requests do not wait for it.
+        // Reading back up to 12 MiB (and writing the preview), counting strays (a `/proc` scan without
+        // a cgroup) and removing the cgroup are blocking work: off the runtime thread, so other
+        // connections' requests do not wait for it.
         let mode = spec.mode;
-        let finished =
-            tokio::task::spawn_blocking(move || finish_capture(capture, &mode, &mut result).map(|()| result))
-                .await
-                .unwrap_or_else(|e| Err(io::Error::other(e)));
+        let finished = tokio::task::spawn_blocking(move || {
+            if let Some((report, cleanup)) = confinement {
+                result.enforcement = Some(report);
+                result.stray_processes = cleanup.processes_left();
+                cleanup.finish();
+            }
+            if result.stray_processes.is_none() && pipe_held {
+                // No cgroup to ask: a `/proc` scan, only when a process is known to be left.
+                let left = tree::members(target.root, &target.tag).len();
+                result.stray_processes = Some(u32::try_from(left).unwrap_or(u32::MAX));
+            }
+            finish_capture(capture, &mode, &mut result).map(|()| result)
+        })
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)));
         finished.map(|result| (result, reserved)).map_err(|source| ExecError::Capture { path, source })
     }
 
     /// Ends every running exec with the kill ladder, then every other process agentd started
     /// (background processes of finished execs): agentd is shutting down.
     pub async fn kill_all(&self) {
-        let running: Vec<(u32, String)> =
+        let running: Vec<Target> =
             self.running.lock().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
-        let kills = running.iter().map(|(pid, tag)| self.ladder.kill(*pid, tag));
+        let kills = running.iter().map(|target| self.ladder.kill(target));
         futures_util::future::join_all(kills).await;
         tree::kill_every_descendant().await;
     }

@@ -1,15 +1,25 @@
 //! Finding every process of one exec, and the kill ladder that ends them.
 //!
-//! An exec's processes are the shell's descendants by parent pid, plus every process that carries the
-//! exec's tag (`AGENTD_EXEC_TAG=<agentd pid>.<seq>`) in its environment. The second set catches
-//! descendants that left the process group with `setsid` and were orphaned: agentd is a subreaper, so
-//! they are re-parented to agentd rather than to init, and the inherited tag says which exec they came
-//! from. (Killing only the shell's process group once left `setsid sleep` children running for hours.)
-//! A process that both escapes the tree and clears its environment is not found; confinement with a
-//! cgroup is the complete answer where one can be created.
+//! Where the exec has its own pids cgroup (a profile with `limits.processes`), its processes are the
+//! ones the cgroup lists: the kernel puts every fork there, whatever the process does with its
+//! session, parents or environment, and the list costs one read however many processes the machine
+//! has. Otherwise (and, once the cgroup is empty, as a last sweep for a process that moved itself out
+//! of it) an exec's processes are the shell's descendants by parent pid, plus every process that
+//! carries the exec's tag (`AGENTD_EXEC_TAG=<agentd pid>.<seq>`) in its environment. The second set
+//! catches descendants that left the process group with `setsid` and were orphaned: agentd is a
+//! subreaper, so they are re-parented to agentd rather than to init, and the inherited tag says which
+//! exec they came from. (Killing only the shell's process group once left `setsid sleep` children
+//! running for hours.) Without a cgroup, a process that both escapes the tree and clears its
+//! environment is not found.
+//!
+//! Every `/proc` scan, cgroup read and signal round runs on the blocking pool ([`off_runtime`]); only
+//! the waits between rounds are on the runtime thread. Forty timeouts scanning `/proc` with 1500
+//! processes around once held every other connection's `exec true` for 12 s.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill, killpg};
@@ -144,44 +154,59 @@ fn members_in(tree: &ProcessTree, root: u32, tag: &str) -> Vec<i32> {
     out.into_iter().collect()
 }
 
-/// Ends every process in the per-command pids cgroups `dirs` (each holds one command's processes,
-/// a finished command's strays included): the cheap first step of shutdown. `pids.max` goes to 0,
-/// so no fork in them succeeds any more; `cgroup.kill` (cgroup v2) kills them all at once, and
-/// every pid `cgroup.procs` lists is SIGKILLed until the lists are empty. A fork bomb in a cgroup
-/// cannot outrun that, and the kernel's lists spare agentd a `/proc` scan of thousands of processes
-/// on a CPU the bomb is starving. Returns how many processes were still listed after the rounds.
-pub async fn end_cgroups(dirs: &[PathBuf]) -> usize {
-    for dir in dirs {
-        // Both fail harmlessly on a cgroup already gone; `cgroup.kill` exists on v2 only.
-        let _ = std::fs::write(dir.join("pids.max"), "0");
-        let _ = std::fs::write(dir.join("cgroup.kill"), "1");
-    }
-    kill_until_gone(|| {
-        dirs.iter()
-            .flat_map(|dir| {
-                std::fs::read_to_string(dir.join("cgroup.procs"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter_map(|l| l.parse().ok())
-                    .collect::<Vec<i32>>()
-            })
-            .collect()
+/// Runs blocking `/proc`, cgroup and signal work on the blocking pool, so the runtime thread goes on
+/// serving every other connection meanwhile. The pool is bounded and these rounds are short (one
+/// scan and its signals), so many ladders at once queue there rather than take a thread each for
+/// their whole grace period. A round that panicked counts as having found nothing.
+async fn off_runtime<T: Default + Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|err| {
+        tracing::warn!("a kill round failed: {err}");
+        T::default()
     })
-    .await
+}
+
+/// The pids the cgroup `dir` lists in `cgroup.procs`: its processes, however they left the tree.
+pub fn cgroup_procs(dir: &Path) -> io::Result<Vec<i32>> {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+    Ok(procs.lines().filter_map(|l| l.parse().ok()).collect())
+}
+
+/// Ends every process in the pids cgroups `dirs` (each holds one command's processes, a finished
+/// command's strays included): the timeout's kill where the exec has a cgroup, and the cheap first
+/// step of shutdown. `pids.max` goes to 0, so no fork in them succeeds any more; `cgroup.kill`
+/// (cgroup v2, where it exists) kills them all at once, and every pid `cgroup.procs` lists is
+/// SIGKILLed until the lists are empty (all cgroup v1 has). A fork bomb in a cgroup cannot outrun
+/// that, a double-forked process that cleared its environment is on the list like any other, and
+/// the kernel's lists spare agentd a `/proc` scan of thousands of processes on a CPU the bomb is
+/// starving. Returns how many processes were still listed after the rounds.
+pub async fn end_cgroups(dirs: Vec<PathBuf>) -> usize {
+    let dirs = Arc::new(dirs);
+    let freeze = Arc::clone(&dirs);
+    off_runtime(move || {
+        for dir in freeze.iter() {
+            // Both fail harmlessly on a cgroup already gone.
+            let _ = std::fs::write(dir.join("pids.max"), "0");
+            if dir.join("cgroup.kill").exists() {
+                let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+            }
+        }
+    })
+    .await;
+    kill_until_gone(move || dirs.iter().flat_map(|dir| cgroup_procs(dir).unwrap_or_default()).collect()).await
 }
 
 /// Stops, then SIGKILLs, every process below agentd until none is left: the last step of shutdown,
 /// so nothing agentd started (a finished exec's background daemon, a fork bomb) outlives it.
 pub async fn kill_every_descendant() {
     let agentd = std::process::id() as i32;
-    let stopped = stop_all(|| {
+    let stopped = stop_all(move || {
         let tree = ProcessTree::scan();
         let all = tree.descendants(agentd);
         let running = all.iter().filter(|pid| !tree.stopped.contains(pid)).count();
         (all, running)
     })
     .await;
-    let left = kill_until_gone(|| ProcessTree::scan().descendants(agentd)).await;
+    let left = kill_until_gone(move || ProcessTree::scan().descendants(agentd)).await;
     if !stopped || left > 0 {
         tracing::warn!(left, "processes below agentd survived the stop and kill rounds");
     }
@@ -195,14 +220,23 @@ pub async fn kill_every_descendant() {
 /// pids limit every kill frees a slot for a survivor's fork. A stopped process cannot fork and keeps
 /// its slot, so each round only has to catch the processes born since the last scan, and those
 /// become fewer every round; then one SIGKILL round ends them all.
-async fn stop_all(scan: impl Fn() -> (Vec<i32>, usize)) -> bool {
+async fn stop_all(scan: impl Fn() -> (Vec<i32>, usize) + Send + Sync + 'static) -> bool {
+    let scan = Arc::new(scan);
     for _ in 0..KILL_ROUNDS {
-        let (all, running) = scan();
-        if running == 0 {
+        let round = Arc::clone(&scan);
+        let all_stopped = off_runtime(move || {
+            let (all, running) = round();
+            if running == 0 {
+                return true;
+            }
+            for pid in all {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
+            }
+            false
+        })
+        .await;
+        if all_stopped {
             return true;
-        }
-        for pid in all {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
         }
         // SIGSTOP takes effect when the process next runs: let it.
         sleep(Duration::from_millis(1)).await;
@@ -211,18 +245,53 @@ async fn stop_all(scan: impl Fn() -> (Vec<i32>, usize)) -> bool {
 }
 
 /// SIGKILLs what `scan` finds until it finds nothing; returns how many were left after the rounds.
-async fn kill_until_gone(scan: impl Fn() -> Vec<i32>) -> usize {
+async fn kill_until_gone(scan: impl Fn() -> Vec<i32> + Send + Sync + 'static) -> usize {
+    let scan = Arc::new(scan);
     for _ in 0..KILL_ROUNDS {
-        let all = scan();
-        if all.is_empty() {
+        let round = Arc::clone(&scan);
+        let found = off_runtime(move || {
+            let all = round();
+            for pid in &all {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+            }
+            all.len()
+        })
+        .await;
+        if found == 0 {
             return 0;
-        }
-        for pid in all {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
         sleep(Duration::from_millis(2)).await;
     }
-    scan().len()
+    off_runtime(move || scan().len()).await
+}
+
+/// Where one exec's processes are found.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The shell: root of the exec's tree, and its session and process group id.
+    pub root: u32,
+    /// The exec's tag (the value of [`TAG_VAR`]).
+    pub tag: String,
+    /// The exec's own pids cgroup, when it has one: then it alone says who the members are.
+    pub cgroup: Option<PathBuf>,
+}
+
+impl Target {
+    /// The live members: what the cgroup lists, else the tree and the tagged.
+    fn members(&self) -> Vec<i32> {
+        match &self.cgroup {
+            Some(dir) => cgroup_procs(dir).unwrap_or_default(),
+            None => members(self.root, &self.tag),
+        }
+    }
+
+    /// Signals the shell's process group and every member.
+    fn signal_all(&self, signal: Signal) {
+        let _ = killpg(Pid::from_raw(self.root as i32), signal);
+        for pid in self.members() {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+    }
 }
 
 /// SIGTERM to the whole exec, a grace period, then SIGKILL until nothing is left.
@@ -239,46 +308,60 @@ const POLL: Duration = Duration::from_millis(10);
 const KILL_ROUNDS: usize = 200;
 
 impl TimeoutLadder {
-    /// Ends the exec rooted at `root`; returns once no member is left (or after the last round).
-    pub async fn kill(&self, root: u32, tag: &str) {
-        signal_all(root, tag, Signal::SIGTERM);
-        // Stopped processes act on SIGTERM only once continued.
-        signal_all(root, tag, Signal::SIGCONT);
+    /// Ends the exec `target`; returns once no member is left (or after the last round).
+    pub async fn kill(&self, target: &Target) {
+        let target = Arc::new(target.clone());
+        let signalled = Arc::clone(&target);
+        off_runtime(move || {
+            signalled.signal_all(Signal::SIGTERM);
+            // Stopped processes act on SIGTERM only once continued.
+            signalled.signal_all(Signal::SIGCONT);
+        })
+        .await;
         let deadline = Instant::now() + self.grace;
-        while Instant::now() < deadline {
-            if members(root, tag).is_empty() {
-                return;
+        let mut gone = false;
+        while !gone && Instant::now() < deadline {
+            let looked = Arc::clone(&target);
+            gone = off_runtime(move || looked.members().is_empty()).await;
+            if !gone {
+                sleep(POLL).await;
             }
-            sleep(POLL).await;
         }
-        // What is left is stopped first (a fork bomb cannot outrun that), then killed.
-        let _ = killpg(Pid::from_raw(root as i32), Signal::SIGSTOP);
-        stop_all(|| {
-            let tree = ProcessTree::scan();
-            let members = members_in(&tree, root, tag);
-            let running = members.iter().filter(|pid| !tree.stopped.contains(pid)).count();
-            (members, running)
-        })
-        .await;
-        let left = kill_until_gone(|| {
-            let _ = killpg(Pid::from_raw(root as i32), Signal::SIGKILL);
-            members(root, tag)
-        })
-        .await;
+        let (root, tag) = (target.root, target.tag.clone());
+        let left = match &target.cgroup {
+            Some(dir) => {
+                let mut left = 0;
+                if !gone {
+                    let _ = killpg(Pid::from_raw(root as i32), Signal::SIGKILL);
+                    left = end_cgroups(vec![dir.clone()]).await;
+                }
+                // Only a process that moved itself out of the cgroup (root, where landlock does not
+                // withhold the cgroup tree) is left for the tree and the tag: one scan, usually empty.
+                left + kill_until_gone(move || members(root, &tag)).await
+            }
+            None if gone => 0,
+            None => {
+                // What is left is stopped first (a fork bomb cannot outrun that), then killed.
+                let _ = killpg(Pid::from_raw(root as i32), Signal::SIGSTOP);
+                let stopping = Arc::clone(&target);
+                stop_all(move || {
+                    let tree = ProcessTree::scan();
+                    let members = members_in(&tree, stopping.root, &stopping.tag);
+                    let running = members.iter().filter(|pid| !tree.stopped.contains(pid)).count();
+                    (members, running)
+                })
+                .await;
+                kill_until_gone(move || {
+                    let _ = killpg(Pid::from_raw(root as i32), Signal::SIGKILL);
+                    members(root, &tag)
+                })
+                .await
+            }
+        };
         if left > 0 {
             tracing::warn!(root, left, "processes of an exec survived {KILL_ROUNDS} SIGKILL rounds");
         }
     }
-}
-
-/// Signals the shell's process group and every member; returns how many members there were.
-fn signal_all(root: u32, tag: &str, signal: Signal) -> usize {
-    let _ = killpg(Pid::from_raw(root as i32), signal);
-    let members = members(root, tag);
-    for pid in &members {
-        let _ = kill(Pid::from_raw(*pid), signal);
-    }
-    members.len()
 }
 
 #[cfg(test)]
