@@ -13,6 +13,8 @@
 //!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
 //! - [`registry`]: every request in flight (all kinds) with its caps and cancellation, and the
 //!   connection budget (idle sessions make room; `hello` is due within the handshake timeout).
+//! - [`inbound`]: what clients' unfinished messages may hold: large ones are received a few at a
+//!   time across all connections.
 //! - [`outbox`]: each connection's outgoing queue and writer; large replies take room from one
 //!   budget shared by all connections, so memory does not follow output size.
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
@@ -28,6 +30,7 @@ mod auth;
 mod confine;
 mod exec;
 mod fs;
+mod inbound;
 mod oneshot;
 mod outbox;
 mod registry;
@@ -229,6 +232,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         global: Arc::default(),
         connections: Arc::new(Connections::new(max_connections, MAX_PENDING_CONNECTIONS)),
         room: outbox::Room::new(),
+        large_messages: inbound::LargeMessages::new(),
     });
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

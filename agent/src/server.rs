@@ -40,6 +40,7 @@ use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner};
 use crate::exec::{CancelHandle, Confined, ExecError, ExecSpec, Executor, tree};
+use crate::inbound::{LargeMessages, Meter, Metered};
 use crate::outbox::{self, Outbox, Room};
 use crate::registry::{Admitted, Cancel, Connections, Global, Handle, Requests, Slot};
 use crate::root::Workspace;
@@ -67,6 +68,8 @@ pub struct Shared {
     pub connections: Arc<Connections>,
     /// Room for replies queued across all connections.
     pub room: Room,
+    /// Permits for large messages being received.
+    pub large_messages: LargeMessages,
 }
 
 /// Where agentd listens.
@@ -142,6 +145,7 @@ where
     #[allow(clippy::result_large_err)] // tungstenite's `Callback` signature
     let auth =
         |request: &Request, response: Response| authorize(shared.token.as_ref(), who, request, response);
+    let (stream, meter) = Metered::new(stream, shared.large_messages.clone());
     let upgrade = tokio::time::timeout(
         Duration::from_secs(HANDSHAKE_TIMEOUT_SECS),
         tokio_tungstenite::accept_hdr_async_with_config(stream, auth, Some(ws_config())),
@@ -167,7 +171,8 @@ where
         return;
     }
     tracing::debug!(%peer, "connected");
-    session(ws, shared, Some(&admitted)).await;
+    meter.completed();
+    session(ws, shared, Some(&admitted), Some(meter)).await;
     tracing::debug!(%peer, "disconnected");
     drop(admitted);
 }
@@ -177,7 +182,7 @@ where
 pub async fn serve_stdio(shared: Arc<Shared>) {
     let io = tokio::io::join(tokio::io::stdin(), tokio::io::stdout());
     let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(ws_config())).await;
-    session(ws, shared, None).await;
+    session(ws, shared, None, None).await;
 }
 
 fn ws_config() -> WebSocketConfig {
@@ -189,8 +194,12 @@ fn ws_config() -> WebSocketConfig {
 /// One client's requests until its connection ends: the client closes it, the writer gives up on
 /// it, it sends no `hello` within [`HANDSHAKE_TIMEOUT_SECS`], or (`admitted`) a newer connection
 /// needs its place while it is idle.
-async fn session<S>(ws: WebSocketStream<S>, shared: Arc<Shared>, admitted: Option<&Admitted>)
-where
+async fn session<S>(
+    ws: WebSocketStream<S>,
+    shared: Arc<Shared>,
+    admitted: Option<&Admitted>,
+    meter: Option<Meter>,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (sink, mut source) = ws.split();
@@ -225,6 +234,9 @@ where
             }
         };
         let Some(frame) = frame else { break };
+        if let Some(meter) = &meter {
+            meter.completed();
+        }
         match frame {
             Ok(Message::Text(text)) => session.on_text(text.as_str()).await,
             Ok(Message::Binary(data)) => session.on_binary(data).await,

@@ -96,6 +96,20 @@ pub const SMALL_REPLY_BYTES: usize = 64 * 1024;
 /// are killed), so it cannot hold queued replies forever.
 pub const WRITE_TIMEOUT_SECS: u64 = 60;
 
+/// Bytes of one message a connection may have read before that message counts as large: past it,
+/// reading on takes one of [`MAX_LARGE_MESSAGES`] permits shared by all connections. Requests and
+/// the recommended 256 KiB upload chunks stay below it and never wait.
+pub const LARGE_MESSAGE_BYTES: usize = 1024 * 1024;
+
+/// Large messages being received at once, across connections. The websocket codec holds a message
+/// whole until its last byte, up to [`MAX_WEBSOCKET_MESSAGE`]; this bounds what unfinished large
+/// messages hold, however many connections send them. The others wait, reading nothing.
+pub const MAX_LARGE_MESSAGES: usize = 2;
+
+/// Seconds a connection may take to finish a large message once it holds a permit; slower, it is
+/// disconnected, so a slow sender cannot keep the permits from others.
+pub const LARGE_MESSAGE_TIMEOUT_SECS: u64 = 30;
+
 /// Bytes `s` takes inside a JSON string as serde_json writes it (quotes excluded): what a reply
 /// budget counts.
 pub fn json_escaped_len(s: &str) -> usize {

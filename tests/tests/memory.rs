@@ -129,3 +129,31 @@ async fn a_client_that_reads_nothing_holds_at_most_the_reply_budget() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixteen_connections_sending_60_mib_messages_are_received_a_few_at_a_time() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let daemon = Daemon::start();
+    let idle = status_kb(daemon.pid(), "VmRSS") / 1024;
+    let senders = (0..16u64).map(|i| {
+        let (url, token) = (daemon.url.clone(), daemon.token.clone());
+        tokio::spawn(async move {
+            let mut ws = raw_connect(&url, Some(&token)).await.unwrap();
+            send_text(&mut ws, json!({"type": "hello", "id": 0, "versions": [1]}).to_string()).await;
+            assert_eq!(recv_json(&mut ws).await["type"], "hello");
+            // Over the text limit, under the codec's: read whole, then answered `frame_too_large`.
+            ws.send(Message::text("x".repeat(60 * 1024 * 1024 + i as usize))).await.unwrap();
+            let reply = recv_json(&mut ws).await;
+            assert_eq!(reply["code"], "frame_too_large", "{reply}");
+        })
+    });
+    for sender in futures_util::future::join_all(senders).await {
+        sender.unwrap();
+    }
+    let peak = status_kb(daemon.pid(), "VmHWM") / 1024;
+    eprintln!("16 connections × 60 MiB messages: idle {idle} MiB, agentd peak {peak} MiB");
+    // Two large messages at once (`MAX_LARGE_MESSAGES`), each buffered and assembled by the codec
+    // (about twice its size), plus up to 1 MiB per other connection: measured ~270 MiB; about
+    // 1 GiB before the bound.
+    assert!(peak < 400, "peak RSS {peak} MiB");
+}

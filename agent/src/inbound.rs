@@ -1,0 +1,133 @@
+//! What clients' unfinished messages may make agentd hold. The websocket codec buffers a message
+//! until its last byte arrives (up to `MAX_WEBSOCKET_MESSAGE`), so many connections each sending a
+//! large message slowly would hold that much each. [`Metered`] wraps a connection's socket and counts
+//! the bytes read since its last complete message: past [`LARGE_MESSAGE_BYTES`], the connection
+//! needs one of [`MAX_LARGE_MESSAGES`] permits shared by all connections to read on (it waits for
+//! one, reading nothing meanwhile), and must finish that message within
+//! [`LARGE_MESSAGE_TIMEOUT_SECS`] or be disconnected, so a slow sender cannot keep the permit.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use agentd_protocol::limits::{LARGE_MESSAGE_BYTES, LARGE_MESSAGE_TIMEOUT_SECS, MAX_LARGE_MESSAGES};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+type Acquiring =
+    Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>> + Send>>;
+
+/// The permits for large messages in progress, shared by every connection.
+#[derive(Clone)]
+pub struct LargeMessages(Arc<Semaphore>);
+
+impl LargeMessages {
+    pub fn new() -> Self {
+        LargeMessages(Arc::new(Semaphore::new(MAX_LARGE_MESSAGES)))
+    }
+}
+
+/// The session's side of a [`Metered`] socket: it says when a message was complete.
+#[derive(Clone, Default)]
+pub struct Meter(Arc<MeterState>);
+
+#[derive(Default)]
+struct MeterState {
+    /// Bytes read since the last complete message.
+    since: AtomicUsize,
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+impl Meter {
+    /// A whole message arrived: the count restarts and a large-message permit is given back.
+    pub fn completed(&self) {
+        self.0.since.store(0, Ordering::Release);
+        self.0.permit.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+/// A socket whose reads are metered (see the module doc); writes pass through.
+pub struct Metered<S> {
+    inner: S,
+    meter: Meter,
+    large: LargeMessages,
+    acquiring: Option<Acquiring>,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> Metered<S> {
+    pub fn new(inner: S, large: LargeMessages) -> (Self, Meter) {
+        let meter = Meter::default();
+        (Metered { inner, meter: meter.clone(), large, acquiring: None, deadline: None }, meter)
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let state = &this.meter.0;
+        if state.since.load(Ordering::Acquire) <= LARGE_MESSAGE_BYTES {
+            this.deadline = None;
+        } else {
+            let mut permit = state.permit.lock().unwrap_or_else(PoisonError::into_inner);
+            if permit.is_none() {
+                let large = Arc::clone(&this.large.0);
+                let acquiring = this.acquiring.get_or_insert_with(|| Box::pin(large.acquire_owned()));
+                match acquiring.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(acquired) => {
+                        this.acquiring = None;
+                        *permit = Some(acquired.map_err(io::Error::other)?);
+                        let timeout = Duration::from_secs(LARGE_MESSAGE_TIMEOUT_SECS);
+                        this.deadline = Some(Box::pin(tokio::time::sleep(timeout)));
+                    }
+                }
+            }
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                state.since.fetch_add(buf.filled().len() - before, Ordering::AcqRel);
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("a large message took over {LARGE_MESSAGE_TIMEOUT_SECS} s"),
+                ))),
+                _ => Poll::Pending,
+            },
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
