@@ -524,8 +524,8 @@ impl Session {
     /// A file verb: registered like any request, run on the blocking pool once one of the
     /// connection's permits is free, with a token its loops poll. A verb cancelled before it ran, or
     /// a read-only verb cancelled while it ran, answers `"cancelled"` in its result's `error`;
-    /// `write`, `edit` and `delete` are short and not interrupted once started, so they answer what
-    /// they did.
+    /// `write` and `delete` are short and not interrupted once started, and `edit` stops only before
+    /// it replaces the file, so they answer what they did.
     async fn fs(&self, id: u64, request: FsRequest) {
         let cancel = Cancel::default();
         let Some(slot) = self.register(id, Handle::Fs(cancel.clone())).await else { return };

@@ -301,6 +301,14 @@ impl UploadTarget {
     }
 }
 
+/// An unnamed file in `$TMPDIR` (see [`Temp::unnamed`]): where an `edit` that must rewrite its file in
+/// place (the directory takes no new file) stages the new content before copying it over the file.
+pub fn spool() -> io::Result<std::fs::File> {
+    let dir = std::env::temp_dir();
+    let fd = std::fs::File::open(&dir)?;
+    Temp::unnamed(fd.as_fd(), &dir)
+}
+
 /// Removes the temp files a killed agentd (or `agentd fs`) left in this workspace, as recorded in
 /// [`temp::records_dir`]; records of other workspaces are left to their agentd. Blocking; for the
 /// start of `agentd serve`. Returns how many were removed.

@@ -501,3 +501,73 @@ async fn an_authenticated_link_that_never_says_hello_is_closed() {
     eprintln!("authenticated link without hello closed after {closed:?}");
     assert!(closed >= Duration::from_secs(HANDSHAKE_TIMEOUT_SECS - 1), "closed too early: {closed:?}");
 }
+
+/// What agentd may hold at its peak while it edits a 256 MiB single-line file: the edit streams the
+/// file in 256 KiB steps (it held the whole file twice, 528 MB, before), so agentd stays near its
+/// idle size (a few MiB), debug build included.
+const EDIT_RSS_CEILING_KB: u64 = 100 * 1024;
+
+#[tokio::test]
+async fn editing_a_256_mib_line_holds_memory_independent_of_its_size() {
+    use std::io::{Read as _, Write as _};
+    const SIZE: usize = 256 << 20;
+    let files = tempfile::tempdir().unwrap();
+    let path = files.path().join("one.txt");
+    let xs = vec![b'x'; 1 << 20];
+    {
+        let mut file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        for _ in 0..SIZE / xs.len() {
+            file.write_all(&xs).unwrap();
+        }
+        file.write_all(b"needle\n").unwrap();
+    }
+    let daemon = Daemon::start();
+    let pid = daemon.pid();
+    let mut ws = greeted(&daemon).await;
+    let (idle_rss, idle_hwm) = (status_kb(pid, "VmRSS"), status_kb(pid, "VmHWM"));
+    let edit = json!({"type": "fs", "id": 1, "verb": "edit", "path": path.to_str().unwrap(),
+        "old": "needle", "new": "haystack", "replace_all": false});
+    let started = Instant::now();
+    send_text(&mut ws, edit.to_string()).await;
+    // Samples agentd's resident size every 5 ms until the reply is in.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let (mut peak, mut samples) = (0, 0u32);
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(status_kb(pid, "VmRSS"));
+                samples += 1;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            (peak, samples)
+        })
+    };
+    let reply = recv_json(&mut ws).await;
+    let took = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sampled_peak, samples) = sampler.join().unwrap();
+    let (hwm, after) = (status_kb(pid, "VmHWM"), status_kb(pid, "VmRSS"));
+    eprintln!(
+        "edit of a {SIZE} B line took {took:?}; agentd VmRSS idle {idle_rss} kB, sampled peak \
+         {sampled_peak} kB ({samples} samples), after {after} kB; VmHWM idle {idle_hwm} kB, after {hwm} kB"
+    );
+    assert_eq!(
+        reply["result"]["edit"],
+        json!({"error": null, "path": path.to_str().unwrap(), "occurrences": 1})
+    );
+    assert!(samples > 0, "no sample taken during the edit");
+    assert!(hwm < EDIT_RSS_CEILING_KB, "agentd peaked at {hwm} kB editing {SIZE} B");
+    assert!(sampled_peak < EDIT_RSS_CEILING_KB, "agentd held {sampled_peak} kB editing {SIZE} B");
+    // The content: every byte of the line kept, the tail replaced.
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), (SIZE + "haystack\n".len()) as u64);
+    let mut file = std::fs::File::open(&path).unwrap();
+    let mut chunk = vec![0u8; xs.len()];
+    for _ in 0..SIZE / xs.len() {
+        file.read_exact(&mut chunk).unwrap();
+        assert!(chunk == xs, "a byte of the line changed");
+    }
+    let mut tail = Vec::new();
+    file.read_to_end(&mut tail).unwrap();
+    assert_eq!(tail, b"haystack\n");
+}

@@ -70,8 +70,9 @@ async fn sigkill_mid_edit_leaves_the_old_or_the_new_content_whole() {
     drop((sb, daemon));
 
     // Each round waits until the edit starts writing (a temp file appears, or the file itself
-    // changes size, as an edit in place would), then kills agentd a little later: never empty,
-    // never partial.
+    // changes size, as an edit in place would), then kills agentd a little later, the delays spread
+    // over one whole edit's time (the temp file appears before the edit's second pass writes it):
+    // never empty, never partial.
     let rounds = 16u32;
     let (mut saw_old, mut saw_new) = (0, 0);
     for round in 0..rounds {
@@ -94,7 +95,7 @@ async fn sigkill_mid_edit_leaves_the_old_or_the_new_content_whole() {
             false
         });
         assert!(writing.await.unwrap(), "round {round}: the edit never started writing");
-        tokio::time::sleep(Duration::from_millis(u64::from(round) * 10)).await;
+        tokio::time::sleep(full * round / rounds).await;
         kill9(&mut daemon);
         let _ = edit.await;
         let now = std::fs::read(&path).unwrap();

@@ -93,7 +93,8 @@ impl Temp {
         let random = rand::random::<u64>();
         let name = CString::new(name(random)).map_err(|_| Errno::EINVAL)?;
         let record = record(&name, real_dir);
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        // Read-write: an unnamed one ([`Temp::unnamed`]) is read back.
+        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         // Mode 0000 until the lock is held: see the module doc.
         let fd = match openat(dir, name.as_c_str(), flags, Mode::empty()) {
             Ok(fd) => fd,
@@ -113,6 +114,17 @@ impl Temp {
                 Err(errno.into())
             }
         }
+    }
+
+    /// A temp file in `dir` without a name, for content staged away from its destination: made as
+    /// every temp file (a kill before the unlink leaves a leftover that is swept), then unlinked at
+    /// once, so nothing is left behind whatever happens next.
+    pub fn unnamed(dir: BorrowedFd<'_>, real_dir: &Path) -> io::Result<File> {
+        let Self { name, file, record } = Self::create(dir, real_dir)?;
+        let unlinked = unlinkat(dir, name.as_c_str(), UnlinkatFlags::NoRemoveDir);
+        forget(record.as_deref());
+        unlinked?;
+        file.unlock().map_err(|(_, errno)| errno.into())
     }
 
     /// The temp file is gone (renamed into place or removed): its record goes too, then its lock.
