@@ -81,7 +81,7 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
         if size > cap {
             return too_big();
         }
-        match file.and_then(|f| read_at_most(f, cap + 1).map_err(|e| e.to_string())) {
+        match file.and_then(|f| read_at_most(f, size, cap + 1).map_err(|e| e.to_string())) {
             Ok(bytes) if bytes.len() as u64 > cap => too_big(),
             Ok(bytes) => whole(base64(&bytes), Encoding::Base64),
             Err(what) => fail(&what),
@@ -133,8 +133,9 @@ fn cancelled() -> io::Result<()> {
     if crate::registry::is_cancelled() { Err(io::Error::other("cancelled")) } else { Ok(()) }
 }
 
-fn read_at_most(file: File, max: u64) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
+/// At most `max` bytes of `file`, whose size is probably `size` (allocated at once, not grown).
+fn read_at_most(file: File, size: u64, max: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(usize::try_from(size.min(max)).unwrap_or(0));
     file.take(max).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
