@@ -5,6 +5,21 @@
 /// reply and the connection stays up.
 pub const MAX_TEXT_MESSAGE: usize = 16 * 1024 * 1024;
 
+/// Largest JSON text of one reply agentd sends (an `fs_result` with its whole result). The same as
+/// `MAX_TEXT_MESSAGE`, so both directions have one bound: a client sized for what it may send can
+/// read every reply, and one verb's result (a `grep` of a huge file, a base64 `read`) cannot make
+/// agentd build a reply of arbitrary size. Verbs that collect stop early and say `truncated`.
+pub const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
+
+/// Part of `MAX_REPLY_BYTES` kept for what surrounds a verb's list or content: the message type,
+/// the id and the result's other fields take a few hundred bytes; the rest is the verb's budget.
+pub const REPLY_ENVELOPE_BYTES: usize = 4096;
+
+/// Largest file `read` returns as base64 when its UTF-8 sniff fails (the contract has no cap
+/// there): the largest size whose base64 plus the envelope fits `MAX_REPLY_BYTES` (12 MiB less
+/// 3 KiB). A larger file gets `Binary file exceeds maximum preview size of {N} bytes`.
+pub const MAX_READ_BASE64_BYTES: usize = (MAX_REPLY_BYTES - REPLY_ENVELOPE_BYTES) / 4 * 3;
+
 /// Largest binary message: the 8-byte id plus at most 4 MiB of data. Larger chunks buy no speed
 /// and make one slow upload hold more memory.
 pub const MAX_BINARY_MESSAGE: usize = 8 + 4 * 1024 * 1024;

@@ -19,12 +19,15 @@ use nix::errno::Errno;
 use self::braces::expand_braces;
 use self::fnmatch::{PYTHON, Pattern, has_magic, rewrite_caret};
 
+use crate::fs::budget::{LIST_BUDGET, json_str_len};
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
 /// The walk stops after this long.
 const TIME_BUDGET: Duration = Duration::from_secs(5);
 /// The walk stops before examining a file once this many matches are held.
 const MAX_MATCHES: usize = 10_000;
+/// What a match adds to the reply besides its path.
+const RECORD: &str = r#"{"path":"","is_dir":false},"#;
 /// More brace expansions than this refuse the pattern.
 const MAX_EXPANSIONS: usize = 1000;
 /// Top-level directories skipped when the root resolves to `/`.
@@ -33,6 +36,11 @@ const SKIPPED_UNDER_SLASH: [&str; 3] = ["proc", "sys", "dev"];
 /// Files matching `pattern` under `path` (default `/`). Roots are made absolute (`src` is `/src`),
 /// then resolved through the workspace (with `--root`, `/` is the root and escapes are refused).
 pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
+    glob_within(pattern, path, ws, LIST_BUDGET)
+}
+
+/// [`glob`] with `bytes` for the matches' JSON records.
+fn glob_within(pattern: &str, path: Option<&str>, ws: &Workspace, bytes: usize) -> GlobResult {
     let root = match path {
         None | Some("") => "/".to_owned(),
         Some(p) if p.starts_with('/') => p.to_owned(),
@@ -63,6 +71,7 @@ pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
         return fail("pattern_too_broad");
     };
     let rule = Rule::new(pattern.contains('/'), &candidates);
+    let prefix = root.trim_end_matches('/');
     let mut walk = Walk {
         rule: &rule,
         ws,
@@ -70,6 +79,9 @@ pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
         root_location: node.location().to_owned(),
         start: Instant::now(),
         found: Vec::new(),
+        // Each match costs its JSON record: the prefix, `/` and its relative path.
+        bytes_left: bytes,
+        prefix_cost: RECORD.len() + json_str_len(prefix) + 1,
         budget: false,
         unreadable: false,
     };
@@ -77,7 +89,6 @@ pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
 
     let Walk { mut found, budget, unreadable, .. } = walk;
     found.sort_unstable();
-    let prefix = root.trim_end_matches('/');
     let matches = found.into_iter().map(|rel| FileInfo::new(format!("{prefix}/{rel}"), false)).collect();
     let truncation_reason = if unreadable {
         Some(TruncationReason::Unreadable)
@@ -214,6 +225,10 @@ struct Walk<'a> {
     start: Instant,
     /// Matches as paths relative to the root.
     found: Vec<String>,
+    /// Bytes of the reply's budget left for matches.
+    bytes_left: usize,
+    /// What a match costs besides its relative path.
+    prefix_cost: usize,
     budget: bool,
     unreadable: bool,
 }
@@ -282,6 +297,13 @@ impl Walk<'_> {
                     return;
                 }
                 if self.rule.matches(&child_rel, &name) && self.keeps(kind, target.as_ref()) {
+                    let cost = self.prefix_cost + json_str_len(&child_rel);
+                    let Some(left) = self.bytes_left.checked_sub(cost) else {
+                        // The reply would pass its budget: truncated like the match limit.
+                        self.budget = true;
+                        return;
+                    };
+                    self.bytes_left = left;
                     self.found.push(child_rel);
                 }
             }
@@ -619,5 +641,29 @@ mod tests {
             .map(|i| i.path)
             .collect();
         assert_eq!(paths, vec![format!("{root}/in/t.py")]);
+    }
+
+    #[test]
+    fn the_reply_budget_truncates_like_the_match_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(&dir);
+        for i in 0..40 {
+            fs::write(dir.path().join(format!("f{i:02}\"q\".txt")), "x").unwrap();
+        }
+        let ws = Workspace::open("/".into());
+        let all = glob("*.txt", Some(&root), &ws).matches.unwrap();
+        assert_eq!(all.len(), 40);
+        let cost =
+            |n: usize| all[..n].iter().map(|m| serde_json::to_string(m).unwrap().len() + 1).sum::<usize>();
+        let exact = glob_within("*.txt", Some(&root), &ws, cost(40));
+        assert_eq!((exact.truncated, exact.truncation_reason), (false, None));
+        assert_eq!(exact.matches.unwrap(), all);
+        for bytes in [cost(40) - 1, cost(10), cost(11) - 1] {
+            let cut = glob_within("*.txt", Some(&root), &ws, bytes);
+            assert_eq!((cut.truncated, cut.truncation_reason), (true, Some(TruncationReason::Budget)));
+            let kept = cut.matches.unwrap();
+            assert_eq!(kept, all[..kept.len()], "a flat walk keeps the first in name order");
+            assert_eq!(cost(kept.len()) <= bytes, cost(kept.len() + 1) > bytes);
+        }
     }
 }

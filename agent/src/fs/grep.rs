@@ -7,11 +7,17 @@
 //!   with universal newlines ([`universal`]), files in parallel but reported in order.
 //!
 //! File-system failures are swallowed (the contract's quirk): unreadable files and roots give nothing.
+//!
+//! The result is bounded by the reply's byte budget (`MAX_REPLY_BYTES`): each match is charged its
+//! JSON size, and the first that does not fit ends the search with `truncated`, as `max_count` does.
+//! A line too long to fit is never held: the searchers only find out whether it matches (then the
+//! result is truncated too), so memory does not grow with line length.
 
 mod literal;
 mod pyglob;
 mod universal;
 
+use std::cell::Cell;
 use std::ffi::{CStr, CString, OsStr};
 use std::num::NonZero;
 use std::os::fd::{AsFd as _, OwnedFd};
@@ -24,9 +30,65 @@ use std::thread;
 use agentd_protocol::fs::{GrepMatch, GrepResult};
 use nix::fcntl::OFlag;
 
+use crate::fs::budget::{Budget, LIST_BUDGET, digits, json_str_len};
 use crate::fs::glob::fnmatch::{GREP_FILTER, Pattern};
 
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
+
+/// What a match adds to the reply besides its path, line number and text.
+const RECORD: &str = r#"{"path":"","line":,"text":""},"#;
+
+/// Matches found in one file (shown as `path`) are charged to the reply's budget at their JSON size.
+pub(super) struct Account<'a> {
+    budget: &'a Budget,
+    path: &'a str,
+    path_cost: usize,
+}
+
+impl<'a> Account<'a> {
+    fn new(budget: &'a Budget, path: &'a str) -> Self {
+        Self { budget, path, path_cost: json_str_len(path) }
+    }
+
+    /// Adds the match `text` on `line` to `found` if it fits; `false` when it does not (the
+    /// result is truncated).
+    pub(super) fn push(&self, found: &mut Vec<GrepMatch>, line: u64, text: String) -> bool {
+        let fits = self.take(line, &text);
+        if fits {
+            found.push(GrepMatch { path: self.path.to_owned(), line, text });
+        }
+        fits
+    }
+
+    fn fixed(&self, line: u64) -> usize {
+        RECORD.len() + self.path_cost + digits(line)
+    }
+
+    /// Charges the match `text` on `line`; `false` when it does not fit (the result is truncated).
+    fn take(&self, line: u64, text: &str) -> bool {
+        self.budget.take(self.fixed(line) + json_str_len(text))
+    }
+
+    /// Longest text a match on `line` could still have.
+    pub(super) fn text_room(&self, line: u64) -> usize {
+        self.budget.left().saturating_sub(self.fixed(line))
+    }
+
+    /// A match that cannot be shown was found: the result is truncated.
+    pub(super) fn refuse(&self) {
+        self.budget.refuse();
+    }
+
+    pub(super) fn spent(&self) -> bool {
+        self.budget.spent()
+    }
+}
+
+/// One search: the reply's budget, and whether it may (and then did) run on several threads.
+struct Pass {
+    budget: Budget,
+    parallel: Cell<bool>,
+}
 
 /// Directory names route A never enters and route B never reports from (below the root).
 const EXCLUDED: &str = ".git";
@@ -38,6 +100,18 @@ pub fn grep(
     glob: Option<&str>,
     max_count: Option<i64>,
     ws: &Workspace,
+) -> GrepResult {
+    grep_within(pattern, path, glob, max_count, ws, LIST_BUDGET)
+}
+
+/// [`grep`] with `bytes` for the matches' JSON records.
+fn grep_within(
+    pattern: &str,
+    path: Option<&str>,
+    glob: Option<&str>,
+    max_count: Option<i64>,
+    ws: &Workspace,
+    bytes: usize,
 ) -> GrepResult {
     // Python's `path or "."`: an empty path is the default too.
     let root = path.filter(|p| !p.is_empty()).unwrap_or(".");
@@ -55,14 +129,27 @@ pub fn grep(
     };
     // A negative count is unspecified; it is read as 0, like `read`'s negative limit.
     let limit = max_count.map(|n| usize::try_from(n).unwrap_or(0));
-    let mut matches = match glob.filter(|g| !g.is_empty()) {
-        Some(glob) if glob.contains('/') => match route_b(pattern, root, fs_root.as_ref(), glob, limit, ws) {
-            Ok(matches) => matches,
-            Err(error) => return GrepResult { error: Some(error), matches: None, truncated: false },
-        },
-        filter => route_a(pattern, root, fs_root.as_ref(), filter, limit),
+    // Matches stop at the reply's budget. Both routes search files in parallel; when the budget ran
+    // out, which files got in first depended on thread timing, so the search is redone by one
+    // thread in result order: the kept matches are then the first that fit, run after run.
+    let mut parallel = true;
+    let (mut matches, spent) = loop {
+        let pass = Pass { budget: Budget::new(bytes), parallel: Cell::new(parallel) };
+        let matches = match glob.filter(|g| !g.is_empty()) {
+            Some(glob) if glob.contains('/') => {
+                match route_b(pattern, root, fs_root.as_ref(), glob, limit, ws, &pass) {
+                    Ok(matches) => matches,
+                    Err(error) => return GrepResult { error: Some(error), matches: None, truncated: false },
+                }
+            }
+            filter => route_a(pattern, root, fs_root.as_ref(), filter, limit, &pass),
+        };
+        if !pass.budget.spent() || !pass.parallel.get() || crate::registry::is_cancelled() {
+            break (matches, pass.budget.spent());
+        }
+        parallel = false;
     };
-    let truncated = limit.is_some_and(|limit| matches.len() > limit);
+    let truncated = spent || limit.is_some_and(|limit| matches.len() > limit);
     if let Some(limit) = limit {
         matches.truncate(limit);
     }
@@ -72,10 +159,6 @@ pub fn grep(
 /// `root` + `/` + `rel`, without doubling a trailing `/` of the root.
 fn shown(root: &str, rel: &str) -> String {
     if root.ends_with('/') { format!("{root}{rel}") } else { format!("{root}/{rel}") }
-}
-
-fn to_matches(path: &str, lines: Vec<(u64, String)>) -> Vec<GrepMatch> {
-    lines.into_iter().map(|(line, text)| GrepMatch { path: path.to_owned(), line, text }).collect()
 }
 
 fn workers() -> usize {
@@ -92,9 +175,13 @@ fn route_a(
     fs_root: Option<&Node>,
     filter: Option<&str>,
     limit: Option<usize>,
+    pass: &Pass,
 ) -> Vec<GrepMatch> {
+    let (budget, parallel) = (&pass.budget, &pass.parallel);
     let matcher = literal::LineMatcher::new(pattern);
     let filter = filter.map(|glob| Pattern::new(glob, GREP_FILTER));
+    // Set again below when the walk does run on more than one thread.
+    let allowed = parallel.replace(false);
     let Some(fs_root) = fs_root else { return Vec::new() };
     if fs_root.is_file() {
         let name = Path::new(root).file_name().map_or_else(|| root.into(), OsStr::to_string_lossy);
@@ -102,7 +189,7 @@ fn route_a(
             return Vec::new();
         }
         let Ok(file) = fs_root.open(OFlag::O_RDONLY) else { return Vec::new() };
-        return to_matches(root, matcher.search_file(file).unwrap_or_default());
+        return matcher.search_file(file, &Account::new(budget, root)).unwrap_or_default();
     }
     if !fs_root.is_dir() {
         return Vec::new();
@@ -113,6 +200,7 @@ fn route_a(
         filter: filter.as_ref(),
         root,
         limit,
+        budget,
         queue: Mutex::new(Queue {
             items: vec![Item::Dir(Arc::new(top), c".".to_owned(), String::new())],
             busy: 0,
@@ -124,7 +212,8 @@ fn route_a(
     };
     // With a limit, one walker in sorted order: which matches are "the first n" must not depend on
     // thread timing (the native and derived paths must agree, run after run).
-    let workers = if limit.is_some() { 1 } else { workers() };
+    let workers = if limit.is_some() || !allowed { 1 } else { workers() };
+    parallel.set(workers > 1);
     // The walkers see the request's cancellation too.
     let cancel = crate::registry::current();
     thread::scope(|scope| {
@@ -165,12 +254,13 @@ struct Walker<'a> {
     filter: Option<&'a Pattern>,
     root: &'a str,
     limit: Option<usize>,
+    budget: &'a Budget,
     queue: Mutex<Queue>,
     ready: Condvar,
     found: Mutex<Vec<GrepMatch>>,
     held: AtomicUsize,
-    /// Set once more than `limit` matches are held: the rest of the walk cannot change the result's
-    /// size or truncation.
+    /// Set once more than `limit` matches are held or the budget is spent: the rest of the walk
+    /// cannot change the result's size or truncation.
     stop: AtomicBool,
 }
 
@@ -238,15 +328,14 @@ impl Walker<'_> {
 
     fn search(&self, parent: &OwnedFd, name: &CStr, rel: &str) {
         let Ok(file) = root::open_child_file(parent.as_fd(), name) else { return };
-        let Some(lines) = self.matcher.search_file(file) else { return };
-        if lines.is_empty() {
-            return;
-        }
+        let path = shown(self.root, rel);
+        let Some(lines) = self.matcher.search_file(file, &Account::new(self.budget, &path)) else { return };
         let count = lines.len();
-        let matches = to_matches(&shown(self.root, rel), lines);
-        lock(&self.found).extend(matches);
+        if count > 0 {
+            lock(&self.found).extend(lines);
+        }
         let held = self.held.fetch_add(count, Ordering::Relaxed) + count;
-        if self.limit.is_some_and(|limit| held > limit) {
+        if self.limit.is_some_and(|limit| held > limit) || self.budget.spent() {
             self.stop.store(true, Ordering::Relaxed);
             // Under the lock, so no worker is between its check of `stop` and its wait.
             let _queue = lock(&self.queue);
@@ -262,8 +351,12 @@ fn route_b(
     glob: &str,
     limit: Option<usize>,
     ws: &Workspace,
+    pass: &Pass,
 ) -> Result<Vec<GrepMatch>, String> {
+    let (budget, parallel) = (&pass.budget, &pass.parallel);
     let matcher = universal::LineMatcher::new(pattern);
+    // Set again by the search when it does run on more than one thread.
+    let allowed = parallel.replace(false);
     let Some(fs_root) = fs_root else { return Ok(Vec::new()) };
     if !fs_root.is_dir() {
         // A file is searched alone, the glob ignored; anything else gives nothing.
@@ -271,7 +364,7 @@ fn route_b(
             return Ok(Vec::new());
         }
         let Ok(file) = fs_root.open(OFlag::O_RDONLY) else { return Ok(Vec::new()) };
-        return Ok(to_matches(root, matcher.search_file(file).unwrap_or_default()));
+        return Ok(matcher.search_file(file, &Account::new(budget, root)).unwrap_or_default());
     }
     let glob = glob.trim_start_matches('/');
     if glob.split(['/', '\\']).any(|segment| segment == "..") {
@@ -297,19 +390,22 @@ fn route_b(
                 .then(|| (rel.as_os_str().as_bytes().to_vec(), shown))
         })
         .collect();
-    Ok(search_in_order(&files, &matcher, limit, ws, fs_root))
+    parallel.set(allowed);
+    Ok(search_in_order(&files, &matcher, limit, ws, fs_root, pass))
 }
 
 /// Searches `files` (path below `root`, resolved again through the workspace; shown path) in
 /// parallel and returns their matches in the order of `files`, stopping once the finished prefix
-/// holds more than `limit` matches.
+/// holds more than `limit` matches, or once the budget is spent.
 fn search_in_order(
     files: &[(Vec<u8>, String)],
     matcher: &universal::LineMatcher,
     limit: Option<usize>,
     ws: &Workspace,
     root: &Node,
+    pass: &Pass,
 ) -> Vec<GrepMatch> {
+    let (budget, parallel) = (&pass.budget, &pass.parallel);
     struct Slots {
         done: Vec<Option<Vec<GrepMatch>>>,
         /// `done[..prefix]` are all finished and hold `held` matches.
@@ -325,19 +421,21 @@ fn search_in_order(
             let Some((rel, shown)) = files.get(i) else { break };
             let node = ws.node_in(root, rel, true).ok().flatten().filter(Node::is_file);
             let file = node.and_then(|n| n.open(OFlag::O_RDONLY).ok());
-            let found = to_matches(shown, file.and_then(|f| matcher.search_file(f)).unwrap_or_default());
+            let account = Account::new(budget, shown);
+            let found = file.and_then(|f| matcher.search_file(f, &account)).unwrap_or_default();
             let mut slots = lock(&slots);
             slots.done[i] = Some(found);
             while let Some(Some(found)) = slots.done.get(slots.prefix) {
                 slots.held += found.len();
                 slots.prefix += 1;
             }
-            if limit.is_some_and(|limit| slots.held > limit) {
+            if limit.is_some_and(|limit| slots.held > limit) || budget.spent() {
                 stop.store(true, Ordering::Relaxed);
             }
         }
     };
-    let threads = workers().min(files.len());
+    let threads = if parallel.get() { workers().min(files.len()) } else { 1 };
+    parallel.set(threads > 1);
     if threads <= 1 {
         work();
     } else {
@@ -699,5 +797,61 @@ mod tests {
         let ordered = grep("needle", Some(&root), Some("d1*/e/*.txt"), Some(5), &Workspace::open("/".into()));
         let first: Vec<_> = rel(&root, ordered).into_iter().map(|r| r.0).collect();
         assert_eq!(first, ["d1/e/f0.txt", "d1/e/f1.txt", "d1/e/f10.txt", "d1/e/f11.txt", "d1/e/f12.txt"]);
+    }
+
+    /// What `matches` add to the reply: each JSON record and a comma.
+    fn cost(matches: &[GrepMatch]) -> usize {
+        matches.iter().map(|m| serde_json::to_string(m).unwrap().len() + 1).sum()
+    }
+
+    #[test]
+    fn the_budget_keeps_the_first_matches_that_fit_on_both_routes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = root_of(&dir);
+        for d in 0..12 {
+            let sub = dir.path().join(format!("d{d}/e"));
+            fs::create_dir_all(&sub).unwrap();
+            for f in 0..30 {
+                fs::write(sub.join(format!("f{f}.txt")), format!("line\nneedle {d} {f}\nneedle \"{f}\"\n"))
+                    .unwrap();
+            }
+        }
+        let ws = Workspace::open("/".into());
+        for glob in [None, Some("d*/e/*.txt")] {
+            let run = |max: Option<i64>, bytes| grep_within("needle", Some(&root), glob, max, &ws, bytes);
+            let all = run(None, usize::MAX);
+            assert!(!all.truncated);
+            let all = all.matches.unwrap();
+            assert_eq!(all.len(), 720);
+            let total = cost(&all);
+            let exact = run(None, total);
+            assert_eq!((exact.truncated, exact.matches.as_ref()), (false, Some(&all)), "{glob:?}");
+            let short = run(None, total - 1);
+            assert!(short.truncated, "{glob:?}");
+            assert_eq!(short.matches.unwrap(), all[..719], "{glob:?}");
+            // Parallel walks that run out are redone in order: the same first matches every time.
+            let budget = cost(&all[..100]);
+            for _ in 0..3 {
+                let cut = run(None, budget);
+                assert!(cut.truncated, "{glob:?}");
+                assert_eq!(cut.matches.unwrap(), all[..100], "{glob:?}");
+            }
+            // `max_count` keeps its meaning: one more existed, so truncated either way.
+            let counted = run(Some(100), budget);
+            assert!(counted.truncated);
+            assert_eq!(counted.matches.unwrap(), all[..100]);
+            let counted = run(Some(100), cost(&all[..101]));
+            assert!(counted.truncated);
+            assert_eq!(counted.matches.unwrap(), all[..100]);
+            let counted = run(Some(720), total);
+            assert!(!counted.truncated);
+        }
+        // A file root on route A, the budget one byte short of the first match.
+        let file = format!("{root}/d0/e/f0.txt");
+        let first = grep_within("needle", Some(&file), None, None, &ws, usize::MAX).matches.unwrap();
+        let one = grep_within("needle", Some(&file), None, None, &ws, cost(&first[..1]));
+        assert_eq!((one.truncated, one.matches.unwrap()), (true, first[..1].to_vec()));
+        let none = grep_within("needle", Some(&file), None, None, &ws, cost(&first[..1]) - 1);
+        assert_eq!((none.truncated, none.matches.unwrap()), (true, Vec::new()));
     }
 }

@@ -12,6 +12,7 @@
 //! - [`ls`], [`read`], [`write`], [`edit`], [`delete`]: one file or directory.
 //! - [`glob`], [`grep`]: tree walks with the contract's matching rules.
 
+pub mod budget;
 pub mod delete;
 pub mod edit;
 pub mod glob;

@@ -8,6 +8,7 @@ use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read as _};
 
 use agentd_protocol::fs::{Encoding, FileData, ReadResult};
+use agentd_protocol::limits::MAX_READ_BASE64_BYTES;
 use base64::Engine as _;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -73,16 +74,21 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
         }
         Err(err) => Err(format!("unexpected server response: {err}")),
     };
-    let whole_base64 =
-        |file: Result<File, String>| match file.and_then(|f| read_all(f).map_err(|e| e.to_string())) {
+    // The whole file as base64, if it has at most `cap` bytes. The size from `stat` can lie (a
+    // file that grew, a /proc-like one), so the read itself stops one byte past the cap.
+    let whole_base64 = |file: Result<File, String>, cap: u64| {
+        let too_big = || fail(&format!("Binary file exceeds maximum preview size of {cap} bytes"));
+        if size > cap {
+            return too_big();
+        }
+        match file.and_then(|f| read_at_most(f, size, cap + 1).map_err(|e| e.to_string())) {
+            Ok(bytes) if bytes.len() as u64 > cap => too_big(),
             Ok(bytes) => whole(base64(&bytes), Encoding::Base64),
             Err(what) => fail(&what),
-        };
-    if has_binary_suffix(path) {
-        if size > BINARY_PREVIEW_MAX {
-            return fail(&format!("Binary file exceeds maximum preview size of {BINARY_PREVIEW_MAX} bytes"));
         }
-        return whole_base64(open());
+    };
+    if has_binary_suffix(path) {
+        return whole_base64(open(), BINARY_PREVIEW_MAX);
     }
     let mut reader = match open() {
         Ok(file) => BufReader::with_capacity(64 * 1024, file),
@@ -93,9 +99,9 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
         Err(err) => return fail(&format!("unexpected server response: {err}")),
     };
     if !text {
-        // The reference returns the whole file as base64, with no size cap (quirk). `sniff` left
-        // the file at its start with nothing buffered.
-        return whole_base64(Ok(reader.into_inner()));
+        // The reference returns the whole file as base64, with no size cap (quirk); here the cap is
+        // what fits one reply. `sniff` left the file at its start with nothing buffered.
+        return whole_base64(Ok(reader.into_inner()), MAX_READ_BASE64_BYTES as u64);
     }
     if limit == 0 {
         return ReadResult {
@@ -127,9 +133,10 @@ fn cancelled() -> io::Result<()> {
     if crate::registry::is_cancelled() { Err(io::Error::other("cancelled")) } else { Ok(()) }
 }
 
-fn read_all(mut file: File) -> io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
+/// At most `max` bytes of `file`, whose size is probably `size` (allocated at once, not grown).
+fn read_at_most(file: File, size: u64, max: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(usize::try_from(size.min(max)).unwrap_or(0));
+    file.take(max).read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 
@@ -633,5 +640,39 @@ mod tests {
         c.file("rel.txt", b"hello\n");
         let r = read("rel.txt", 0, 2000, &Workspace::open(c.dir.path().into()));
         assert_eq!(text(&r), "hello");
+    }
+
+    #[test]
+    fn a_file_that_fails_the_sniff_is_base64_only_up_to_what_fits_a_reply() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bin.txt");
+        let cap = MAX_READ_BASE64_BYTES as u64;
+        let make = |len: u64| {
+            let mut file = File::create(&path).unwrap();
+            std::io::Write::write_all(&mut file, b"\xff\xfe").unwrap();
+            file.set_len(len).unwrap();
+        };
+        let p = path.to_str().unwrap();
+        make(cap);
+        let r = rd(p, 0, 2000);
+        assert_eq!(r.error, None);
+        let data = r.file_data.unwrap();
+        assert_eq!(data.encoding, Encoding::Base64);
+        let bytes = base64::engine::general_purpose::STANDARD.decode(&data.content).unwrap();
+        assert_eq!((bytes.len() as u64, &bytes[..3]), (cap, &b"\xff\xfe\0"[..]));
+        let reply = agentd_protocol::message::ServerMessage::FsResult(agentd_protocol::message::FsReply {
+            id: u64::MAX,
+            result: agentd_protocol::fs::FsResponse::Read(ReadResult { file_data: Some(data), ..r }),
+        });
+        assert!(reply.to_json().len() <= agentd_protocol::limits::MAX_REPLY_BYTES);
+        make(cap + 1);
+        assert_eq!(
+            rd(p, 0, 2000).error,
+            Some(format!("File '{p}': Binary file exceeds maximum preview size of {cap} bytes"))
+        );
+        // Small ones are unchanged.
+        make(10);
+        let r = rd(p, 5, 0);
+        assert_eq!(r.file_data.unwrap().content, "//4AAAAAAAAAAA==");
     }
 }

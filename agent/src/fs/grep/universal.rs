@@ -9,6 +9,10 @@ use std::io::{ErrorKind, Read as _};
 use memchr::memchr2;
 use memchr::memmem::Finder;
 
+use agentd_protocol::fs::GrepMatch;
+
+use super::Account;
+
 /// Bytes read per call.
 const CHUNK: usize = 256 * 1024;
 
@@ -41,13 +45,36 @@ impl LineMatcher {
         }
     }
 
-    /// Matching lines of `file` as (1-based number, text); `None` when unreadable.
-    pub(super) fn search_file(&self, file: File) -> Option<Vec<(u64, String)>> {
+    /// Whether a line holds the pattern, seen before its end.
+    fn matches_so_far(&self, text: &str) -> bool {
+        match self {
+            LineMatcher::Every => true,
+            LineMatcher::Never | LineMatcher::EndsWith(_) => false,
+            LineMatcher::Contains(finder) => finder.find(text.as_bytes()).is_some(),
+        }
+    }
+
+    /// Bytes of a long line's decoded text kept when the rest is dropped, so that a match across
+    /// the cut (or a suffix at its end) is still seen.
+    fn overlap(&self) -> usize {
+        match self {
+            LineMatcher::Every | LineMatcher::Never => 0,
+            LineMatcher::Contains(finder) => finder.needle().len().saturating_sub(1),
+            LineMatcher::EndsWith(head) => head.len(),
+        }
+    }
+
+    /// Matching lines of `file` as (1-based number, text), each charged to `account`; the search
+    /// stops once it refuses one. `None` when unreadable.
+    pub(super) fn search_file(&self, file: File, account: &Account<'_>) -> Option<Vec<GrepMatch>> {
         let mut file = file;
         let mut raw: Vec<u8> = Vec::new();
         let mut text = String::new();
         let mut found = Vec::new();
         let mut lines = 0u64;
+        // `text` starts with the tail of a line too long to hold: whether it matches is decided
+        // when it ends, and it is never reported.
+        let mut skipping = false;
         loop {
             if crate::registry::is_cancelled() {
                 return None;
@@ -62,23 +89,56 @@ impl LineMatcher {
             let eof = read < CHUNK;
             let kept = decode_into(&raw, eof, &mut text);
             raw.drain(..raw.len() - kept);
-            let used = self.split_lines(&text, eof, &mut lines, &mut found);
+            let used = self.split_lines(&text, eof, &mut lines, &mut found, &mut skipping, account);
             text.drain(..used);
-            if eof {
+            if eof || account.spent() {
                 return Some(found);
+            }
+            // `text` is now the start of an unfinished line. Held whole only while it could still
+            // fit the reply (its JSON is at least as long as its text); past that, only whether it
+            // matches is found out, keeping a bounded tail of it.
+            if skipping || text.len() > account.text_room(lines + 1) {
+                // A CR at the end may start a CRLF: it is the line's end, not its text, and stays.
+                let seen = text.strip_suffix('\r').unwrap_or(&text).len();
+                if self.matches_so_far(&text[..seen]) {
+                    account.refuse();
+                    return Some(found);
+                }
+                let mut cut = seen.saturating_sub(self.overlap());
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                text.drain(..cut);
+                skipping = true;
             }
         }
     }
 
     /// Visits the complete lines of `text` (all of them at end of file); returns the bytes used.
-    fn split_lines(&self, text: &str, eof: bool, lines: &mut u64, found: &mut Vec<(u64, String)>) -> usize {
+    /// Stops once `account` refuses a match.
+    fn split_lines(
+        &self,
+        text: &str,
+        eof: bool,
+        lines: &mut u64,
+        found: &mut Vec<GrepMatch>,
+        skipping: &mut bool,
+        account: &Account<'_>,
+    ) -> usize {
         let bytes = text.as_bytes();
         let mut pos = 0;
+        // `false` once the search must stop.
         let mut visit = |line: &str, ended: bool| {
             *lines += 1;
-            if self.matches(line, ended) {
-                found.push((*lines, line.to_owned()));
+            if !self.matches(line, ended) {
+                *skipping = false;
+                return true;
             }
+            if std::mem::take(skipping) {
+                account.refuse();
+                return false;
+            }
+            account.push(found, *lines, line.to_owned())
         };
         while let Some(i) = memchr2(b'\n', b'\r', &bytes[pos..]) {
             let at = pos + i;
@@ -89,7 +149,9 @@ impl LineMatcher {
                 _ => 1,
             };
             // LF and CR are ASCII, so these are char boundaries.
-            visit(&text[pos..at], true);
+            if !visit(&text[pos..at], true) {
+                return text.len();
+            }
             pos = at + width;
         }
         if eof && pos < text.len() {
@@ -122,12 +184,31 @@ fn decode_into(raw: &[u8], eof: bool, text: &mut String) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::budget::Budget;
 
-    fn search(pattern: &str, content: &[u8]) -> Vec<(u64, String)> {
+    /// Matches of `pattern` in a file holding `content` with `bytes` of budget, and whether it
+    /// was spent.
+    fn search_within(pattern: &str, content: &[u8], bytes: usize) -> (Vec<(u64, String)>, bool) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, content).unwrap();
-        LineMatcher::new(pattern).search_file(File::open(&path).unwrap()).unwrap()
+        let budget = Budget::new(bytes);
+        let found = LineMatcher::new(pattern)
+            .search_file(File::open(&path).unwrap(), &Account::new(&budget, "f"))
+            .unwrap();
+        (found.into_iter().map(|m| (m.line, m.text)).collect(), budget.spent())
+    }
+
+    fn search(pattern: &str, content: &[u8]) -> Vec<(u64, String)> {
+        let (found, spent) = search_within(pattern, content, usize::MAX);
+        assert!(!spent);
+        found
+    }
+
+    /// What one match adds to the reply: its JSON record and a comma.
+    fn cost(line: u64, text: &str) -> usize {
+        let record = GrepMatch { path: "f".into(), line, text: text.into() };
+        serde_json::to_string(&record).unwrap().len() + 1
     }
 
     fn lines(found: &[(u64, &str)]) -> Vec<(u64, String)> {
@@ -175,5 +256,57 @@ mod tests {
         assert_eq!(search("end", &content), lines(&[(3, "end")]));
         // An incomplete sequence at end of file is dropped.
         assert_eq!(search("x", b"x\xe2\x82"), lines(&[(1, "x")]));
+    }
+
+    #[test]
+    fn a_match_exactly_at_the_budget_fits_and_one_byte_less_truncates() {
+        // Universal newlines, a dropped invalid byte, and escapes in the cost.
+        let content = b"a\"b\\\xff\x01\r\nplain\rlast";
+        let all = cost(1, "a\"b\\\u{1}") + cost(2, "plain") + cost(3, "last");
+        let (found, spent) = search_within("", content, all);
+        assert_eq!(found, lines(&[(1, "a\"b\\\u{1}"), (2, "plain"), (3, "last")]));
+        assert!(!spent);
+        let (found, spent) = search_within("", content, all - 1);
+        assert_eq!(found, lines(&[(1, "a\"b\\\u{1}"), (2, "plain")]));
+        assert!(spent);
+    }
+
+    #[test]
+    fn a_line_longer_than_the_budget_is_decided_without_holding_it() {
+        let budget = 100_000;
+        let long = |middle: &[u8], shift: usize| {
+            let mut content = b"needle first\r\n".to_vec();
+            content.resize(2 * CHUNK + shift, b'x');
+            content.extend_from_slice(middle);
+            content.resize(6 * CHUNK, b'y');
+            content
+        };
+        for shift in 0..8 {
+            // Across a read boundary, with an invalid byte inside (dropped, so it still matches).
+            let mut content = long(b"nee\xffdle", shift);
+            content.extend_from_slice(b"\rneedle after\n");
+            let (found, spent) = search_within("needle", &content, budget);
+            assert_eq!(found, lines(&[(1, "needle first")]), "{shift}");
+            assert!(spent, "{shift}");
+        }
+        // Not in it: the line is counted and the search goes on (a CR ending it at a read's end too).
+        for end in [CHUNK * 6, CHUNK * 6 - 1, CHUNK * 6 + 1] {
+            let mut content = long(b"needl", 0);
+            content.resize(end, b'y');
+            content.extend_from_slice(b"\r\nlast needle\n");
+            let (found, spent) = search_within("needle", &content, budget);
+            assert_eq!(found, lines(&[(1, "needle first"), (3, "last needle")]), "{end}");
+            assert!(!spent);
+            // A pattern ending in LF: only the long line's end decides.
+            let (found, spent) = search_within("yy\n", &content, budget);
+            assert_eq!(found, lines(&[]));
+            assert!(spent, "the long line ends with yy: truncated");
+            let (found, spent) = search_within("needle\n", &content, budget);
+            assert_eq!(found, lines(&[(3, "last needle")]));
+            assert!(!spent);
+            let (found, spent) = search_within("", &content, budget);
+            assert_eq!(found, lines(&[(1, "needle first")]));
+            assert!(spent);
+        }
     }
 }
