@@ -86,12 +86,6 @@ pub const FD_RESERVE: usize = 256;
 /// requests were cancelled, before exiting anyway: a stuck file system never keeps agentd alive.
 pub const SHUTDOWN_GRACE_MS: u64 = 1000;
 
-/// Largest reply agentd builds: the JSON text of one `exec_result` or `fs_result`, the same bound as
-/// [`MAX_TEXT_MESSAGE`] in the other direction. Inline output, `grep` matches and `read`'s base64
-/// stop before it (and say so: `truncated`, or an error); a client that accepts messages of this size
-/// can read every reply.
-pub const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
-
 /// Upper clamp of a plain exec's capture (`max_capture_bytes`) and of an offload's `inline_budget`:
 /// the output travels inline in one reply, and 12 MiB is the most whose base64 still fits
 /// [`MAX_REPLY_BYTES`]. Output whose JSON escaping would not fit is cut and reported `truncated`.

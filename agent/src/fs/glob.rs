@@ -19,7 +19,9 @@ use nix::errno::Errno;
 use self::braces::expand_braces;
 use self::fnmatch::{PYTHON, Pattern, has_magic, rewrite_caret};
 
-use crate::fs::budget::{LIST_BUDGET, json_str_len};
+use agentd_protocol::limits::json_escaped_len;
+
+use crate::fs::budget::LIST_BUDGET;
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
 /// The walk stops after this long.
@@ -81,7 +83,7 @@ fn glob_within(pattern: &str, path: Option<&str>, ws: &Workspace, bytes: usize) 
         found: Vec::new(),
         // Each match costs its JSON record: the prefix, `/` and its relative path.
         bytes_left: bytes,
-        prefix_cost: RECORD.len() + json_str_len(prefix) + 1,
+        prefix_cost: RECORD.len() + json_escaped_len(prefix) + 1,
         budget: false,
         unreadable: false,
     };
@@ -297,7 +299,7 @@ impl Walk<'_> {
                     return;
                 }
                 if self.rule.matches(&child_rel, &name) && self.keeps(kind, target.as_ref()) {
-                    let cost = self.prefix_cost + json_str_len(&child_rel);
+                    let cost = self.prefix_cost + json_escaped_len(&child_rel);
                     let Some(left) = self.bytes_left.checked_sub(cost) else {
                         // The reply would pass its budget: truncated like the match limit.
                         self.budget = true;

@@ -30,7 +30,9 @@ use std::thread;
 use agentd_protocol::fs::{GrepMatch, GrepResult};
 use nix::fcntl::OFlag;
 
-use crate::fs::budget::{Budget, LIST_BUDGET, digits, json_str_len};
+use agentd_protocol::limits::json_escaped_len;
+
+use crate::fs::budget::{Budget, LIST_BUDGET, digits};
 use crate::fs::glob::fnmatch::{GREP_FILTER, Pattern};
 
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
@@ -47,7 +49,7 @@ pub(super) struct Account<'a> {
 
 impl<'a> Account<'a> {
     fn new(budget: &'a Budget, path: &'a str) -> Self {
-        Self { budget, path, path_cost: json_str_len(path) }
+        Self { budget, path, path_cost: json_escaped_len(path) }
     }
 
     /// Adds the match `text` on `line` to `found` if it fits; `false` when it does not (the
@@ -66,7 +68,7 @@ impl<'a> Account<'a> {
 
     /// Charges the match `text` on `line`; `false` when it does not fit (the result is truncated).
     fn take(&self, line: u64, text: &str) -> bool {
-        self.budget.take(self.fixed(line) + json_str_len(text))
+        self.budget.take(self.fixed(line) + json_escaped_len(text))
     }
 
     /// Longest text a match on `line` could still have.
