@@ -26,6 +26,9 @@ pub const SPILL_BYTES: usize = 64 * 1024;
 /// Read size from the pipe.
 const READ_BYTES: usize = 256 * 1024;
 
+/// Bytes read per call until one read fills them.
+const FIRST_READ_BYTES: usize = 4 * 1024;
+
 /// Linux's default pipe capacity: a read this large means the command fills the pipe.
 const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 
@@ -223,7 +226,9 @@ pub async fn drain(
         Ok(pipe) => pipe,
         Err(err) => return (capture, DrainEnd::Eof, Err(err)),
     };
-    let mut buf = vec![0u8; READ_BYTES];
+    // Small until the command writes more than a trickle: thousands of quiet execs in flight then
+    // hold a few KiB each, not a 256 KiB buffer each.
+    let mut buf = vec![0u8; FIRST_READ_BYTES];
     let mut widened = false;
     loop {
         let step = tokio::select! {
@@ -238,6 +243,9 @@ pub async fn drain(
             Ok(Some(moved)) => {
                 // Only a command that fills the default pipe gets the bigger one (fewer wakeups per
                 // megabyte); a command that prints a line does not pay for it.
+                if buf.len() < READ_BYTES && moved >= buf.len() {
+                    buf.resize(READ_BYTES, 0);
+                }
                 if !widened && moved >= DEFAULT_PIPE_BYTES {
                     widened = true;
                     let _ = fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
