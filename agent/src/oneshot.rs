@@ -103,8 +103,13 @@ pub fn fs(command: FsCommand) -> ExitCode {
 fn print_json(response: &FsResponse) -> ExitCode {
     match serde_json::to_string(response) {
         Ok(text) => {
-            println!("{text}");
-            ExitCode::SUCCESS
+            // A reader that went away (`| head`) is not an error worth a panic.
+            let mut stdout = std::io::stdout().lock();
+            match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(err) => usage(&format!("cannot write the result: {err}")),
+            }
         }
         Err(err) => usage(&format!("cannot encode the result: {err}")),
     }
