@@ -31,6 +31,7 @@
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
@@ -249,9 +250,19 @@ impl Child {
 
 /// The entries of the directory `dir` (opened for reading), in directory order, without `.` and `..`.
 pub fn list(dir: &OwnedFd) -> io::Result<Vec<Child>> {
+    let mut children = Vec::new();
+    visit(dir, |child| {
+        children.push(child);
+        ControlFlow::Continue(())
+    })?;
+    Ok(children)
+}
+
+/// Hands each entry of `dir` to `f` in directory order, without `.` and `..`, until `f` breaks;
+/// nothing is collected, so a huge directory costs no memory here.
+pub fn visit(dir: &OwnedFd, mut f: impl FnMut(Child) -> ControlFlow<()>) -> io::Result<()> {
     use nix::dir::{Dir, Type};
     let mut listing = Dir::from_fd(dir.try_clone()?)?;
-    let mut children = Vec::new();
     for entry in listing.iter() {
         let entry = entry?;
         let name = entry.file_name();
@@ -266,9 +277,11 @@ pub fn list(dir: &OwnedFd) -> io::Result<Vec<Child>> {
             // Some file systems do not say: ask, without following.
             None => fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok().map(|s| Kind::of(&s)),
         };
-        children.push(Child { name: name.to_owned(), kind });
+        if f(Child { name: name.to_owned(), kind }).is_break() {
+            break;
+        }
     }
-    Ok(children)
+    Ok(())
 }
 
 /// The subdirectory `name` of `dir` opened for listing; a link there fails (`ELOOP`/`ENOTDIR`).

@@ -4,10 +4,20 @@
 use agentd_protocol::fs::{FileInfo, LsResult};
 use nix::errno::Errno;
 
+use std::ops::ControlFlow;
+
+use agentd_protocol::limits::json_escaped_len;
+
+use super::budget::{Budget, LIST_BUDGET};
 use super::errno;
 use crate::root::{self, Kind, ResolveError, Workspace};
 
 pub fn ls(path: &str, ws: &Workspace) -> LsResult {
+    ls_within(path, ws, LIST_BUDGET)
+}
+
+/// [`ls`] with `budget` bytes of JSON for the entries.
+fn ls_within(path: &str, ws: &Workspace, budget: usize) -> LsResult {
     let fail = |what: &str| LsResult { error: Some(format!("Path '{path}': {what}")), entries: None };
     if path.is_empty() {
         return fail("path_not_found");
@@ -29,22 +39,56 @@ pub fn ls(path: &str, ws: &Workspace) -> LsResult {
     if !node.is_dir() {
         return fail("not_a_directory");
     }
-    let children = match node.open_dir().and_then(|dir| root::list(&dir)) {
-        Ok(children) => children,
-        Err(err) => return fail(code(errno(&err))),
-    };
     let prefix = if path.ends_with('/') { path.to_owned() } else { format!("{path}/") };
-    // The listing's type does not follow links: a link to a directory is not a directory here.
-    let entries = children
-        .iter()
-        .map(|child| FileInfo::new(format!("{prefix}{}", child.name_lossy()), child.kind == Some(Kind::Dir)))
-        .collect();
+    // Each entry costs its JSON record; a listing that cannot fit one reply is refused whole rather
+    // than shown in part (the result has no way to say it was cut).
+    let budget = Budget::new(budget);
+    let prefix_cost = json_escaped_len(&prefix);
+    let mut entries = Vec::new();
+    let listed = node.open_dir().and_then(|dir| {
+        root::visit(&dir, |child| {
+            let shown = format!("{prefix}{}", child.name_lossy());
+            // `{"path":"…","is_dir":false},`
+            let cost = 27 + prefix_cost + json_escaped_len(&shown[prefix.len()..]);
+            if !budget.take(cost) || crate::registry::is_cancelled() {
+                return ControlFlow::Break(());
+            }
+            // The listing's type does not follow links: a link to a directory is not a directory here.
+            entries.push(FileInfo::new(shown, child.kind == Some(Kind::Dir)));
+            ControlFlow::Continue(())
+        })
+    });
+    if let Err(err) = listed {
+        return fail(code(errno(&err)));
+    }
+    if budget.spent() {
+        return fail("too_many_entries");
+    }
     LsResult { error: None, entries: Some(entries) }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_that_cannot_fit_one_reply_is_refused_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a", "b\"q", "c"] {
+            std::fs::write(dir.path().join(name), "").unwrap();
+        }
+        let t = dir.path().to_str().unwrap();
+        let ws = Workspace::open("/".into());
+        let whole = ls(t, &ws);
+        let entries = whole.entries.clone().unwrap();
+        // The exact JSON of the entries, each with its comma: the budget that just fits.
+        let exact: usize = entries.iter().map(|e| serde_json::to_string(e).unwrap().len() + 1).sum();
+        assert_eq!(ls_within(t, &ws, exact), whole);
+        assert_eq!(
+            ls_within(t, &ws, exact - 1),
+            LsResult { error: Some(format!("Path '{t}': too_many_entries")), entries: None }
+        );
+    }
 
     #[test]
     fn golden_5_and_6() {
