@@ -56,13 +56,18 @@ pub struct Metered<S> {
     meter: Meter,
     large: LargeMessages,
     acquiring: Option<Acquiring>,
+    timeout: Duration,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<S> Metered<S> {
     pub fn new(inner: S, large: LargeMessages) -> (Self, Meter) {
+        Self::with_timeout(inner, large, Duration::from_secs(LARGE_MESSAGE_TIMEOUT_SECS))
+    }
+
+    fn with_timeout(inner: S, large: LargeMessages, timeout: Duration) -> (Self, Meter) {
         let meter = Meter::default();
-        (Metered { inner, meter: meter.clone(), large, acquiring: None, deadline: None }, meter)
+        (Metered { inner, meter: meter.clone(), large, acquiring: None, timeout, deadline: None }, meter)
     }
 }
 
@@ -82,8 +87,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
                     Poll::Ready(acquired) => {
                         this.acquiring = None;
                         *permit = Some(acquired.map_err(io::Error::other)?);
-                        let timeout = Duration::from_secs(LARGE_MESSAGE_TIMEOUT_SECS);
-                        this.deadline = Some(Box::pin(tokio::time::sleep(timeout)));
+                        this.deadline = Some(Box::pin(tokio::time::sleep(this.timeout)));
                     }
                 }
             }
@@ -97,7 +101,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
             Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
                 Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("a large message took over {LARGE_MESSAGE_TIMEOUT_SECS} s"),
+                    format!("a large message took over {:?}", this.timeout),
                 ))),
                 _ => Poll::Pending,
             },
@@ -129,5 +133,52 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Metered<S> {
 
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
+
+    use super::*;
+
+    /// Reads from `stream` until `n` bytes came or it waits (then `false` after 200 ms).
+    async fn reads(stream: &mut Metered<DuplexStream>, n: usize) -> io::Result<bool> {
+        let mut buf = vec![0; n];
+        match tokio::time::timeout(Duration::from_millis(200), stream.read_exact(&mut buf)).await {
+            Ok(read) => read.map(|_| true),
+            Err(_) => Ok(false),
+        }
+    }
+
+    #[tokio::test]
+    async fn large_messages_are_read_a_few_at_a_time_and_must_finish() {
+        let large = LargeMessages::new();
+        let mut peers = Vec::new();
+        let mut metered = Vec::new();
+        for _ in 0..=MAX_LARGE_MESSAGES {
+            let (ours, mut theirs) = tokio::io::duplex(4 * LARGE_MESSAGE_BYTES);
+            theirs.write_all(&vec![1; 3 * LARGE_MESSAGE_BYTES]).await.unwrap();
+            metered.push(Metered::with_timeout(ours, large.clone(), Duration::from_millis(500)));
+            peers.push(theirs);
+        }
+        // Everyone reads its first MiB freely; past it, only MAX_LARGE_MESSAGES go on.
+        for (stream, _) in &mut metered {
+            assert!(reads(stream, LARGE_MESSAGE_BYTES + 1).await.unwrap());
+        }
+        let mut went_on = 0;
+        for (stream, _) in &mut metered {
+            went_on += usize::from(reads(stream, LARGE_MESSAGE_BYTES).await.unwrap());
+        }
+        assert_eq!(went_on, MAX_LARGE_MESSAGES);
+        // One message completes: its permit goes to the one that waited.
+        metered[0].1.completed();
+        let (last, _) = metered.last_mut().unwrap();
+        assert!(reads(last, LARGE_MESSAGE_BYTES).await.unwrap(), "the waiting one reads on");
+        // A holder whose sender stops sending is cut off at its deadline.
+        let (stalled, _) = &mut metered[1];
+        let mut rest = vec![0; 4 * LARGE_MESSAGE_BYTES];
+        let cut = tokio::time::timeout(Duration::from_secs(5), stalled.read_exact(&mut rest)).await.unwrap();
+        assert_eq!(cut.unwrap_err().kind(), io::ErrorKind::TimedOut);
     }
 }

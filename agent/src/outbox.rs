@@ -129,12 +129,19 @@ impl Outbox {
 /// Sends queued messages until the queue ends or the client stops taking them: a batch that cannot
 /// be flushed within [`WRITE_TIMEOUT_SECS`] ends the writer, which closes the queue (and with it
 /// the session). Room is given back after each flush.
-pub async fn write<S>(mut sink: S, mut queue: mpsc::Receiver<Outgoing>)
+pub async fn write<S>(sink: S, queue: mpsc::Receiver<Outgoing>)
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
-    let timeout = Duration::from_secs(WRITE_TIMEOUT_SECS);
+    write_within(sink, queue, Duration::from_secs(WRITE_TIMEOUT_SECS)).await;
+}
+
+async fn write_within<S>(mut sink: S, mut queue: mpsc::Receiver<Outgoing>, timeout: Duration)
+where
+    S: Sink<Message> + Unpin,
+    S::Error: std::fmt::Display,
+{
     while let Some(first) = queue.recv().await {
         let batch = async {
             let mut held = Vec::with_capacity(BATCH);
@@ -153,7 +160,7 @@ where
                 return;
             }
             Err(_) => {
-                tracing::info!("the client took nothing for {WRITE_TIMEOUT_SECS} s: disconnected");
+                tracing::info!("the client took nothing for {timeout:?}: disconnected");
                 return;
             }
         }
@@ -192,6 +199,28 @@ mod tests {
         drop(hog);
         waiting.await.unwrap().unwrap();
         assert_eq!(rx.recv().await.map(|o| o.message.len()), Some(100_000));
+    }
+
+    #[tokio::test]
+    async fn a_client_that_reads_nothing_is_given_up_and_its_room_returned() {
+        use tokio_tungstenite::WebSocketStream;
+        use tokio_tungstenite::tungstenite::protocol::Role;
+        // A real websocket over a 64 KiB in-memory pipe whose far end is never read.
+        let (ours, _theirs) = tokio::io::duplex(64 * 1024);
+        let ws = WebSocketStream::from_raw_socket(ours, Role::Server, None).await;
+        let room = Room::new();
+        let all = room.free();
+        let (outbox, rx) = Outbox::new(room.clone());
+        let writer = tokio::spawn(write_within(ws, rx, Duration::from_millis(300)));
+        for _ in 0..4 {
+            outbox.binary(vec![7; 200_000]).await.unwrap();
+        }
+        let started = std::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(10), outbox.closed()).await.expect("the writer gave up");
+        assert!(started.elapsed() >= Duration::from_millis(250), "not before its timeout");
+        writer.await.unwrap();
+        assert!(outbox.binary(vec![1; 10]).await.is_err(), "the connection is over");
+        assert_eq!(room.free(), all, "its room is back");
     }
 
     #[tokio::test]
