@@ -90,14 +90,18 @@ impl Outbox {
         &self.room
     }
 
-    /// Queues a reply.
-    pub async fn reply(&self, message: &ServerMessage) -> Result<(), Closed> {
-        self.send(Message::text(message.to_json()), None).await
+    /// Queues a reply. The message is dropped once serialized: a reply waiting for room holds only
+    /// its JSON text.
+    pub async fn reply(&self, message: ServerMessage) -> Result<(), Closed> {
+        self.reply_in(message, None).await
     }
 
-    /// Queues a reply built in room reserved beforehand (more is taken if it turned out larger).
-    pub async fn reply_in(&self, message: &ServerMessage, reserved: Option<Reserved>) -> Result<(), Closed> {
-        self.send(Message::text(message.to_json()), reserved).await
+    /// Queues a reply built in room reserved beforehand (if it turned out larger, that room is given
+    /// back and room for the whole is taken).
+    pub async fn reply_in(&self, message: ServerMessage, reserved: Option<Reserved>) -> Result<(), Closed> {
+        let text = message.to_json();
+        drop(message);
+        self.send(Message::text(text), reserved).await
     }
 
     /// Queues a binary message (a download's or a streamed exec's chunk).
@@ -109,7 +113,10 @@ impl Outbox {
         let len = message.len();
         let room = match reserved {
             Some(reserved) if reserved.len >= len || len <= SMALL_REPLY_BYTES => reserved,
-            _ => {
+            too_small => {
+                // Never wait for room while holding some: waiters holding room could wait for each
+                // other forever.
+                drop(too_small);
                 // The connection may close while this waits for room: stop waiting then.
                 tokio::select! {
                     room = self.room.reserve(len) => room.ok_or(Closed)?,

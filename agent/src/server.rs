@@ -351,7 +351,7 @@ impl Session {
                     requests.finish(id);
                     drop(slot);
                     let reply = ServerMessage::UploadResult(UploadResult { id, path: request.path, error });
-                    let _ = out.reply(&reply).await;
+                    let _ = out.reply(reply).await;
                 });
             }
             ClientMessage::UploadEnd(end) => match self.requests.upload(id) {
@@ -394,7 +394,7 @@ impl Session {
                     };
                     requests.finish(id);
                     drop(slot);
-                    let _ = out.reply(&ServerMessage::DownloadResult(result)).await;
+                    let _ = out.reply(ServerMessage::DownloadResult(result)).await;
                 });
             }
         }
@@ -473,7 +473,7 @@ impl Session {
                     None,
                 ),
             };
-            let _ = out.reply_in(&reply, reserved).await;
+            let _ = out.reply_in(reply, reserved).await;
         });
     }
 
@@ -547,21 +547,23 @@ impl Session {
                     let token = cancel.clone();
                     let ran = tokio::task::spawn_blocking(move || {
                         let response = token.enter(|| crate::fs::run(request, &shared.workspace));
-                        // The slot and the permit go with the work, when it has really ended.
-                        drop((permit, slot));
+                        // The slot goes with the work, when it has really ended.
+                        drop(slot);
                         response
                     })
                     .await;
-                    match ran {
+                    let response = match ran {
                         Ok(_) if read_only && cancel.is_cancelled() => Ok(cancelled),
                         ran => ran.map_err(|err| err.to_string()),
-                    }
+                    };
+                    (response, Some(permit))
                 }
                 None => {
                     drop(slot);
-                    Ok(cancelled)
+                    (Ok(cancelled), None)
                 }
             };
+            let (response, permit) = response;
             requests.finish(id);
             let reply = match response {
                 Ok(result) => ServerMessage::FsResult(FsReply { id, result }),
@@ -571,7 +573,10 @@ impl Session {
                     message: format!("file verb failed: {err}"),
                 }),
             };
-            let _ = out.reply(&reply).await;
+            let _ = out.reply(reply).await;
+            // The permit is held until the reply is queued: a client that does not read its replies
+            // has at most MAX_BLOCKING_PER_CONNECTION of them built and waiting for room.
+            drop(permit);
         });
     }
 
@@ -580,7 +585,7 @@ impl Session {
     }
 
     async fn send(&self, message: ServerMessage) {
-        let _ = self.out.reply(&message).await;
+        let _ = self.out.reply(message).await;
     }
 }
 
@@ -609,7 +614,7 @@ async fn forward_live(
     out: Outbox,
 ) {
     if let Ok(pid) = started.await {
-        let _ = out.reply(&ServerMessage::ExecStarted(ExecStarted { id, pid })).await;
+        let _ = out.reply(ServerMessage::ExecStarted(ExecStarted { id, pid })).await;
     }
     while let Some(data) = live.recv().await {
         let _ = out.binary(chunk::encode(id, &data)).await;

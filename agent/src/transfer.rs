@@ -361,7 +361,7 @@ pub async fn download(
         Err(err) => return failed(error_text(&err)),
     };
     let start = ServerMessage::DownloadStart(DownloadStart { id, path: path.clone(), size });
-    if out.reply(&start).await.is_err() {
+    if out.reply(start).await.is_err() {
         return failed("connection closed".to_owned());
     }
     let mut hasher = Sha256::new();

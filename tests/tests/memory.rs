@@ -191,3 +191,33 @@ async fn four_thousand_execs_in_flight_cost_little_each() {
     // holds its task, pipes and a 4 KiB buffer until its command writes more: measured 49 MiB.
     assert!(peak < 160, "peak RSS {peak} MiB");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn greps_whose_replies_are_not_read_hold_a_bounded_number_of_replies() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let daemon = Daemon::start();
+    // 2 M lines: each `grep ""` answer is cut at the 16 MiB reply budget.
+    std::fs::write(daemon.workspace.path().join("lines.txt"), "a\n".repeat(2_000_000)).unwrap();
+    let mut greedy = greeted(&daemon).await;
+    for id in 1..=40u64 {
+        let grep = json!({"type": "fs", "id": id, "verb": "grep", "pattern": "", "path": "lines.txt"});
+        greedy.feed(Message::text(grep.to_string())).await.unwrap();
+    }
+    greedy.flush().await.unwrap();
+    // Time for all forty to run if nothing held them back (one takes well under a second).
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let peak = status_kb(daemon.pid(), "VmHWM") / 1024;
+    eprintln!("40 unread 16 MiB grep replies: agentd peak {peak} MiB");
+    // The room for queued replies (64 MiB) plus the connection's 4 verbs, each holding its result
+    // and its JSON (about 16 MiB each) while it waits for room. Forty waiting replies would be
+    // over 1 GiB.
+    assert!(peak < 400, "peak RSS {peak} MiB");
+    let mut got = 0;
+    while got < 40 {
+        let text = next_text(&mut greedy, Duration::from_secs(60)).await;
+        assert!(text.len() <= MAX_REPLY_BYTES);
+        if text.contains("\"truncated\":true") {
+            got += 1;
+        }
+    }
+}
