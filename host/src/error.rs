@@ -23,6 +23,10 @@ pub enum SandboxError {
     Start(String),
     #[error("Docker: {0}")]
     Docker(String),
+    #[error("sandbox spec `{spec}`: {why}")]
+    InvalidSpec { spec: String, why: String },
+    #[error("{kind} sandboxes need agentd-host built with the `{feature}` feature")]
+    Unsupported { kind: &'static str, feature: &'static str },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

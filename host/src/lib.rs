@@ -7,7 +7,9 @@
 //!   `fs`) and `execute_with_offload`, with defaults that need only the four.
 //! - [`derived`]: the file verbs and the offload over any `execute` (`agentd fs` / `agentd exec`).
 //! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers.
-//! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default).
+//! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default);
+//!   Docker (feature `docker`) and Daytona (feature `daytona`).
+//! - [`provider`]: one shape for every kind: create from a `KIND:SPEC`, attach by id, list, remove.
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
 //! - Result types are the protocol crate's ([`agentd_protocol::contract`]), re-exported here.
 //!
@@ -28,6 +30,7 @@ pub mod adapters;
 pub mod derived;
 pub mod error;
 pub mod link;
+pub mod provider;
 pub mod sandbox;
 
 pub use adapters::agentd::AgentdSandbox;
@@ -37,4 +40,5 @@ pub use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadRes
 pub use async_trait::async_trait;
 pub use error::{Result, SandboxError};
 pub use link::Link;
+pub use provider::{Kind, Provider, SandboxInfo, SandboxSpec};
 pub use sandbox::BaseSandbox;
