@@ -27,6 +27,17 @@ pub enum SandboxError {
     InvalidSpec { spec: String, why: String },
     #[error("{kind} sandboxes need agentd-host built with the `{feature}` feature")]
     Unsupported { kind: &'static str, feature: &'static str },
+    #[error("{0} is not set")]
+    MissingEnv(&'static str),
+    #[error("{provider} refused the credentials (HTTP 401): check {variable}")]
+    Auth { provider: &'static str, variable: &'static str },
+    #[error("{provider}: {what} not found")]
+    NotFound { provider: &'static str, what: String },
+    /// The provider refused or failed a request (quota, state, a failed build); `message` is its own.
+    #[error("{provider}: {message}")]
+    Provider { provider: &'static str, status: Option<u16>, message: String },
+    #[error("{what}: no answer within {after:?}")]
+    Timeout { what: String, after: std::time::Duration },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

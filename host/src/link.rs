@@ -81,6 +81,16 @@ impl Link {
     /// Connects, authenticates with `token` (if any) and completes the `hello` handshake. `url` is
     /// `ws://HOST:PORT` or, for a local session's Unix socket, `unix:PATH`.
     pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
+        Self::connect_with_headers(url, token, &[]).await
+    }
+
+    /// [`Link::connect`] with extra headers on the upgrade request (a proxy's own token, e.g.
+    /// Daytona's `X-Daytona-Preview-Token`). `wss://` URLs use TLS (rustls) where the build has it.
+    pub async fn connect_with_headers(
+        url: &str,
+        token: Option<&str>,
+        headers: &[(&'static str, String)],
+    ) -> Result<Self> {
         let connect_error = |reason: String| SandboxError::Connect { url: url.to_owned(), reason };
         // A local session's Unix socket: the upgrade's URL only names the resource.
         let socket = url.strip_prefix("unix:");
@@ -92,6 +102,10 @@ impl Link {
             let value = HeaderValue::from_str(&format!("Bearer {token}"))
                 .map_err(|e| connect_error(e.to_string()))?;
             request.headers_mut().insert("authorization", value);
+        }
+        for (name, value) in headers {
+            let value = HeaderValue::from_str(value).map_err(|e| connect_error(e.to_string()))?;
+            request.headers_mut().insert(*name, value);
         }
         match socket {
             Some(path) => {

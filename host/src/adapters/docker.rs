@@ -501,27 +501,5 @@ impl BaseSandbox for DockerSandbox {
     }
 }
 
-/// The static agentd to inject: `$AGENTD_STATIC_BIN`, else the static build of this workspace next
-/// to the running program (`target/x86_64-unknown-linux-gnu/release/agentd`).
-pub fn static_agentd() -> Result<std::path::PathBuf> {
-    if let Some(path) = std::env::var_os("AGENTD_STATIC_BIN") {
-        return Ok(path.into());
-    }
-    let exe = std::env::current_exe()?;
-    let found = exe
-        .ancestors()
-        .skip(1)
-        .take(3)
-        .map(|dir| dir.join("x86_64-unknown-linux-gnu/release/agentd"))
-        .find(|p| p.is_file());
-    found.ok_or_else(|| {
-        SandboxError::Start(
-            "no static agentd to inject: build it (see README) or set AGENTD_STATIC_BIN".to_owned(),
-        )
-    })
-}
-
-fn random_hex() -> String {
-    let bytes: [u8; 32] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+use crate::adapters::inject::random_hex;
+pub use crate::adapters::inject::static_agentd;

@@ -1,0 +1,597 @@
+//! [`DaytonaSandbox`]: a Daytona sandbox driven through its REST API (`../shared/spec` provider
+//! facts §B, §C), and [`DaytonaProvider`], the same as a [`Provider`].
+//!
+//! - **Configuration** like Daytona's SDKs ([`DaytonaConfig::from_env`]): `DAYTONA_API_KEY`
+//!   (required), `DAYTONA_API_URL` (default `https://app.daytona.io/api`), `DAYTONA_TARGET`.
+//! - **Source** of a new sandbox: a spec containing `/` or `:` is an image (`python:3.12-slim`,
+//!   `registry/x`), built through `buildInfo` (`FROM <image>`); any other non-empty spec is a
+//!   snapshot name; an empty spec is the organisation's default snapshot. Sandboxes carry the label
+//!   [`LABEL`]` = 1` (what [`Provider::list`] finds) and `autoStopInterval: 0` (a linked agentd must
+//!   not be stopped under the host's feet).
+//! - **agentd gets in** baked into the image (`agentd` on `PATH`) or **injected**: the static binary
+//!   is uploaded through the toolbox, then started through the toolbox exec with a fresh token in a
+//!   token file (`agentd serve --listen 0.0.0.0:PORT --token-file F`, detached with `setsid`/`nohup`).
+//! - **Channels.** Files always travel through the toolbox's bulk endpoints (the adapter's own
+//!   channel). `execute`, the verbs and the offload go over the websocket link to agentd, reached
+//!   through the port's preview URL (`X-Daytona-Preview-Token`, re-fetched on every reconnect because
+//!   it changes when the sandbox restarts). Without a link they fall back to the toolbox exec (the
+//!   verbs then run `agentd fs` through it). [`DaytonaMode`] chooses; [`DaytonaSandbox::channel`]
+//!   says which is in use, and it is logged. Asking for [`DaytonaMode::Link`] never degrades.
+
+mod api;
+mod toolbox;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
+use agentd_protocol::{FsRequest, FsResponse};
+use async_trait::async_trait;
+
+pub use self::api::{
+    Api, DEFAULT_API_URL, DaytonaConfig, ENV_API_KEY, ENV_API_URL, ENV_TARGET, Preview, SandboxRecord,
+};
+pub use self::toolbox::Toolbox;
+use crate::adapters::agentd::{AgentdSandbox, Connector};
+use crate::adapters::inject::{random_hex, static_agentd};
+use crate::derived;
+use crate::error::{Result, SandboxError};
+use crate::link::Link;
+use crate::provider::{Kind, Provider, SandboxInfo};
+use crate::sandbox::BaseSandbox;
+
+/// Label on every sandbox this adapter creates.
+pub const LABEL: &str = "dev.agentd.sandbox";
+/// Label holding the spec a sandbox was created from (for `sandbox ls`).
+pub const SOURCE_LABEL: &str = "dev.agentd.source";
+/// The header that carries a preview URL's token.
+pub const PREVIEW_TOKEN_HEADER: &str = "X-Daytona-Preview-Token";
+
+/// How `execute`, the verbs and the offload reach the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DaytonaMode {
+    /// The websocket link to agentd, or an error: never a silent fallback.
+    Link,
+    /// The toolbox exec (agentd is still injected, for the derived verbs).
+    ToolboxExec,
+    /// The link when it can be made, else the toolbox exec (with a warning in the log).
+    #[default]
+    Auto,
+}
+
+/// The channel in use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    Link,
+    ToolboxExec,
+}
+
+/// How to create or attach a sandbox.
+#[derive(Debug, Clone)]
+pub struct DaytonaOptions {
+    pub mode: DaytonaMode,
+    /// The port agentd listens on inside the sandbox; `None`: one drawn from 7700–7999, so two hosts
+    /// attached to one sandbox do not collide.
+    pub port: Option<u16>,
+    /// Longest wait for the sandbox to reach `started` (image builds included).
+    pub start_timeout: Duration,
+    /// Longest wait for agentd to answer through the preview URL, per (re)connection.
+    pub link_timeout: Duration,
+    /// The agentd to inject; `None`: agentd on the sandbox's `PATH` if any, else [`static_agentd`].
+    pub agentd_binary: Option<PathBuf>,
+}
+
+impl Default for DaytonaOptions {
+    fn default() -> Self {
+        Self {
+            mode: DaytonaMode::Auto,
+            port: None,
+            start_timeout: Duration::from_secs(300),
+            link_timeout: Duration::from_secs(30),
+            agentd_binary: None,
+        }
+    }
+}
+
+/// A Daytona sandbox with agentd in it.
+pub struct DaytonaSandbox {
+    api: Api,
+    id: String,
+    toolbox: Toolbox,
+    agentd_path: String,
+    /// Where this adapter keeps its agentd's token, pid and log inside the sandbox.
+    run_dir: String,
+    link: Option<AgentdSandbox>,
+    /// Created by this adapter: deleted by [`DaytonaSandbox::close`].
+    owned: bool,
+}
+
+/// A short random name part.
+fn random_suffix() -> String {
+    random_hex()[..16].to_owned()
+}
+
+/// The `CreateSandbox` body for `source` (see the module docs for the image/snapshot rule).
+pub fn create_body(source: &str, target: Option<&str>) -> serde_json::Value {
+    let mut body = serde_json::json!({
+        "labels": { LABEL: "1", SOURCE_LABEL: source },
+        "autoStopInterval": 0,
+    });
+    if source.contains('/') || source.contains(':') {
+        body["buildInfo"] = serde_json::json!({ "dockerfileContent": format!("FROM {source}\n") });
+    } else if !source.is_empty() {
+        body["snapshot"] = serde_json::json!(source);
+    }
+    if let Some(target) = target {
+        body["target"] = serde_json::json!(target);
+    }
+    body
+}
+
+/// Deletes a half-made sandbox if construction fails.
+struct DeleteOnDrop {
+    api: Api,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            let (api, id) = (self.api.clone(), std::mem::take(&mut self.id));
+            tokio::spawn(async move {
+                let _ = api.delete(&id).await;
+            });
+        }
+    }
+}
+
+impl DaytonaSandbox {
+    /// Creates a sandbox from `source` (image or snapshot), waits until it is `started`, puts agentd
+    /// in and links to it as `options.mode` says.
+    pub async fn create(config: DaytonaConfig, source: &str, options: &DaytonaOptions) -> Result<Self> {
+        let api = Api::new(config)?;
+        let body = create_body(source, api.config().target.as_deref());
+        let created = api.create(&body).await?;
+        let mut guard = DeleteOnDrop { api: api.clone(), id: created.id.clone(), armed: true };
+        tracing::info!(sandbox = %created.id, state = created.state(), "created Daytona sandbox from `{source}`");
+        let record = api.wait_started(&created.id, options.start_timeout).await?;
+        let sandbox = Self::setup(api, record, options, true).await?;
+        guard.armed = false;
+        Ok(sandbox)
+    }
+
+    /// Attaches to the sandbox `id`, starting it first if it is stopped.
+    pub async fn attach(config: DaytonaConfig, id: &str, options: &DaytonaOptions) -> Result<Self> {
+        let api = Api::new(config)?;
+        let record = start_if_needed(&api, id, options.start_timeout).await?;
+        Self::setup(api, record, options, false).await
+    }
+
+    async fn setup(api: Api, record: SandboxRecord, options: &DaytonaOptions, owned: bool) -> Result<Self> {
+        let toolbox = Toolbox::new(
+            api.http().clone(),
+            api.toolbox_base(&record).await?,
+            api.config().api_key.clone(),
+            record.id.clone(),
+        );
+        let run_dir = format!("/tmp/agentd-{}", random_suffix());
+        let mut sandbox = Self {
+            api,
+            id: record.id,
+            toolbox,
+            agentd_path: "agentd".to_owned(),
+            run_dir,
+            link: None,
+            owned,
+        };
+        let injected = sandbox.put_agentd(options).await;
+        match (&injected, options.mode) {
+            (Err(_), DaytonaMode::Link) => return injected.map(|()| sandbox),
+            (Err(err), _) => tracing::warn!(
+                sandbox = %sandbox.id,
+                "no agentd in the sandbox ({err}): only `execute` works through the toolbox exec"
+            ),
+            (Ok(()), _) => {}
+        }
+        if injected.is_ok() && options.mode != DaytonaMode::ToolboxExec {
+            let port = options.port.unwrap_or_else(|| 7700 + rand::random_range(0..300));
+            let connector = PreviewConnector {
+                api: sandbox.api.clone(),
+                toolbox: sandbox.toolbox.clone(),
+                id: sandbox.id.clone(),
+                port,
+                token: random_hex(),
+                agentd: sandbox.agentd_path.clone(),
+                run_dir: sandbox.run_dir.clone(),
+                timeout: options.link_timeout,
+            };
+            match AgentdSandbox::with_connector(Box::new(connector), format!("daytona:{}", sandbox.id)).await
+            {
+                Ok(link) => sandbox.link = Some(link),
+                Err(err) if options.mode == DaytonaMode::Link => return Err(err),
+                Err(err) => tracing::warn!(
+                    sandbox = %sandbox.id,
+                    "no link to agentd ({err}): falling back to the toolbox exec"
+                ),
+            }
+        }
+        tracing::info!(sandbox = %sandbox.id, channel = ?sandbox.channel(), agentd = %sandbox.agentd_path, "Daytona sandbox ready");
+        Ok(sandbox)
+    }
+
+    /// Finds agentd on the sandbox's `PATH`, or uploads the static one; makes the run directory.
+    async fn put_agentd(&mut self, options: &DaytonaOptions) -> Result<()> {
+        let probe = format!(
+            "umask 077 && mkdir -p {dir} && chmod 700 {dir} && command -v agentd || true",
+            dir = self.run_dir
+        );
+        let found = self.toolbox.execute(&probe, Some(Duration::from_secs(60))).await?;
+        if options.agentd_binary.is_none()
+            && let Some(path) = found.output.lines().map(str::trim).find(|l| l.starts_with('/'))
+        {
+            self.agentd_path = path.to_owned();
+            return Ok(());
+        }
+        let binary = match &options.agentd_binary {
+            Some(path) => path.clone(),
+            None => static_agentd()?,
+        };
+        let bytes = tokio::fs::read(&binary)
+            .await
+            .map_err(|e| SandboxError::Start(format!("cannot read {}: {e}", binary.display())))?;
+        let path = format!("{}/agentd", self.run_dir);
+        let up = self.toolbox.upload(&[(path.clone(), bytes)]).await?;
+        if let Some(error) = up.into_iter().find_map(|u| u.error) {
+            return Err(SandboxError::Start(format!("cannot upload agentd to {path}: {error}")));
+        }
+        let chmod = self.toolbox.execute(&format!("chmod 755 {path}"), Some(Duration::from_secs(60))).await?;
+        if chmod.exit_code != Some(0) {
+            return Err(SandboxError::Start(format!(
+                "chmod of the injected agentd failed: {}",
+                chmod.output
+            )));
+        }
+        self.agentd_path = path;
+        Ok(())
+    }
+
+    /// The channel `execute`, the verbs and the offload use.
+    pub fn channel(&self) -> Channel {
+        if self.link.is_some() { Channel::Link } else { Channel::ToolboxExec }
+    }
+
+    /// The link-based sandbox inside, when linked (every protocol option).
+    pub fn agentd(&self) -> Option<&AgentdSandbox> {
+        self.link.as_ref()
+    }
+
+    /// The REST client (lifecycle calls: stop, start, preview URLs).
+    pub fn api(&self) -> &Api {
+        &self.api
+    }
+
+    /// The toolbox (bulk files, exec) of this sandbox.
+    pub fn toolbox(&self) -> &Toolbox {
+        &self.toolbox
+    }
+
+    /// Deletes a sandbox this adapter created; an attached one keeps running, without our agentd.
+    pub async fn close(self) -> Result<()> {
+        if self.owned {
+            return self.api.delete(&self.id).await;
+        }
+        if self.link.is_some() {
+            let stop = format!("kill $(cat {0}/pid) 2>/dev/null; rm -rf {0}", self.run_dir);
+            self.toolbox.execute(&stop, Some(Duration::from_secs(30))).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The sandbox `id`, started (and waited for) if it is at rest or on its way.
+async fn start_if_needed(api: &Api, id: &str, timeout: Duration) -> Result<SandboxRecord> {
+    let record = api.get(id).await?;
+    match record.state() {
+        "started" => Ok(record),
+        "stopped" | "archived" | "paused" => {
+            tracing::info!(sandbox = %id, state = record.state(), "starting Daytona sandbox");
+            api.start(id).await?;
+            api.wait_started(id, timeout).await
+        }
+        "stopping" | "archiving" | "pausing" => {
+            // Let it come to rest, then start it.
+            let deadline = Instant::now() + timeout;
+            loop {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let state = api.get(id).await?.state.unwrap_or_default();
+                if matches!(state.as_str(), "stopped" | "archived" | "paused") {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(SandboxError::Timeout {
+                        what: format!("Daytona sandbox {id} to stop (last state `{state}`)"),
+                        after: timeout,
+                    });
+                }
+            }
+            api.start(id).await?;
+            api.wait_started(id, timeout).await
+        }
+        _ => api.wait_started(id, timeout).await,
+    }
+}
+
+/// Opens the link through the preview URL. Each connection fetches the URL and its token afresh
+/// (they change when the sandbox restarts) and (re)starts agentd when it is not running; it gives
+/// up after `timeout` with agentd's log.
+struct PreviewConnector {
+    api: Api,
+    toolbox: Toolbox,
+    id: String,
+    port: u16,
+    /// agentd's own bearer token (the preview token only opens the proxy).
+    token: String,
+    agentd: String,
+    run_dir: String,
+    timeout: Duration,
+}
+
+/// Most attempts to restart a dead agentd within one connection.
+const RESTARTS: u32 = 2;
+
+impl PreviewConnector {
+    /// Starts agentd detached from the exec (its own session) unless the one we started runs.
+    async fn start_agentd(&self) -> Result<()> {
+        let (dir, port) = (&self.run_dir, self.port);
+        let token_file = format!("{dir}/token");
+        let up = self.toolbox.upload(&[(token_file.clone(), self.token.as_bytes().to_vec())]).await?;
+        if let Some(error) = up.into_iter().find_map(|u| u.error) {
+            return Err(SandboxError::Start(format!("cannot write agentd's token file: {error}")));
+        }
+        let script = format!(
+            r#"chmod 600 {token_file}
+if [ -f {dir}/pid ] && kill -0 "$(cat {dir}/pid)" 2>/dev/null; then exit 0; fi
+S=; command -v setsid >/dev/null 2>&1 && S=setsid
+N=; command -v nohup >/dev/null 2>&1 && N=nohup
+$N $S {agentd} serve --listen 0.0.0.0:{port} --token-file {token_file} >{dir}/log 2>&1 </dev/null &
+echo $! >{dir}/pid"#,
+            agentd = self.agentd,
+        );
+        let started = self.toolbox.execute(&script, Some(Duration::from_secs(60))).await?;
+        if started.exit_code != Some(0) {
+            return Err(SandboxError::Start(format!("cannot start agentd: {}", started.output.trim())));
+        }
+        tracing::info!(sandbox = %self.id, port, "started agentd in the Daytona sandbox");
+        Ok(())
+    }
+
+    /// Whether the agentd we started is running (`None`: the sandbox could not be asked).
+    async fn running(&self) -> Option<bool> {
+        let probe = format!("kill -0 \"$(cat {}/pid 2>/dev/null)\" 2>/dev/null", self.run_dir);
+        let answer = self.toolbox.execute(&probe, Some(Duration::from_secs(30))).await.ok()?;
+        Some(answer.exit_code == Some(0))
+    }
+
+    async fn log_tail(&self) -> String {
+        let tail = format!("tail -c 2000 {}/log 2>/dev/null", self.run_dir);
+        match self.toolbox.execute(&tail, Some(Duration::from_secs(30))).await {
+            Ok(answer) if !answer.output.trim().is_empty() => answer.output.trim().to_owned(),
+            _ => "(empty)".to_owned(),
+        }
+    }
+
+    async fn try_connect(&self, budget: Duration) -> Result<Link> {
+        let preview = self.api.preview(&self.id, self.port).await?;
+        let url = ws_url(&preview.url)?;
+        let headers = [(PREVIEW_TOKEN_HEADER, preview.token)];
+        let connect = Link::connect_with_headers(&url, Some(&self.token), &headers);
+        tokio::time::timeout(budget, connect)
+            .await
+            .map_err(|_| SandboxError::Timeout { what: format!("agentd at {url}"), after: budget })?
+    }
+}
+
+#[async_trait]
+impl Connector for PreviewConnector {
+    async fn connect(&self) -> Result<Link> {
+        let deadline = Instant::now() + self.timeout;
+        let mut restarts = 0;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            let budget = deadline
+                .saturating_duration_since(Instant::now())
+                .clamp(Duration::from_secs(1), Duration::from_secs(10));
+            let err = match self.try_connect(budget).await {
+                Ok(link) => {
+                    tracing::debug!(sandbox = %self.id, "linked to agentd through the preview URL");
+                    return Ok(link);
+                }
+                // Nothing a retry fixes: the API key, or an agentd that is not ours.
+                Err(err @ (SandboxError::Auth { .. } | SandboxError::NotFound { .. })) => return Err(err),
+                Err(err) => err,
+            };
+            let state = self.api.get(&self.id).await?;
+            if state.state() != "started" {
+                return Err(SandboxError::Provider {
+                    provider: api::PROVIDER,
+                    status: None,
+                    message: format!(
+                        "sandbox {} is `{}`, not started: no link to agentd ({err})",
+                        self.id,
+                        state.state()
+                    ),
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(SandboxError::Start(format!(
+                    "agentd in Daytona sandbox {} did not answer through the preview URL of port {} within {:?}: {err}; its log: {}",
+                    self.id,
+                    self.port,
+                    self.timeout,
+                    self.log_tail().await
+                )));
+            }
+            if restarts < RESTARTS && self.running().await == Some(false) {
+                restarts += 1;
+                self.start_agentd().await?;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(500));
+        }
+    }
+}
+
+/// The websocket URL of a preview URL: `http` → `ws`, `https` → `wss`.
+fn ws_url(url: &str) -> Result<String> {
+    if let Some(rest) = url.strip_prefix("https://") {
+        Ok(format!("wss://{rest}"))
+    } else if let Some(rest) = url.strip_prefix("http://") {
+        Ok(format!("ws://{rest}"))
+    } else {
+        Err(SandboxError::Protocol(format!("a preview URL that is not http(s): {url}")))
+    }
+}
+
+#[async_trait]
+impl BaseSandbox for DaytonaSandbox {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn agentd_command(&self) -> &str {
+        &self.agentd_path
+    }
+
+    async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
+        match &self.link {
+            Some(link) => link.execute(command, timeout).await,
+            None => self.toolbox.execute(command, timeout).await,
+        }
+    }
+
+    async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+        self.toolbox.upload(files).await
+    }
+
+    async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+        self.toolbox.download(paths).await
+    }
+
+    async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
+        match &self.link {
+            Some(link) => link.fs(request).await,
+            None => Ok(derived::fs(self, request).await),
+        }
+    }
+
+    async fn execute_with_offload(
+        &self,
+        command: &str,
+        capture_path: &str,
+        inline_budget: u64,
+        max_capture_bytes: Option<u64>,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteOffloadResult> {
+        match &self.link {
+            Some(link) => {
+                link.execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
+                    .await
+            }
+            None => {
+                derived::execute_with_offload(
+                    self,
+                    command,
+                    capture_path,
+                    inline_budget,
+                    max_capture_bytes,
+                    timeout,
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// Daytona as a [`Provider`]: `daytona:SNAPSHOT_OR_IMAGE`, `daytona-attach:ID`.
+pub struct DaytonaProvider {
+    config: DaytonaConfig,
+    options: DaytonaOptions,
+}
+
+impl DaytonaProvider {
+    pub fn new(config: DaytonaConfig, options: DaytonaOptions) -> Self {
+        Self { config, options }
+    }
+
+    /// Configured from the environment ([`DaytonaConfig::from_env`]), default options.
+    pub fn from_env() -> Result<Self> {
+        Ok(Self::new(DaytonaConfig::from_env()?, DaytonaOptions::default()))
+    }
+}
+
+#[async_trait]
+impl Provider for DaytonaProvider {
+    fn kind(&self) -> Kind {
+        Kind::Daytona
+    }
+
+    async fn create(&self, source: &str) -> Result<Box<dyn BaseSandbox>> {
+        Ok(Box::new(DaytonaSandbox::create(self.config.clone(), source, &self.options).await?))
+    }
+
+    async fn attach(&self, id: &str) -> Result<Box<dyn BaseSandbox>> {
+        Ok(Box::new(DaytonaSandbox::attach(self.config.clone(), id, &self.options).await?))
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        let api = Api::new(self.config.clone())?;
+        let labels = HashMap::from([(LABEL.to_owned(), "1".to_owned())]);
+        Ok(api
+            .list(&labels)
+            .await?
+            .into_iter()
+            .map(|record| SandboxInfo {
+                kind: Kind::Daytona,
+                source: record
+                    .labels
+                    .get(SOURCE_LABEL)
+                    .cloned()
+                    .or_else(|| record.snapshot.clone())
+                    .unwrap_or_default(),
+                state: record.state().to_owned(),
+                id: record.id,
+            })
+            .collect())
+    }
+
+    async fn remove(&self, id: &str) -> Result<()> {
+        Api::new(self.config.clone())?.delete(id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_build_and_names_are_snapshots() {
+        let image = create_body("agentd-base-debian:latest", Some("eu"));
+        assert_eq!(image["buildInfo"]["dockerfileContent"], "FROM agentd-base-debian:latest\n");
+        assert_eq!((image["target"].as_str(), image.get("snapshot")), (Some("eu"), None));
+        assert_eq!(image["labels"][LABEL], "1");
+        assert_eq!(image["autoStopInterval"], 0);
+        let snapshot = create_body("my-snapshot", None);
+        assert_eq!((snapshot["snapshot"].as_str(), snapshot.get("buildInfo")), (Some("my-snapshot"), None));
+        let default = create_body("", None);
+        assert_eq!((default.get("snapshot"), default.get("buildInfo")), (None, None));
+    }
+
+    #[test]
+    fn preview_urls_map_to_websockets() {
+        assert_eq!(ws_url("https://7700-abc.proxy.example").unwrap(), "wss://7700-abc.proxy.example");
+        assert_eq!(ws_url("http://127.0.0.1:4000").unwrap(), "ws://127.0.0.1:4000");
+        assert!(ws_url("ftp://x").is_err());
+    }
+}

@@ -1,0 +1,437 @@
+//! The sandbox's toolbox (provider facts §B2, §B4, §B5): the bulk file endpoints (the adapter's own
+//! transfer channel) and the exec fallback.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use agentd_protocol::{ExecuteResponse, FileDownloadResponse, FileUploadResponse, TransferError};
+use base64::Engine as _;
+use reqwest::StatusCode;
+use serde::Deserialize;
+
+use super::api::{PROVIDER, error_chain, error_message, status_error};
+use crate::error::{Result, SandboxError};
+
+/// agentd's default for commands that name no timeout; the fallback uses the same.
+pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(1800);
+/// The HTTP call outlives the command's own timeout by this much, so the toolbox's 408 comes first.
+const EXEC_MARGIN: Duration = Duration::from_secs(5);
+/// Wrapped commands longer than this travel as an uploaded script: one `sh -c` argument is
+/// limited to 128 KiB by Linux (MAX_ARG_STRLEN).
+const INLINE_COMMAND_MAX: usize = 64 * 1024;
+
+/// One sandbox's toolbox: base URL and the API key.
+#[derive(Clone)]
+pub struct Toolbox {
+    http: reqwest::Client,
+    base: String,
+    key: String,
+    sandbox: String,
+}
+
+/// A transfer's HTTP time: a minute plus a second per MiB (generous for a slow link, never endless).
+fn transfer_timeout(bytes: usize) -> Duration {
+    Duration::from_secs(60 + (bytes >> 20) as u64)
+}
+
+impl Toolbox {
+    pub fn new(http: reqwest::Client, base: String, key: String, sandbox: String) -> Self {
+        Self { http, base: base.trim_end_matches('/').to_owned(), key, sandbox }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.base)
+    }
+
+    fn transport(&self, what: &str, err: &reqwest::Error) -> SandboxError {
+        SandboxError::Provider {
+            provider: PROVIDER,
+            status: None,
+            message: format!("{what} in sandbox {}: {}", self.sandbox, error_chain(err)),
+        }
+    }
+
+    /// Runs `command` through `POST /process/execute`, wrapped in §B5's base64 `sh` form so it works
+    /// on daemons with and without a shell; a 408 (the toolbox killed it) reads as exit code 124.
+    pub async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
+        let timeout = timeout.unwrap_or(DEFAULT_EXEC_TIMEOUT);
+        let mut wrapped = wrap(command);
+        let mut script = None;
+        if wrapped.len() > INLINE_COMMAND_MAX {
+            let path = format!("/tmp/.agentd-cmd-{}.sh", super::random_suffix());
+            let up = self.upload(&[(path.clone(), command.as_bytes().to_vec())]).await?;
+            if let Some(error) = up.into_iter().find_map(|u| u.error) {
+                return Err(SandboxError::Provider {
+                    provider: PROVIDER,
+                    status: None,
+                    message: format!("cannot upload a long command to {path}: {error}"),
+                });
+            }
+            wrapped = wrap(&format!("sh {path}; s=$?; rm -f {path}; exit $s"));
+            script = Some(path);
+        }
+        let mut body = serde_json::json!({ "command": wrapped });
+        let mut request = self.http.post(self.url("process/execute")).bearer_auth(&self.key);
+        if !timeout.is_zero() {
+            // Whole seconds on the wire; never round a short timeout down to "none".
+            body["timeout"] = serde_json::json!(timeout.as_secs_f64().ceil().max(1.0) as u64);
+            request = request.timeout(timeout + EXEC_MARGIN);
+        }
+        let what = "toolbox exec";
+        let response = request.json(&body).send().await;
+        let response = match response {
+            Err(err) if err.is_timeout() => {
+                return Err(SandboxError::Timeout {
+                    what: format!("toolbox exec in Daytona sandbox {}", self.sandbox),
+                    after: timeout + EXEC_MARGIN,
+                });
+            }
+            other => other.map_err(|e| self.transport(what, &e))?,
+        };
+        let status = response.status();
+        let text = response.text().await.map_err(|e| self.transport(what, &e))?;
+        if status == StatusCode::REQUEST_TIMEOUT {
+            if let Some(path) = script {
+                // The wrapper's own `rm` was killed with the command.
+                let _ = Box::pin(self.execute(&format!("rm -f {path}"), Some(Duration::from_secs(30)))).await;
+            }
+            // The toolbox killed the process group and sends no output: say so as agentd does.
+            return Ok(ExecuteResponse {
+                output: format!(
+                    "[Command timed out after {:.1}s; its process tree was killed]",
+                    timeout.as_secs_f64()
+                ),
+                exit_code: Some(124),
+                truncated: false,
+            });
+        }
+        if !status.is_success() {
+            return Err(status_error(status, &text, &format!("exec in sandbox {}", self.sandbox)));
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Executed {
+            result: String,
+            exit_code: Option<i32>,
+            code: Option<i32>,
+        }
+        let executed: Executed = serde_json::from_str(&text)
+            .map_err(|e| SandboxError::Protocol(format!("toolbox exec answered {e}: {text:.200}")))?;
+        // A missing exit code is an error, never a silent 0.
+        let exit_code = executed
+            .exit_code
+            .or(executed.code)
+            .ok_or_else(|| SandboxError::Protocol("toolbox exec answered without an exit code".to_owned()))?;
+        Ok(ExecuteResponse { output: executed.result, exit_code: Some(exit_code), truncated: false })
+    }
+
+    /// Writes files through `POST /files/bulk-upload`; one response per input, in order.
+    pub async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+        let mut out: Vec<FileUploadResponse> = files
+            .iter()
+            .map(|(path, _)| FileUploadResponse {
+                path: path.clone(),
+                error: TransferError::check_path(path).err().map(|c| c.as_str().to_owned()),
+            })
+            .collect();
+        let valid: Vec<usize> = (0..files.len()).filter(|&i| out[i].error.is_none()).collect();
+        if valid.is_empty() {
+            return Ok(out);
+        }
+        if let Err(error) = self.upload_batch(files, &valid).await? {
+            if valid.len() == 1 {
+                out[valid[0]].error = Some(error);
+            } else {
+                // The batch fails whole: find each file's own outcome (the batch may be partly written;
+                // rewriting a file is harmless).
+                for &i in &valid {
+                    out[i].error = self.upload_batch(files, &[i]).await?.err();
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One bulk request with files `which`: `Ok(Err(code))` when the toolbox refused it.
+    async fn upload_batch(
+        &self,
+        files: &[(String, Vec<u8>)],
+        which: &[usize],
+    ) -> Result<std::result::Result<(), String>> {
+        let mut form = reqwest::multipart::Form::new();
+        let mut size = 0;
+        // §B4: each file's `.path` text field strictly before its `.file` part.
+        for (n, &i) in which.iter().enumerate() {
+            let (path, bytes) = &files[i];
+            size += bytes.len();
+            let part = reqwest::multipart::Part::bytes(bytes.clone())
+                .file_name(path.clone())
+                .mime_str("application/octet-stream")
+                .map_err(|e| SandboxError::Protocol(e.to_string()))?;
+            form = form.text(format!("files[{n}].path"), path.clone()).part(format!("files[{n}].file"), part);
+        }
+        let response = self
+            .http
+            .post(self.url("files/bulk-upload"))
+            .bearer_auth(&self.key)
+            .timeout(transfer_timeout(size))
+            .multipart(form)
+            .send()
+            .await
+            .map_err(|e| self.transport("bulk upload", &e))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(Ok(()));
+        }
+        let text = response.text().await.map_err(|e| self.transport("bulk upload", &e))?;
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::NOT_FOUND {
+            return Err(status_error(status, &text, &format!("sandbox {}", self.sandbox)));
+        }
+        Ok(Err(file_error(&text)))
+    }
+
+    /// Reads files through `POST /files/bulk-download`; one response per input, in order. Parts are
+    /// matched by filename (`filename*` preferred); error parts become the contract's codes. A body
+    /// that ends before its closing boundary is an `Err`: the transfer broke.
+    pub async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+        let invalid = |path: &str| TransferError::check_path(path).err().map(|c| c.as_str().to_owned());
+        let wanted: Vec<&String> = paths.iter().filter(|p| invalid(p).is_none()).collect();
+        let mut parts: HashMap<String, VecDeque<std::result::Result<Vec<u8>, String>>> = HashMap::new();
+        if !wanted.is_empty() {
+            parts = self.download_parts(&wanted).await?;
+        }
+        Ok(paths
+            .iter()
+            .map(|path| {
+                let outcome = match invalid(path) {
+                    Some(code) => Err(code),
+                    None => parts
+                        .get_mut(path.as_str())
+                        .and_then(VecDeque::pop_front)
+                        .unwrap_or_else(|| Err("the bulk download sent no part for this path".to_owned())),
+                };
+                match outcome {
+                    Ok(content) => {
+                        FileDownloadResponse { path: path.clone(), content: Some(content), error: None }
+                    }
+                    Err(error) => {
+                        FileDownloadResponse { path: path.clone(), content: None, error: Some(error) }
+                    }
+                }
+            })
+            .collect())
+    }
+
+    async fn download_parts(
+        &self,
+        paths: &[&String],
+    ) -> Result<HashMap<String, VecDeque<std::result::Result<Vec<u8>, String>>>> {
+        let what = "bulk download";
+        let response = self
+            .http
+            .post(self.url("files/bulk-download"))
+            .bearer_auth(&self.key)
+            .json(&serde_json::json!({ "paths": paths }))
+            // The size is unknown until the parts come: a generous bound for the whole transfer.
+            .timeout(transfer_timeout(1 << 30))
+            .send()
+            .await
+            .map_err(|e| self.transport(what, &e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = response.text().await.map_err(|e| self.transport(what, &e))?;
+            return Err(status_error(status, &text, &format!("{what} in sandbox {}", self.sandbox)));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let boundary = multer::parse_boundary(&content_type).map_err(|e| {
+            SandboxError::Protocol(format!("{what} answered `{content_type}`, not multipart: {e}"))
+        })?;
+        let mut multipart = multer::Multipart::new(response.bytes_stream(), boundary);
+        let mut parts: HashMap<String, VecDeque<_>> = HashMap::new();
+        let broken = |e: multer::Error| SandboxError::Provider {
+            provider: PROVIDER,
+            status: None,
+            message: format!("{what} in sandbox {} broke off: {}", self.sandbox, error_chain(&e)),
+        };
+        while let Some(field) = multipart.next_field().await.map_err(broken)? {
+            let disposition = field
+                .headers()
+                .get(reqwest::header::CONTENT_DISPOSITION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let name = field.name().unwrap_or_default().to_owned();
+            let Some(filename) = part_filename(&disposition) else {
+                return Err(SandboxError::Protocol(format!(
+                    "{what}: a part without a filename: {disposition}"
+                )));
+            };
+            let body = field.bytes().await.map_err(broken)?;
+            let outcome = if name == "error" {
+                Err(file_error(&String::from_utf8_lossy(&body)))
+            } else {
+                Ok(body.to_vec())
+            };
+            parts.entry(filename).or_default().push_back(outcome);
+        }
+        Ok(parts)
+    }
+}
+
+/// The contract's code for a toolbox file error (§B4's codes), else the toolbox's message.
+fn file_error(body: &str) -> String {
+    #[derive(Deserialize)]
+    struct FileError {
+        code: Option<String>,
+    }
+    let message = error_message(body);
+    let code = serde_json::from_str::<FileError>(body).ok().and_then(|e| e.code).unwrap_or_default();
+    let lower = message.to_lowercase();
+    let mapped = match code.as_str() {
+        "FILE_NOT_FOUND" => Some(TransferError::FileNotFound),
+        "FILE_ACCESS_DENIED" => Some(TransferError::PermissionDenied),
+        // The toolbox says INVALID_FILE_PATH for directories too; its message tells them apart.
+        "INVALID_FILE_PATH" if lower.contains("directory") && !lower.contains("not a directory") => {
+            Some(TransferError::IsDirectory)
+        }
+        "INVALID_FILE_PATH" => Some(TransferError::InvalidPath),
+        _ if lower.contains("is a directory") => Some(TransferError::IsDirectory),
+        _ if lower.contains("not a directory") => Some(TransferError::InvalidPath),
+        _ if lower.contains("permission denied") => Some(TransferError::PermissionDenied),
+        _ if lower.contains("no such file") => Some(TransferError::FileNotFound),
+        _ => None,
+    };
+    mapped.map_or(message, |code| code.as_str().to_owned())
+}
+
+/// §B5: `sh -c "echo '<b64>' | base64 -d | sh"`: no byte of the command meets a shell quote, and
+/// daemons that split the command into argv (older ones) run it the same as those with a shell.
+fn wrap(command: &str) -> String {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(command);
+    format!("sh -c \"echo '{encoded}' | base64 -d | sh\"")
+}
+
+/// The part's filename from its `Content-Disposition`: `filename*` (RFC 5987, percent-encoded) if
+/// present, else `filename` with its backslash escapes undone.
+fn part_filename(disposition: &str) -> Option<String> {
+    let params = disposition_params(disposition);
+    let extended = params.iter().find(|(k, _)| k.eq_ignore_ascii_case("filename*")).and_then(|(_, v)| {
+        let (_charset, rest) = v.split_once('\'')?;
+        let (_language, encoded) = rest.split_once('\'')?;
+        percent_decode(encoded)
+    });
+    extended.or_else(|| params.into_iter().find(|(k, _)| k.eq_ignore_ascii_case("filename")).map(|(_, v)| v))
+}
+
+/// `key=value` parameters after the first `;`; quoted values may hold `;` and `\`-escapes.
+fn disposition_params(header: &str) -> Vec<(String, String)> {
+    let mut params = Vec::new();
+    let mut chars = header.chars().peekable();
+    // Skip the disposition type.
+    for c in chars.by_ref() {
+        if c == ';' {
+            break;
+        }
+    }
+    loop {
+        let mut key = String::new();
+        for c in chars.by_ref() {
+            if c == '=' || c == ';' {
+                break;
+            }
+            key.push(c);
+        }
+        let key = key.trim().to_owned();
+        if key.is_empty() && chars.peek().is_none() {
+            return params;
+        }
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        let mut value = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => value.extend(chars.next()),
+                    '"' => break,
+                    c => value.push(c),
+                }
+            }
+            // Up to the next parameter.
+            for c in chars.by_ref() {
+                if c == ';' {
+                    break;
+                }
+            }
+        } else {
+            for c in chars.by_ref() {
+                if c == ';' {
+                    break;
+                }
+                value.push(c);
+            }
+            value = value.trim().to_owned();
+        }
+        if !key.is_empty() {
+            params.push((key, value));
+        }
+    }
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filenames_prefer_the_extended_form_and_undo_escapes() {
+        let plain = r#"form-data; name="file"; filename="/tmp/a \"q\" \\ b""#;
+        assert_eq!(part_filename(plain).as_deref(), Some(r#"/tmp/a "q" \ b"#));
+        let both = r#"form-data; name="file"; filename="/tmp/_.txt"; filename*=utf-8''%2Ftmp%2F%C3%A9.txt"#;
+        assert_eq!(part_filename(both).as_deref(), Some("/tmp/é.txt"));
+        let semicolon = r#"form-data; name="error"; filename="/tmp/a;b""#;
+        assert_eq!(part_filename(semicolon).as_deref(), Some("/tmp/a;b"));
+        assert_eq!(part_filename("form-data; name=\"file\""), None);
+    }
+
+    #[test]
+    fn file_errors_map_to_the_contract_codes() {
+        let body = |code: &str, message: &str| {
+            serde_json::json!({"statusCode": 400, "code": code, "message": message}).to_string()
+        };
+        assert_eq!(file_error(&body("FILE_NOT_FOUND", "file not found")), "file_not_found");
+        assert_eq!(file_error(&body("FILE_ACCESS_DENIED", "denied")), "permission_denied");
+        assert_eq!(file_error(&body("INVALID_FILE_PATH", "path is a directory")), "is_directory");
+        assert_eq!(file_error(&body("INVALID_FILE_PATH", "not a directory: /a/b")), "invalid_path");
+        assert_eq!(file_error(&body("FILE_READ_FAILED", "disk on fire")), "disk on fire");
+    }
+
+    #[test]
+    fn the_wrapper_holds_no_quote_of_the_command() {
+        let wrapped = wrap("echo \"it's\" $HOME `x`");
+        assert!(wrapped.starts_with("sh -c \"echo '") && wrapped.ends_with("' | base64 -d | sh\""));
+        assert_eq!(wrapped.matches('\'').count(), 2);
+    }
+}
