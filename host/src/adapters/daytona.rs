@@ -352,12 +352,14 @@ impl PreviewConnector {
         }
         let script = format!(
             r#"chmod 600 {token_file}
-if [ -f {dir}/pid ] && kill -0 "$(cat {dir}/pid)" 2>/dev/null; then exit 0; fi
+{alive}
+if alive; then exit 0; fi
 S=; command -v setsid >/dev/null 2>&1 && S=setsid
 N=; command -v nohup >/dev/null 2>&1 && N=nohup
 $N $S {agentd} serve --listen 0.0.0.0:{port} --token-file {token_file} >{dir}/log 2>&1 </dev/null &
 echo $! >{dir}/pid"#,
             agentd = self.agentd,
+            alive = self.alive_fn(),
         );
         let started = self.toolbox.execute(&script, Some(Duration::from_secs(60))).await?;
         if started.exit_code != Some(0) {
@@ -367,9 +369,18 @@ echo $! >{dir}/pid"#,
         Ok(())
     }
 
+    /// A shell function `alive`: whether the pid file names a process that is our agentd (after a
+    /// restart the pid may belong to anything).
+    fn alive_fn(&self) -> String {
+        let dir = &self.run_dir;
+        format!(
+            r#"alive() {{ p=$(cat {dir}/pid 2>/dev/null) && [ -n "$p" ] && grep -qF -- {dir}/token /proc/$p/cmdline 2>/dev/null; }}"#
+        )
+    }
+
     /// Whether the agentd we started is running (`None`: the sandbox could not be asked).
     async fn running(&self) -> Option<bool> {
-        let probe = format!("kill -0 \"$(cat {}/pid 2>/dev/null)\" 2>/dev/null", self.run_dir);
+        let probe = format!("{}\nalive", self.alive_fn());
         let answer = self.toolbox.execute(&probe, Some(Duration::from_secs(30))).await.ok()?;
         Some(answer.exit_code == Some(0))
     }

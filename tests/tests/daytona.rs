@@ -1,0 +1,244 @@
+//! `DaytonaSandbox` against the fake Daytona (`agentd_tests::fake_daytona`): real containers from
+//! `agentd-base-debian` (no agentd inside, so it is injected), the REST API, the toolbox's bulk
+//! multipart endpoints and exec, and the preview proxy carrying the websocket link.
+//!
+//! Without Docker or the images each test prints one `skipped:` line and returns
+//! ([`agentd_tests::skip`]), unless `AGENTD_REQUIRE_DOCKER=1` makes that a failure.
+
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
+use agentd_host::{BaseSandbox, SandboxError};
+use agentd_tests::fake_daytona::{FakeDaytona, IMAGE_BUILD_FAILED};
+use sha2::{Digest as _, Sha256};
+
+const DEBIAN_BASE: &str = "agentd-base-debian:latest";
+
+fn config(fake: &FakeDaytona) -> DaytonaConfig {
+    DaytonaConfig::new(fake.api_url(), fake.api_key())
+}
+
+fn options(mode: DaytonaMode) -> DaytonaOptions {
+    DaytonaOptions { mode, link_timeout: Duration::from_secs(20), ..DaytonaOptions::default() }
+}
+
+/// A fake and a sandbox on it from the base image (agentd injected), or `None` (skipped).
+async fn sandbox(mode: DaytonaMode) -> Option<(FakeDaytona, DaytonaSandbox)> {
+    if !agentd_tests::docker_available(DEBIAN_BASE).await {
+        return None;
+    }
+    let fake = FakeDaytona::start();
+    let started = Instant::now();
+    let sb = DaytonaSandbox::create(config(&fake), DEBIAN_BASE, &options(mode)).await.unwrap();
+    eprintln!("create + inject ({mode:?}): {:?}", started.elapsed());
+    Some((fake, sb))
+}
+
+/// 100 MiB of random bytes up and down through the bulk endpoints, then the per-file codes.
+async fn transfers(sb: &DaytonaSandbox) {
+    let mut data = vec![0u8; 100 << 20];
+    rand::Fill::fill(&mut data[..], &mut rand::rng());
+    let digest = format!("{:x}", Sha256::digest(&data));
+    let started = Instant::now();
+    let up = sb.upload_files(&[("/tmp/big/file.bin".into(), data)]).await.unwrap();
+    assert_eq!(up[0].error, None);
+    let down = sb.download_files(&["/tmp/big/file.bin".into()]).await.unwrap();
+    assert_eq!(format!("{:x}", Sha256::digest(down[0].content.as_ref().unwrap())), digest);
+    eprintln!("100 MiB up and down through the toolbox: {:?}", started.elapsed());
+    // Per-file codes, in order, and exact bytes next to failures.
+    let up = sb
+        .upload_files(&[
+            ("/tmp/big".into(), b"x".to_vec()),
+            ("rel".into(), vec![]),
+            ("/tmp/n/deep/f".into(), b"\0\r\n\xff".to_vec()),
+        ])
+        .await
+        .unwrap();
+    let errors: Vec<_> = up.iter().map(|u| u.error.as_deref()).collect();
+    assert_eq!(errors, [Some("is_directory"), Some("invalid_path"), None]);
+    let down = sb
+        .download_files(&[
+            "/tmp/missing".into(),
+            "/tmp/big".into(),
+            "relative".into(),
+            "/tmp/n/deep/f".into(),
+        ])
+        .await
+        .unwrap();
+    let errors: Vec<_> = down.iter().map(|d| d.error.as_deref()).collect();
+    assert_eq!(errors, [Some("file_not_found"), Some("is_directory"), Some("invalid_path"), None]);
+    assert_eq!(down[3].content.as_deref(), Some(&b"\0\r\n\xff"[..]));
+}
+
+/// `execute`, a verb and the offload, whichever channel carries them.
+async fn commands_and_verbs(sb: &DaytonaSandbox) {
+    let r = sb.execute("printf a; printf b >&2; exit 3", None).await.unwrap();
+    assert_eq!((r.output.as_str(), r.exit_code), ("ab", Some(3)));
+    // Quotes, `$` and newlines reach the shell untouched.
+    let r = sb.execute("x='it''s'; echo \"$x\" \"$((6*7))\"\necho two", None).await.unwrap();
+    assert_eq!(r.output, "its 42\ntwo\n");
+    let w = sb.write("/tmp/verbs/a.txt", "one\ntwo\nthree\n").await.unwrap();
+    assert_eq!((w.error, w.path.as_deref()), (None, Some("/tmp/verbs/a.txt")));
+    let read = sb.read("/tmp/verbs/a.txt", 1, 1).await.unwrap();
+    assert_eq!(read.file_data.unwrap().content, "two");
+    let e = sb.edit("/tmp/verbs/a.txt", "three", "3", false).await.unwrap();
+    assert_eq!((e.error, e.occurrences), (None, Some(1)));
+    let g = sb.grep("3", Some("/tmp/verbs"), None, None).await.unwrap();
+    assert_eq!(
+        g.matches.unwrap().iter().map(|m| (m.path.as_str(), m.line)).collect::<Vec<_>>(),
+        [("/tmp/verbs/a.txt", 3)]
+    );
+    // A write larger than one `sh -c` argument may hold (the fallback uploads it as a script).
+    let big = "x".repeat(300 << 10);
+    assert_eq!(sb.write("/tmp/verbs/big.txt", &big).await.unwrap().error, None);
+    let back = sb.download_files(&["/tmp/verbs/big.txt".into()]).await.unwrap();
+    assert_eq!(back[0].content.as_deref(), Some(big.as_bytes()));
+    let off = sb.execute_with_offload("seq 1 20000", "/tmp/verbs/cap.txt", 1000, None, None).await.unwrap();
+    assert!(off.offloaded, "{off:?}");
+    let ls = sb.ls("/tmp/verbs").await.unwrap();
+    let mut names: Vec<_> = ls.entries.unwrap().into_iter().map(|e| e.path).collect();
+    names.sort();
+    assert_eq!(names, ["/tmp/verbs/a.txt", "/tmp/verbs/big.txt", "/tmp/verbs/cap.txt"]);
+}
+
+#[tokio::test]
+async fn injected_agentd_over_the_preview_link() {
+    let Some((fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
+    assert_eq!(sb.channel(), Channel::Link);
+    assert!(sb.agentd_command().starts_with("/tmp/agentd-"), "{}", sb.agentd_command());
+    commands_and_verbs(&sb).await;
+    transfers(&sb).await;
+    // The link carried them: the toolbox exec saw only the injection's few calls.
+    let execs = fake.requests().iter().filter(|r| r.contains("/process/execute")).count();
+    assert!(execs <= 5, "{execs} toolbox execs: {:?}", fake.requests());
+    let id = sb.id().to_owned();
+    sb.close().await.unwrap();
+    let gone = DaytonaSandbox::attach(config(&fake), &id, &options(DaytonaMode::Auto)).await;
+    assert!(matches!(gone, Err(SandboxError::NotFound { .. })), "{:?}", gone.err());
+}
+
+#[tokio::test]
+async fn toolbox_exec_fallback_runs_commands_and_derived_verbs() {
+    let Some((fake, sb)) = sandbox(DaytonaMode::ToolboxExec).await else { return };
+    assert_eq!(sb.channel(), Channel::ToolboxExec);
+    assert!(sb.agentd().is_none());
+    commands_and_verbs(&sb).await;
+    transfers(&sb).await;
+    assert!(!fake.requests().iter().any(|r| r.contains("/preview-url")), "no link was asked for");
+    sb.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn wrong_api_key_is_an_authentication_error_naming_the_variable() {
+    let fake = FakeDaytona::start();
+    let wrong = DaytonaConfig::new(fake.api_url(), "not-the-key");
+    let err = DaytonaSandbox::create(wrong, DEBIAN_BASE, &DaytonaOptions::default()).await.err().unwrap();
+    assert!(matches!(err, SandboxError::Auth { .. }), "{err:?}");
+    assert!(err.to_string().contains("DAYTONA_API_KEY"), "{err}");
+    let provider = agentd_host::adapters::daytona::DaytonaProvider::new(
+        DaytonaConfig::new(fake.api_url(), "also-wrong"),
+        DaytonaOptions::default(),
+    );
+    let err = agentd_host::Provider::list(&provider).await.unwrap_err();
+    assert!(err.to_string().contains("DAYTONA_API_KEY"), "{err}");
+}
+
+#[tokio::test]
+async fn build_failed_carries_the_error_reason() {
+    if !agentd_tests::docker_available(DEBIAN_BASE).await {
+        return;
+    }
+    let fake = FakeDaytona::start();
+    let started = Instant::now();
+    let err = DaytonaSandbox::create(config(&fake), IMAGE_BUILD_FAILED, &DaytonaOptions::default())
+        .await
+        .err()
+        .unwrap();
+    let text = err.to_string();
+    assert!(text.contains("build_failed"), "{text}");
+    eprintln!("build_failed after {:?}: {text}", started.elapsed());
+    // The errorReason is the provider's: the fake's record says what it was.
+    let id = fake.sandbox_ids().pop();
+    assert!(text.len() > "build_failed".len() + 40, "no reason in: {text} ({id:?})");
+}
+
+#[tokio::test]
+async fn a_command_past_its_timeout_ends_with_124_on_both_channels() {
+    let Some((_fake, sb)) = sandbox(DaytonaMode::ToolboxExec).await else { return };
+    let started = Instant::now();
+    let r = sb.execute("echo before; sleep 30", Some(Duration::from_secs(1))).await.unwrap();
+    assert_eq!(r.exit_code, Some(124), "{r:?}");
+    assert!(r.output.contains("timed out"), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    // The fallback's process group was killed: nothing sleeps on.
+    let ps = "for p in /proc/[0-9]*; do tr '\\0' ' ' <$p/cmdline; echo; done 2>/dev/null | grep -c '^sleep 30' || true";
+    let ps = sb.execute(ps, None).await.unwrap();
+    assert_eq!(ps.output.trim(), "0", "{ps:?}");
+    sb.close().await.unwrap();
+
+    let Some((_fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
+    let started = Instant::now();
+    let r = sb.execute("echo before; sleep 30", Some(Duration::from_secs(1))).await.unwrap();
+    assert_eq!(r.exit_code, Some(124), "{r:?}");
+    assert!(r.output.starts_with("before\n") && r.output.contains("timed out"), "{r:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    sb.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_preview_token_is_fetched_again_after_a_restart() {
+    let Some((fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
+    let first = sb.execute("echo $$", None).await.unwrap();
+    assert_eq!(first.exit_code, Some(0));
+    let id = sb.id().to_owned();
+    let token_before = sb.api().preview(&id, 7700).await.unwrap().token;
+    sb.api().stop(&id).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sb.api().get(&id).await.unwrap().state() != "stopped" {
+        assert!(Instant::now() < deadline, "the sandbox did not stop");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sb.api().start(&id).await.unwrap();
+    sb.api().wait_started(&id, Duration::from_secs(30)).await.unwrap();
+    assert_ne!(sb.api().preview(&id, 7700).await.unwrap().token, token_before, "the fake rotates it");
+    let previews = |fake: &FakeDaytona| fake.requests().iter().filter(|r| r.contains("/preview-url")).count();
+    let before = previews(&fake);
+    // The link died with the sandbox's processes: the next call restarts agentd and relinks.
+    let started = Instant::now();
+    let again = sb.execute("echo relinked", None).await.unwrap();
+    assert_eq!((again.output.as_str(), again.exit_code), ("relinked\n", Some(0)));
+    eprintln!("relinked after a restart in {:?}", started.elapsed());
+    assert!(previews(&fake) > before, "the preview URL (and token) was fetched again");
+    assert_eq!(sb.channel(), Channel::Link);
+    sb.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_link_dropping_mid_session_fails_fast_then_reconnects() {
+    let Some((fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
+    let id = sb.id().to_owned();
+    // The proxy cuts the connection while a command runs: a clear error, not a hang.
+    let started = Instant::now();
+    let (result, ()) = tokio::join!(sb.execute("sleep 20", Some(Duration::from_secs(25))), async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        fake.drop_preview_connections(&id);
+    });
+    assert!(matches!(result, Err(SandboxError::LinkClosed)), "{result:?}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let r = sb.execute("echo back", None).await.unwrap();
+    assert_eq!(r.output, "back\n");
+
+    // agentd itself killed inside the sandbox: the next call starts it again.
+    let kill = sb.toolbox().execute("kill $(cat /tmp/agentd-*/pid)", None).await;
+    eprintln!("kill: {kill:?}");
+    let started = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(25), sb.execute("echo restarted", None))
+        .await
+        .expect("a relink never hangs");
+    assert_eq!(r.unwrap().output, "restarted\n");
+    eprintln!("relinked after agentd was killed in {:?}", started.elapsed());
+    sb.close().await.unwrap();
+}
