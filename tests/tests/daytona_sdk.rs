@@ -274,6 +274,52 @@ async fn fake_follows_the_wire_facts_for_states_multipart_and_the_exec_timeout()
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // Preview: the proxy wants the token (header or query parameter), forwards to the container's
+    // port, and a restart rotates the token.
+    let (status, reply) = exec(
+        json!({"command": "mkdir -p /tmp/www && echo hi > /tmp/www/index.html && httpd -p 8080 -h /tmp/www"}),
+    )
+    .await;
+    assert_eq!((status, &reply["exitCode"]), (200, &json!(0)), "{reply}");
+    let (status, preview) =
+        api.call(reqwest::Method::GET, &format!("/sandbox/{id}/ports/8080/preview-url"), None).await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(preview["sandboxId"], id.as_str());
+    let (url, token) =
+        (preview["url"].as_str().unwrap().to_owned(), preview["token"].as_str().unwrap().to_owned());
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    // A fresh connection each time: the proxy checks the token once per connection.
+    let fresh = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let get = |url: String, token: Option<String>| {
+        let fresh = fresh.clone();
+        async move {
+            let mut request = fresh.get(url);
+            if let Some(token) = token {
+                request = request.header("X-Daytona-Preview-Token", token);
+            }
+            let response = request.send().await.unwrap();
+            (response.status().as_u16(), response.text().await.unwrap())
+        }
+    };
+    assert_eq!(get(format!("{url}/index.html"), None).await.0, 401);
+    assert_eq!(get(format!("{url}/index.html"), Some("wrong".to_owned())).await.0, 401);
+    assert_eq!(get(format!("{url}/index.html"), Some(token.clone())).await, (200, "hi\n".to_owned()));
+    let by_query = get(format!("{url}/index.html?DAYTONA_SANDBOX_AUTH_KEY={token}"), None).await;
+    assert_eq!(by_query, (200, "hi\n".to_owned()));
+    let (_, stopped) = api.call(reqwest::Method::POST, &format!("/sandbox/{id}/stop"), None).await;
+    assert_eq!(stopped["state"], "stopping");
+    assert_eq!(api.call(reqwest::Method::GET, &format!("/sandbox/{id}"), None).await.1["state"], "stopped");
+    let (_, started) = api.call(reqwest::Method::POST, &format!("/sandbox/{id}/start"), None).await;
+    assert_eq!(started["state"], "starting");
+    assert_eq!(api.call(reqwest::Method::GET, &format!("/sandbox/{id}"), None).await.1["state"], "started");
+    let (_, again) =
+        api.call(reqwest::Method::GET, &format!("/sandbox/{id}/ports/8080/preview-url"), None).await;
+    let new_token = again["token"].as_str().unwrap().to_owned();
+    assert_ne!(new_token, token, "the token did not rotate on restart");
+    assert_eq!(get(format!("{url}/index.html"), Some(token)).await.0, 401);
+    // The restart ended httpd: the new token passes, and nothing answers behind it.
+    assert_eq!(get(format!("{url}/index.html"), Some(new_token)).await.0, 502);
+
     // Delete: the Sandbox back, then `destroyed`, then 404 NOT_FOUND; the container is gone.
     let (status, deleted) = api.call(reqwest::Method::DELETE, &format!("/sandbox/{id}"), None).await;
     assert_eq!((status, deleted["id"].as_str()), (200, Some(id.as_str())));
@@ -293,4 +339,31 @@ async fn fake_follows_the_wire_facts_for_states_multipart_and_the_exec_timeout()
     }
     assert_eq!(last["state"], "build_failed");
     assert!(last["errorReason"].as_str().is_some_and(|r| !r.is_empty()), "{last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fake_daytona_binary_prints_exports_and_serves_until_killed() {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(agentd_tests::binary("fake-daytona"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let url_line = lines.next().unwrap().unwrap();
+    let key_line = lines.next().unwrap().unwrap();
+    let url = url_line.strip_prefix("export DAYTONA_API_URL=").expect("url line").to_owned();
+    let key = key_line.strip_prefix("export DAYTONA_API_KEY=").expect("key line").to_owned();
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/api"), "{url}");
+    let http = reqwest::Client::new();
+    let listed = http.get(format!("{url}/sandbox")).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(listed.status().as_u16(), 200);
+    assert_eq!(listed.json::<Value>().await.unwrap(), json!([]));
+    let unknown = http.get(format!("{url}/sandbox/nope")).bearer_auth(&key).send().await.unwrap();
+    assert_eq!(unknown.status().as_u16(), 404);
+    assert_eq!(unknown.json::<Value>().await.unwrap()["code"], "NOT_FOUND");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
 }
