@@ -13,11 +13,7 @@ const BUSYBOX: &str = "agentd-base-busybox:latest";
 
 /// Containers of `fake` still there (any state).
 fn containers_of(fake: &FakeDaytona) -> Vec<String> {
-    let out = std::process::Command::new("docker")
-        .args(["ps", "-aq", "--filter", &format!("label={CONTAINER_LABEL}={}", fake.instance())])
-        .output()
-        .expect("docker ps");
-    String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect()
+    listed_containers(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -362,8 +358,41 @@ async fn fake_daytona_binary_prints_exports_and_serves_until_killed() {
     let unknown = http.get(format!("{url}/sandbox/nope")).bearer_auth(&key).send().await.unwrap();
     assert_eq!(unknown.status().as_u16(), 404);
     assert_eq!(unknown.json::<Value>().await.unwrap()["code"], "NOT_FOUND");
+    // A sandbox (a container) made through it is removed when it is killed.
+    let with_docker = docker_available(BUSYBOX).await;
+    let mut sandbox_filter = None;
+    if with_docker {
+        let created = http
+            .post(format!("{url}/sandbox"))
+            .bearer_auth(&key)
+            .json(&json!({"snapshot": BUSYBOX}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        let filter = format!("label={CONTAINER_LABEL}.sandbox={}", created["id"].as_str().unwrap());
+        assert_eq!(listed_containers(&filter).len(), 1, "{created}");
+        sandbox_filter = Some(filter);
+    }
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
         .unwrap();
-    let status = child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "fake-daytona ignored SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(status.success(), "{status}");
+    if let Some(filter) = sandbox_filter {
+        assert!(listed_containers(&filter).is_empty(), "fake-daytona left its container");
+    }
+}
+
+fn listed_containers(filter: &str) -> Vec<String> {
+    let out = std::process::Command::new("docker").args(["ps", "-aq", "--filter", filter]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect()
 }

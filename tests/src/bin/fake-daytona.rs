@@ -39,20 +39,16 @@ fn main() -> std::process::ExitCode {
         agentd_tests::fake_daytona::CONTAINER_LABEL,
         fake.instance()
     );
-    // Wait for a signal, then drop the fake (which removes its containers).
-    let signals = tokio::runtime::Builder::new_current_thread().enable_all().build();
-    if let Ok(runtime) = signals {
-        runtime.block_on(async {
-            let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            else {
-                return;
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        });
-    }
+    // Wait for a signal (on the fake's own runtime), then drop the fake: it removes its containers.
+    fake.block_on(async {
+        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    });
     drop(fake);
     std::process::ExitCode::SUCCESS
 }

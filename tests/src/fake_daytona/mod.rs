@@ -68,6 +68,7 @@ pub struct FakeDaytona {
     addr: SocketAddr,
     shared: Arc<Shared>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: tokio::runtime::Handle,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -95,6 +96,7 @@ impl FakeDaytona {
         });
         let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let handle = runtime.handle().clone();
         let app = api::router(shared.clone());
         let thread = std::thread::Builder::new().name("fake-daytona".to_owned()).spawn(move || {
             runtime.block_on(async move {
@@ -109,7 +111,7 @@ impl FakeDaytona {
             });
             // Dropping the runtime here ends the preview listeners and proxied connections.
         })?;
-        Ok(Self { addr, shared, shutdown: Some(shutdown), thread: Some(thread) })
+        Ok(Self { addr, shared, shutdown: Some(shutdown), handle, thread: Some(thread) })
     }
 
     /// `http://127.0.0.1:<port>/api`, the value for `DAYTONA_API_URL`.
@@ -120,6 +122,12 @@ impl FakeDaytona {
     /// The API key the fake accepts (`DAYTONA_API_KEY`).
     pub fn api_key(&self) -> &str {
         &self.shared.key
+    }
+
+    /// Runs `future` to completion on the fake's runtime, from a thread outside any runtime (the
+    /// binary waits for its signals there: one runtime, one signal driver).
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.handle.block_on(future)
     }
 
     /// The value of [`CONTAINER_LABEL`] on this fake's containers.
