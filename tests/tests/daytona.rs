@@ -242,3 +242,64 @@ async fn the_link_dropping_mid_session_fails_fast_then_reconnects() {
     eprintln!("relinked after agentd was killed in {:?}", started.elapsed());
     sb.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn idempotent_calls_are_retried_and_creates_are_not() {
+    if !agentd_tests::docker_available(DEBIAN_BASE).await {
+        return;
+    }
+    let fake = FakeDaytona::start();
+    // A 5xx on create is the provider's answer, with its message; the POST is sent once.
+    fake.inject_fault(Some("POST"), "/api/sandbox", 503, 1);
+    let err = DaytonaSandbox::create(config(&fake), DEBIAN_BASE, &options(DaytonaMode::ToolboxExec))
+        .await
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("503") && err.to_string().contains("fault injected"), "{err}");
+    let posts = fake.requests().iter().filter(|r| r.starts_with("POST /api/sandbox")).count();
+    assert_eq!(posts, 1);
+    // 5xx on the state polls (GET) are retried with backoff: the create goes through.
+    fake.inject_fault(Some("GET"), "/api/sandbox/", 502, 2);
+    let sb =
+        DaytonaSandbox::create(config(&fake), DEBIAN_BASE, &options(DaytonaMode::ToolboxExec)).await.unwrap();
+    assert_eq!(sb.execute("echo ok", None).await.unwrap().output, "ok\n");
+    // The provider lists what agentd created, with its source, and removes it.
+    let provider =
+        agentd_host::adapters::daytona::DaytonaProvider::new(config(&fake), options(DaytonaMode::Auto));
+    let listed = agentd_host::Provider::list(&provider).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|i| (i.id.as_str(), i.source.as_str(), i.state.as_str())).collect::<Vec<_>>(),
+        [(sb.id(), DEBIAN_BASE, "started")]
+    );
+    agentd_host::Provider::remove(&provider, sb.id()).await.unwrap();
+    let err = agentd_host::Provider::attach(&provider, sb.id()).await.err().unwrap();
+    assert!(matches!(err, SandboxError::NotFound { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn auto_falls_back_to_the_toolbox_exec_and_link_mode_refuses_to() {
+    if !agentd_tests::docker_available(DEBIAN_BASE).await {
+        return;
+    }
+    let fake = FakeDaytona::start();
+    // An "agentd" that never listens: no link can be made.
+    let dir = tempfile::tempdir().unwrap();
+    let broken = dir.path().join("agentd");
+    std::fs::write(&broken, "#!/bin/sh\necho 'this agentd cannot serve' >&2\nexit 1\n").unwrap();
+    let options = |mode| DaytonaOptions {
+        mode,
+        link_timeout: Duration::from_secs(3),
+        agentd_binary: Some(broken.clone()),
+        ..DaytonaOptions::default()
+    };
+    let started = Instant::now();
+    let err =
+        DaytonaSandbox::create(config(&fake), DEBIAN_BASE, &options(DaytonaMode::Link)).await.err().unwrap();
+    let text = err.to_string();
+    assert!(text.contains("did not answer") && text.contains("this agentd cannot serve"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
+    let sb = DaytonaSandbox::create(config(&fake), DEBIAN_BASE, &options(DaytonaMode::Auto)).await.unwrap();
+    assert_eq!(sb.channel(), Channel::ToolboxExec);
+    assert_eq!(sb.execute("echo fallback", None).await.unwrap().output, "fallback\n");
+    sb.close().await.unwrap();
+}
