@@ -303,3 +303,20 @@ async fn auto_falls_back_to_the_toolbox_exec_and_link_mode_refuses_to() {
     assert_eq!(sb.execute("echo fallback", None).await.unwrap().output, "fallback\n");
     sb.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_baked_agentd_is_used_where_the_image_has_one() {
+    const DEBIAN_BAKED: &str = "agentd-debian:latest";
+    if !agentd_tests::docker_available(DEBIAN_BAKED).await {
+        return;
+    }
+    let fake = FakeDaytona::start();
+    let sb = DaytonaSandbox::create(config(&fake), DEBIAN_BAKED, &options(DaytonaMode::Link)).await.unwrap();
+    assert_eq!((sb.channel(), sb.agentd_command()), (Channel::Link, "/usr/local/bin/agentd"));
+    // Nothing was injected: the only bulk upload is agentd's token file.
+    let uploads = fake.requests().iter().filter(|r| r.contains("/files/bulk-upload")).count();
+    assert_eq!(uploads, 1, "{:?}", fake.requests());
+    let r = sb.execute("command -v agentd; echo $((1+2))", None).await.unwrap();
+    assert_eq!(r.output, "/usr/local/bin/agentd\n3\n");
+    sb.close().await.unwrap();
+}

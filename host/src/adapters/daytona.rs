@@ -599,6 +599,28 @@ mod tests {
         assert_eq!((default.get("snapshot"), default.get("buildInfo")), (None, None));
     }
 
+    /// `wss://` takes the TLS path (rustls), rather than failing for want of a TLS feature.
+    #[tokio::test]
+    async fn wss_links_speak_tls() {
+        use tokio::io::AsyncWriteExt as _;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\nplain text, not TLS").await;
+        });
+        let err = Link::connect(&format!("wss://127.0.0.1:{port}"), None).await.err().unwrap().to_string();
+        assert!(!err.contains("not compiled"), "{err}");
+        // The handshake reached the listener, and failed on its plain-text answer.
+        server.await.unwrap();
+        assert!(err.to_lowercase().contains("corrupt") || err.to_lowercase().contains("tls"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_key_names_the_variable() {
+        assert_eq!(SandboxError::MissingEnv(ENV_API_KEY).to_string(), "DAYTONA_API_KEY is not set");
+    }
+
     #[test]
     fn preview_urls_map_to_websockets() {
         assert_eq!(ws_url("https://7700-abc.proxy.example").unwrap(), "wss://7700-abc.proxy.example");
