@@ -320,3 +320,85 @@ async fn a_baked_agentd_is_used_where_the_image_has_one() {
     assert_eq!(r.output, "/usr/local/bin/agentd\n3\n");
     sb.close().await.unwrap();
 }
+
+/// The toolbox exec alone, for the derived path's figures next to the link's.
+struct ToolboxOnly<'a>(&'a DaytonaSandbox);
+
+#[agentd_host::async_trait]
+impl BaseSandbox for ToolboxOnly<'_> {
+    fn id(&self) -> &str {
+        self.0.id()
+    }
+
+    fn agentd_command(&self) -> &str {
+        self.0.agentd_command()
+    }
+
+    async fn execute(
+        &self,
+        command: &str,
+        timeout: Option<Duration>,
+    ) -> agentd_host::Result<agentd_host::ExecuteResponse> {
+        self.0.toolbox().execute(command, timeout).await
+    }
+
+    async fn upload_files(
+        &self,
+        files: &[(String, Vec<u8>)],
+    ) -> agentd_host::Result<Vec<agentd_host::FileUploadResponse>> {
+        self.0.upload_files(files).await
+    }
+
+    async fn download_files(
+        &self,
+        paths: &[String],
+    ) -> agentd_host::Result<Vec<agentd_host::FileDownloadResponse>> {
+        self.0.download_files(paths).await
+    }
+}
+
+/// Figures (printed, never asserted): `read` of 2000 lines and `execute("true")`, over the link and
+/// through the toolbox exec, on loopback. Both paths must give the same read.
+#[tokio::test]
+async fn figures_link_versus_toolbox_exec() {
+    let Some((_fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
+    let lines: String = (1..=2000).map(|i| format!("line {i} of the file\n")).collect();
+    assert_eq!(
+        sb.upload_files(&[("/tmp/f/2000.txt".into(), lines.into_bytes())]).await.unwrap()[0].error,
+        None
+    );
+    let toolbox = ToolboxOnly(&sb);
+    const N: u32 = 10;
+    let time = |start: Instant| start.elapsed() / N;
+    let start = Instant::now();
+    for _ in 0..N {
+        assert_eq!(sb.execute("true", None).await.unwrap().exit_code, Some(0));
+    }
+    let exec_link = time(start);
+    let start = Instant::now();
+    for _ in 0..N {
+        assert_eq!(toolbox.execute("true", None).await.unwrap().exit_code, Some(0));
+    }
+    let exec_toolbox = time(start);
+    let start = Instant::now();
+    let mut native = None;
+    for _ in 0..N {
+        native = Some(sb.read("/tmp/f/2000.txt", 0, 2000).await.unwrap());
+    }
+    let read_link = time(start);
+    let start = Instant::now();
+    let mut derived = None;
+    for _ in 0..N {
+        derived = Some(toolbox.read("/tmp/f/2000.txt", 0, 2000).await.unwrap());
+    }
+    let read_toolbox = time(start);
+    assert_eq!(native, derived);
+    assert_eq!(native.unwrap().end_line, Some(2000));
+    let ratio = |a: Duration, b: Duration| b.as_secs_f64() / a.as_secs_f64().max(1e-9);
+    eprintln!(
+        "execute(\"true\"): link {exec_link:?}, toolbox exec {exec_toolbox:?} ({:.1}x); read 2000 lines: link {read_link:?}, derived through the toolbox exec {read_toolbox:?} ({:.1}x)",
+        ratio(exec_link, exec_toolbox),
+        ratio(read_link, read_toolbox)
+    );
+    sb.close().await.unwrap();
+}

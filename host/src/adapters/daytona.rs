@@ -16,7 +16,9 @@
 //!   through the port's preview URL (`X-Daytona-Preview-Token`, re-fetched on every reconnect because
 //!   it changes when the sandbox restarts). Without a link they fall back to the toolbox exec (the
 //!   verbs then run `agentd fs` through it). [`DaytonaMode`] chooses; [`DaytonaSandbox::channel`]
-//!   says which is in use, and it is logged. Asking for [`DaytonaMode::Link`] never degrades.
+//!   says which is in use, and it is logged. Asking for [`DaytonaMode::Link`] never degrades; the
+//!   choice is made once, at create/attach: a link that drops later is reopened (agentd restarted if
+//!   it died) or its call fails with a clear error, never silently moved to the toolbox exec.
 
 mod api;
 mod toolbox;

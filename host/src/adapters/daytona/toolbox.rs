@@ -275,7 +275,7 @@ impl Toolbox {
             let outcome = if name == "error" {
                 Err(file_error(&String::from_utf8_lossy(&body)))
             } else {
-                Ok(body.to_vec())
+                Ok(Vec::from(body))
             };
             parts.entry(filename).or_default().push_back(outcome);
         }
