@@ -109,11 +109,12 @@ async fn injected_agentd_over_the_preview_link() {
     let Some((fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
     assert_eq!(sb.channel(), Channel::Link);
     assert!(sb.agentd_command().starts_with("/tmp/agentd-"), "{}", sb.agentd_command());
+    let execs = || fake.requests().iter().filter(|r| r.contains("/process/execute")).count();
+    let setup = execs();
     commands_and_verbs(&sb).await;
     transfers(&sb).await;
-    // The link carried them: the toolbox exec saw only the injection's few calls.
-    let execs = fake.requests().iter().filter(|r| r.contains("/process/execute")).count();
-    assert!(execs <= 5, "{execs} toolbox execs: {:?}", fake.requests());
+    // The link carried them: the toolbox exec saw only the injection's calls.
+    assert_eq!(execs(), setup, "{:?}", fake.requests());
     let id = sb.id().to_owned();
     sb.close().await.unwrap();
     let gone = DaytonaSandbox::attach(config(&fake), &id, &options(DaytonaMode::Auto)).await;
