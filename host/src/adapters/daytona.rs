@@ -467,6 +467,28 @@ fn ws_url(url: &str) -> Result<String> {
     }
 }
 
+/// How long a command over the link may go unanswered: agentd reports its own timeout (default
+/// [`toolbox::DEFAULT_EXEC_TIMEOUT`]) well within this, so only a link gone silent (a proxy that
+/// dropped it without closing) reaches it. `None`: the caller asked for no limit.
+fn link_deadline(timeout: Option<Duration>) -> Option<Duration> {
+    const MARGIN: Duration = Duration::from_secs(60);
+    match timeout {
+        Some(t) if t.is_zero() => None,
+        Some(t) => Some(t + MARGIN),
+        None => Some(toolbox::DEFAULT_EXEC_TIMEOUT + MARGIN),
+    }
+}
+
+async fn within<T>(deadline: Option<Duration>, call: impl Future<Output = Result<T>>) -> Result<T> {
+    match deadline {
+        None => call.await,
+        Some(after) => tokio::time::timeout(after, call).await.map_err(|_| SandboxError::Timeout {
+            what: "agentd over the Daytona preview link".to_owned(),
+            after,
+        })?,
+    }
+}
+
 #[async_trait]
 impl BaseSandbox for DaytonaSandbox {
     fn id(&self) -> &str {
@@ -479,7 +501,7 @@ impl BaseSandbox for DaytonaSandbox {
 
     async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
         match &self.link {
-            Some(link) => link.execute(command, timeout).await,
+            Some(link) => within(link_deadline(timeout), link.execute(command, timeout)).await,
             None => self.toolbox.execute(command, timeout).await,
         }
     }
@@ -509,8 +531,14 @@ impl BaseSandbox for DaytonaSandbox {
     ) -> Result<ExecuteOffloadResult> {
         match &self.link {
             Some(link) => {
-                link.execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
-                    .await
+                let call = link.execute_with_offload(
+                    command,
+                    capture_path,
+                    inline_budget,
+                    max_capture_bytes,
+                    timeout,
+                );
+                within(link_deadline(timeout), call).await
             }
             None => {
                 derived::execute_with_offload(
