@@ -406,3 +406,23 @@ async fn figures_link_versus_toolbox_exec() {
     );
     sb.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn attach_starts_a_stopped_sandbox_and_links_again() {
+    let Some((fake, sb)) = sandbox(DaytonaMode::ToolboxExec).await else { return };
+    let id = sb.id().to_owned();
+    assert_eq!(sb.execute("echo kept > /root/mark", None).await.unwrap().exit_code, Some(0));
+    sb.api().stop(&id).await.unwrap();
+    let started = Instant::now();
+    let again = DaytonaSandbox::attach(config(&fake), &id, &options(DaytonaMode::Link)).await.unwrap();
+    eprintln!("attach to a stopped sandbox (start, inject, link): {:?}", started.elapsed());
+    assert_eq!((again.id(), again.channel()), (id.as_str(), Channel::Link));
+    assert_eq!(again.api().get(&id).await.unwrap().state(), "started");
+    assert_eq!(again.execute("cat /root/mark", None).await.unwrap().output, "kept\n");
+    // An attached sandbox outlives close(); its creator removes it.
+    again.close().await.unwrap();
+    assert_eq!(sb.execute("cat /root/mark", None).await.unwrap().output, "kept\n");
+    sb.close().await.unwrap();
+    let unknown = DaytonaSandbox::attach(config(&fake), "no-such-sandbox", &options(DaytonaMode::Auto)).await;
+    assert!(matches!(unknown, Err(SandboxError::NotFound { .. })), "{:?}", unknown.err());
+}
