@@ -5,6 +5,8 @@
 //! Specs are `KIND:SPEC` strings ([`SandboxSpec`]), as `agentctl --sandbox` takes them:
 //! `local`, `docker:IMAGE`, `docker-attach:ID`, `daytona:SNAPSHOT_OR_IMAGE`, `daytona-attach:ID`.
 //! Kinds whose cargo feature is off parse, and fail with [`SandboxError::Unsupported`] when used.
+//!
+//! [`provider`] gives the provider of a kind; [`open`] turns a spec into a sandbox in one call.
 
 use std::fmt;
 use std::str::FromStr;
@@ -36,6 +38,35 @@ impl Kind {
         }
     }
 
+    /// The kind named `name` (`local`, `docker`, `daytona`).
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
+    /// Whether this build of agentd-host has this kind (its cargo feature is on).
+    pub fn built(self) -> bool {
+        match self {
+            Kind::Local => true,
+            Kind::Docker => cfg!(feature = "docker"),
+            Kind::Daytona => cfg!(feature = "daytona"),
+        }
+    }
+
+    /// Why this kind cannot be used here, if it cannot: its feature is off, or (Daytona) its API
+    /// key is not set. Listing across kinds skips such kinds; opening one fails with this reason.
+    pub fn unavailable(self) -> Option<String> {
+        if let (false, Some(feature)) = (self.built(), self.feature()) {
+            return Some(SandboxError::Unsupported { kind: self.name(), feature }.to_string());
+        }
+        if self == Kind::Daytona && std::env::var_os(DAYTONA_API_KEY).is_none() {
+            return Some(format!(
+                "daytona sandboxes need the API key in {DAYTONA_API_KEY} (and DAYTONA_API_URL, \
+                 DAYTONA_TARGET when not the defaults, as Daytona's own SDKs read them)"
+            ));
+        }
+        None
+    }
+
     /// The cargo feature that brings this kind, if any.
     pub fn feature(self) -> Option<&'static str> {
         match self {
@@ -65,6 +96,20 @@ impl SandboxSpec {
     pub fn kind(&self) -> Kind {
         match self {
             SandboxSpec::Create { kind, .. } | SandboxSpec::Attach { kind, .. } => *kind,
+        }
+    }
+}
+
+/// The variable holding the Daytona API key, as Daytona's SDKs name it.
+pub const DAYTONA_API_KEY: &str = "DAYTONA_API_KEY";
+
+impl fmt::Display for SandboxSpec {
+    /// The `KIND:SPEC` text it parses from.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SandboxSpec::Create { kind: Kind::Local, .. } => f.write_str("local"),
+            SandboxSpec::Create { kind, source } => write!(f, "{kind}:{source}"),
+            SandboxSpec::Attach { kind, id } => write!(f, "{kind}-attach:{id}"),
         }
     }
 }
@@ -135,6 +180,64 @@ pub trait Provider: Send + Sync {
 
     /// Stops and removes one sandbox by id.
     async fn remove(&self, id: &str) -> Result<()>;
+
+    /// Ends a sandbox this provider created for one use (what [`Opened::close`] does). Default:
+    /// let go of the link, then [`remove`](Provider::remove) it by id.
+    async fn close(&self, sandbox: Box<dyn BaseSandbox>) -> Result<()> {
+        let id = sandbox.id().to_owned();
+        drop(sandbox);
+        self.remove(&id).await
+    }
+}
+
+/// The provider of `kind`, or [`SandboxError::Unsupported`] when its feature is off in this build.
+pub fn provider(kind: Kind) -> Result<Box<dyn Provider>> {
+    match kind {
+        Kind::Local => Ok(Box::new(crate::adapters::local::LocalProvider)),
+        #[cfg(feature = "docker")]
+        Kind::Docker => Ok(Box::new(crate::adapters::docker::DockerProvider::default())),
+        #[cfg(not(feature = "docker"))]
+        Kind::Docker => Err(SandboxError::Unsupported { kind: "docker", feature: "docker" }),
+        // The Daytona adapter is not in this build yet: it lands in its own change.
+        #[cfg(feature = "daytona")]
+        Kind::Daytona => Err(SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
+        #[cfg(not(feature = "daytona"))]
+        Kind::Daytona => Err(SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
+    }
+}
+
+/// A sandbox [`open`] made or attached to.
+pub struct Opened {
+    pub sandbox: Box<dyn BaseSandbox>,
+    /// Made for this use (a `KIND:SPEC` create), so [`Opened::close`] removes it; an attached one
+    /// is left as it was.
+    pub created: bool,
+    provider: Box<dyn Provider>,
+}
+
+impl Opened {
+    pub fn kind(&self) -> Kind {
+        self.provider.kind()
+    }
+
+    /// Lets go of the sandbox, removing it when [`open`] created it.
+    pub async fn close(self) -> Result<()> {
+        if self.created { self.provider.close(self.sandbox).await } else { Ok(()) }
+    }
+}
+
+/// Creates or attaches the sandbox `spec` names, through its kind's [`provider`].
+pub async fn open(spec: &SandboxSpec) -> Result<Opened> {
+    let kind = spec.kind();
+    if let Some(why) = kind.unavailable() {
+        return Err(SandboxError::InvalidSpec { spec: spec.to_string(), why });
+    }
+    let provider = provider(kind)?;
+    let (sandbox, created) = match spec {
+        SandboxSpec::Create { source, .. } => (provider.create(source).await?, true),
+        SandboxSpec::Attach { id, .. } => (provider.attach(id).await?, false),
+    };
+    Ok(Opened { sandbox, created, provider })
 }
 
 #[cfg(test)]
