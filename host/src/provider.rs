@@ -55,10 +55,14 @@ impl Kind {
     /// Why this kind cannot be used here, if it cannot: its feature is off, or (Daytona) its API
     /// key is not set. Listing across kinds skips such kinds; opening one fails with this reason.
     pub fn unavailable(self) -> Option<String> {
+        self.unavailable_with(std::env::var_os(DAYTONA_API_KEY).is_some())
+    }
+
+    fn unavailable_with(self, daytona_key: bool) -> Option<String> {
         if let (false, Some(feature)) = (self.built(), self.feature()) {
             return Some(SandboxError::Unsupported { kind: self.name(), feature }.to_string());
         }
-        if self == Kind::Daytona && std::env::var_os(DAYTONA_API_KEY).is_none() {
+        if self == Kind::Daytona && !daytona_key {
             return Some(format!(
                 "daytona sandboxes need the API key in {DAYTONA_API_KEY} (and DAYTONA_API_URL, \
                  DAYTONA_TARGET when not the defaults, as Daytona's own SDKs read them)"
@@ -263,5 +267,59 @@ mod tests {
             let err = bad.parse::<SandboxSpec>().unwrap_err().to_string();
             assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn specs_print_as_they_parse() {
+        for text in
+            ["local", "docker:agentd-debian:latest", "docker-attach:3f2a", "daytona:", "daytona-attach:x"]
+        {
+            assert_eq!(text.parse::<SandboxSpec>().unwrap().to_string(), text);
+        }
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(Kind::from_name("modal"), None);
+    }
+
+    /// Each kind is there exactly when its feature is on (this test runs with and without them:
+    /// `cargo test -p agentd-host` and `--no-default-features`).
+    #[test]
+    fn kinds_follow_the_features() {
+        assert_eq!(Kind::Docker.built(), cfg!(feature = "docker"));
+        assert_eq!(Kind::Daytona.built(), cfg!(feature = "daytona"));
+        assert!(Kind::Local.built() && Kind::Local.unavailable().is_none());
+        assert!(provider(Kind::Local).is_ok());
+        let docker = provider(Kind::Docker);
+        assert_eq!(docker.is_ok(), cfg!(feature = "docker"));
+        match docker {
+            Ok(docker) => assert_eq!(docker.kind(), Kind::Docker),
+            Err(err) => {
+                assert_eq!(
+                    err.to_string(),
+                    "docker sandboxes need agentd-host built with the `docker` feature"
+                );
+                assert_eq!(Kind::Docker.unavailable(), Some(err.to_string()));
+            }
+        }
+        // Without the feature, the feature is the reason whether or not the key is set.
+        let daytona = Kind::Daytona.unavailable_with(true);
+        assert_eq!(daytona.is_some(), !cfg!(feature = "daytona"), "{daytona:?}");
+        let why = Kind::Daytona.unavailable_with(false).unwrap();
+        let expected = if cfg!(feature = "daytona") { DAYTONA_API_KEY } else { "`daytona` feature" };
+        assert!(why.contains(expected), "{why}");
+    }
+
+    /// A spec of a kind that cannot be used fails before anything is created, with the reason.
+    #[tokio::test]
+    async fn opening_an_unavailable_kind_says_why() {
+        if std::env::var_os(DAYTONA_API_KEY).is_some() {
+            eprintln!("{DAYTONA_API_KEY} is set: daytona is usable here, nothing to check");
+            return;
+        }
+        let spec: SandboxSpec = "daytona-attach:sb-1".parse().unwrap();
+        let Err(err) = open(&spec).await else { panic!("opened a daytona sandbox") };
+        let text = err.to_string();
+        assert!(text.starts_with("sandbox spec `daytona-attach:sb-1`: daytona sandboxes need"), "{text}");
     }
 }
