@@ -204,7 +204,10 @@ pub fn provider(kind: Kind) -> Result<Box<dyn Provider>> {
         Kind::Docker => Err(SandboxError::Unsupported { kind: "docker", feature: "docker" }),
         // The Daytona adapter is not in this build yet: it lands in its own change.
         #[cfg(feature = "daytona")]
-        Kind::Daytona => Err(SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
+        Kind::Daytona => Err(SandboxError::InvalidSpec {
+            spec: "daytona".to_owned(),
+            why: "the Daytona provider is not in this build yet".to_owned(),
+        }),
         #[cfg(not(feature = "daytona"))]
         Kind::Daytona => Err(SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
     }
