@@ -329,16 +329,8 @@ async fn exec_contract(
     args: &ExecArgs,
     sandbox: &dyn BaseSandbox,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let mut command = String::new();
-    if let Some(cwd) = &args.cwd {
-        command.push_str(&format!("cd {} || exit 1\n", shell_quote(cwd)));
-    }
-    for (key, value) in &args.env {
-        command.push_str(&format!("export {}={}\n", shell_quote(key), shell_quote(value)));
-    }
-    command.push_str(&args.command.join(" "));
     let timeout = args.timeout.map(Duration::try_from_secs_f64).transpose()?;
-    let response = sandbox.execute(&command, timeout).await?;
+    let response = sandbox.execute(&contract_command(args), timeout).await?;
     if cli.json {
         println!("{}", serde_json::to_string(&response)?);
     } else {
@@ -349,6 +341,19 @@ async fn exec_contract(
         }
     }
     Ok(ExitCode::from(response.exit_code.and_then(|code| u8::try_from(code).ok()).unwrap_or(AGENTCTL_FAILED)))
+}
+
+/// The `sh` text of an `exec` with its `--cwd` and `--env` for a sandbox that has only `execute`.
+fn contract_command(args: &ExecArgs) -> String {
+    let mut command = String::new();
+    if let Some(cwd) = &args.cwd {
+        command.push_str(&format!("cd {} || exit 1\n", shell_quote(cwd)));
+    }
+    for (key, value) in &args.env {
+        command.push_str(&format!("export {}={}\n", shell_quote(key), shell_quote(value)));
+    }
+    command.push_str(&args.command.join(" "));
+    command
 }
 
 /// REMOTE relative to the workspace unless absolute: agentd's workspace, or the directory the
@@ -893,4 +898,39 @@ async fn gc() -> Result<ExitCode, Box<dyn std::error::Error>> {
     }
     println!("{removed} sandbox(es) removed");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--cwd` and `--env` survive as shell text, quotes and spaces included, and a missing cwd
+    /// stops the command (as agentd refuses it on the native path).
+    #[test]
+    fn exec_options_become_shell_text_for_the_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = Cli::parse_from([
+            "agentctl",
+            "exec",
+            "--cwd",
+            dir.path().to_str().unwrap(),
+            "--env",
+            "A=it's a b",
+            "--env",
+            "B=$HOME",
+            "--",
+            "printf '%s|%s|%s' \"$A\" \"$B\" \"$PWD\";",
+            "exit 6",
+        ]);
+        let Cmd::Exec(args) = &cli.command else { panic!("not exec") };
+        let out = std::process::Command::new("sh").arg("-c").arg(contract_command(args)).output().unwrap();
+        assert_eq!(out.status.code(), Some(6));
+        let expected = format!("it's a b|$HOME|{}", dir.path().display());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+
+        let cli = Cli::parse_from(["agentctl", "exec", "--cwd", "/no/such/dir", "--", "echo ran"]);
+        let Cmd::Exec(args) = &cli.command else { panic!("not exec") };
+        let out = std::process::Command::new("sh").arg("-c").arg(contract_command(args)).output().unwrap();
+        assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(1), b"".as_slice()));
+    }
 }
