@@ -236,6 +236,10 @@ impl Opened {
 /// Creates or attaches the sandbox `spec` names, through its kind's [`provider`].
 pub async fn open(spec: &SandboxSpec) -> Result<Opened> {
     let kind = spec.kind();
+    if let (false, Some(feature)) = (kind.built(), kind.feature()) {
+        return Err(SandboxError::Unsupported { kind: kind.name(), feature });
+    }
+    // Configuration the kind needs (Daytona's API key), said before anything is tried.
     if let Some(why) = kind.unavailable() {
         return Err(SandboxError::InvalidSpec { spec: spec.to_string(), why });
     }
@@ -323,6 +327,14 @@ mod tests {
         let spec: SandboxSpec = "daytona-attach:sb-1".parse().unwrap();
         let Err(err) = open(&spec).await else { panic!("opened a daytona sandbox") };
         let text = err.to_string();
-        assert!(text.starts_with("sandbox spec `daytona-attach:sb-1`: daytona sandboxes need"), "{text}");
+        if cfg!(feature = "daytona") {
+            assert!(text.starts_with("sandbox spec `daytona-attach:sb-1`: daytona sandboxes need"), "{text}");
+            assert!(text.contains(DAYTONA_API_KEY), "{text}");
+        } else {
+            assert!(
+                matches!(err, SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
+                "{text}"
+            );
+        }
     }
 }
