@@ -15,7 +15,8 @@ use agentd_host::adapters::local::{DefaultProfile, Lifetime, Started, socket_dir
 use agentd_host::derived::shell_quote;
 use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
 use agentd_host::{AgentdSandbox, BaseSandbox, LocalSandbox, SandboxError};
-use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
+use agentd_protocol::cli::FsCommand;
+use agentd_protocol::{ExecRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -70,40 +71,8 @@ enum Cmd {
     Sandbox(SandboxCmd),
     /// Remove every sandbox agentd created, across kinds (`agentctl sandbox gc`).
     Gc,
-    /// List one directory level (directories end in `/`).
-    Ls { path: String },
-    /// Print lines of a file.
-    Read {
-        path: String,
-        /// 0-based line to start at.
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-        offset: i64,
-        /// Lines to print.
-        #[arg(long, default_value_t = 2000, allow_negative_numbers = true)]
-        limit: i64,
-    },
-    /// Create or overwrite a file with the text on stdin.
-    Write { path: String },
-    /// Replace OLD by NEW in a file (OLD must occur once unless --replace-all).
-    Edit {
-        path: String,
-        old: String,
-        new: String,
-        #[arg(long)]
-        replace_all: bool,
-    },
-    /// Files matching a glob pattern under PATH (default /).
-    Glob { pattern: String, path: Option<String> },
-    /// Lines containing a literal string under PATH (default: the workspace), as path:line:text.
-    Grep {
-        pattern: String,
-        path: Option<String>,
-        /// Only files matching this glob.
-        #[arg(long)]
-        glob: Option<String>,
-    },
-    /// Remove a file, link or directory tree.
-    Rm { path: String },
+    #[command(flatten)]
+    Fs(FsCommand),
 }
 
 #[derive(Subcommand)]
@@ -245,13 +214,7 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Cmd::Sandbox(SandboxCmd::Gc) | Cmd::Gc => gc().await,
         Cmd::Up { workspace } => up(&cli, workspace.as_deref()),
         Cmd::Down => down(),
-        Cmd::Ls { .. }
-        | Cmd::Read { .. }
-        | Cmd::Write { .. }
-        | Cmd::Edit { .. }
-        | Cmd::Glob { .. }
-        | Cmd::Grep { .. }
-        | Cmd::Rm { .. } => {
+        Cmd::Fs(_) => {
             let target = target(&cli).await?;
             let outcome = verb(&cli, &target).await;
             target.finish().await;
@@ -683,41 +646,8 @@ fn is_zombie(pid: u32) -> bool {
 /// Runs a file verb; prints its result (the protocol's type with `--json`). Exit status 1 when the
 /// result carries an error.
 async fn verb(cli: &Cli, target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let request = match &cli.command {
-        Cmd::Ls { path } => FsRequest::Ls { path: path.clone() },
-        Cmd::Read { path, offset, limit } => {
-            FsRequest::Read { path: path.clone(), offset: *offset, limit: *limit }
-        }
-        Cmd::Write { path } => {
-            let mut content = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut content)?;
-            FsRequest::Write { path: path.clone(), content }
-        }
-        Cmd::Edit { path, old, new, replace_all } => FsRequest::Edit {
-            path: path.clone(),
-            old: old.clone(),
-            new: new.clone(),
-            replace_all: *replace_all,
-        },
-        Cmd::Glob { pattern, path } => FsRequest::Glob { pattern: pattern.clone(), path: path.clone() },
-        Cmd::Grep { pattern, path, glob } => FsRequest::Grep {
-            pattern: pattern.clone(),
-            path: path.clone(),
-            glob: glob.clone(),
-            max_count: None,
-        },
-        Cmd::Rm { path } => FsRequest::Delete { path: path.clone() },
-        Cmd::Exec(_)
-        | Cmd::Upload { .. }
-        | Cmd::Download { .. }
-        | Cmd::Up { .. }
-        | Cmd::Down
-        | Cmd::Status
-        | Cmd::Sandbox(_)
-        | Cmd::Gc => {
-            return Err("not a file verb".into());
-        }
-    };
+    let Cmd::Fs(command) = &cli.command else { return Err("not a file verb".into()) };
+    let request = command.clone().into_request(|| std::io::read_to_string(std::io::stdin()))?;
     let response = target.sandbox().fs(request).await?;
     if cli.json {
         println!("{}", serde_json::to_string(&response)?);
