@@ -17,6 +17,8 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::{Message, http::HeaderValue};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+pub mod fake_daytona;
+
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 /// A started agentd with its address and token, for tests that speak the protocol by hand.
@@ -430,6 +432,8 @@ pub enum Need {
     Cgroup,
     /// python3, for the probes the shell cannot make.
     Python3,
+    /// The official `daytona` Python SDK: `$AGENTD_DAYTONA_PYTHON` names a python that imports it.
+    DaytonaSdk,
 }
 
 impl Need {
@@ -440,6 +444,7 @@ impl Need {
             Self::Landlock => "AGENTD_REQUIRE_LANDLOCK",
             Self::Cgroup => "AGENTD_REQUIRE_CGROUP",
             Self::Python3 => "AGENTD_REQUIRE_PYTHON3",
+            Self::DaytonaSdk => "AGENTD_REQUIRE_DAYTONA_SDK",
         }
     }
 }

@@ -1,0 +1,188 @@
+//! A fake Daytona for the tests: the API under `/api`, the toolbox under `/toolbox/<sandboxId>`, and
+//! a preview proxy per (sandbox, port), following `provider-facts.md` §B6.
+//!
+//! Its sandboxes are real: each is a Docker container from a local image (`FROM <image>` of a
+//! `buildInfo`, a snapshot that names a local image, else [`DEFAULT_IMAGE`]), kept alive by
+//! `sleep infinity` under `docker-init`. Files and exec go through the `docker` CLI (`docker exec`,
+//! bytes on stdin/stdout, never through a terminal). Containers carry [`CONTAINER_LABEL`]` =
+//! <instance>` and are removed on delete and when the [`FakeDaytona`] is dropped.
+//!
+//! Knobs: an image (or snapshot) named [`IMAGE_BUILD_FAILED`] / [`IMAGE_ERROR`], or the label
+//! [`OUTCOME_LABEL`] = `build_failed` | `error`, makes the sandbox end in that state with an
+//! `errorReason`; [`FakeDaytona::inject_fault`] answers the next N matching requests with a status;
+//! [`FakeDaytona::drop_preview_connections`] cuts the proxied connections of a sandbox.
+
+mod api;
+mod docker;
+mod preview;
+mod state;
+mod toolbox;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+pub use state::Sandbox;
+
+/// Label on every container a fake creates; the value is the fake's instance id.
+pub const CONTAINER_LABEL: &str = "dev.agentd.fake-daytona";
+/// The image behind a create without `buildInfo` whose snapshot is not a local image.
+pub const DEFAULT_IMAGE: &str = "agentd-base-debian:latest";
+/// A `FROM` image or snapshot name that makes the build fail (`build_failed`).
+pub const IMAGE_BUILD_FAILED: &str = "fake:build-failed";
+/// A `FROM` image or snapshot name that makes the sandbox end in `error`.
+pub const IMAGE_ERROR: &str = "fake:error";
+/// A label whose value (`build_failed` or `error`) picks the failed end state.
+pub const OUTCOME_LABEL: &str = "fake-daytona/outcome";
+
+/// One injected failure: the next `remaining` requests whose path starts with `path_prefix` (and
+/// method matches, when given) get `status` with a JSON error body.
+#[derive(Debug, Clone)]
+pub(crate) struct Fault {
+    method: Option<String>,
+    path_prefix: String,
+    status: u16,
+    remaining: usize,
+}
+
+/// What the handlers share.
+pub(crate) struct Shared {
+    pub key: String,
+    pub instance: String,
+    pub port: u16,
+    pub default_image: Mutex<String>,
+    pub sandboxes: Mutex<HashMap<String, Sandbox>>,
+    pub requests: Mutex<Vec<String>>,
+    pub faults: Mutex<Vec<Fault>>,
+}
+
+impl Shared {
+    fn lock_sandboxes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sandbox>> {
+        self.sandboxes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A running fake Daytona on 127.0.0.1 (its own thread and runtime, so it serves whether or not the
+/// caller's runtime is busy or blocked).
+pub struct FakeDaytona {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: tokio::runtime::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeDaytona {
+    /// Starts a fake on a random port with a random API key.
+    pub fn start() -> Self {
+        Self::start_on("127.0.0.1:0".parse().unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0))))
+            .unwrap_or_else(|e| panic!("fake daytona: {e}"))
+    }
+
+    /// Starts a fake on `addr` with a random API key.
+    pub fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let instance = format!("fd{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
+        let shared = Arc::new(Shared {
+            key: format!("fake-key-{}", state::random_hex(16)),
+            instance,
+            port: addr.port(),
+            default_image: Mutex::new(DEFAULT_IMAGE.to_owned()),
+            sandboxes: Mutex::new(HashMap::new()),
+            requests: Mutex::new(Vec::new()),
+            faults: Mutex::new(Vec::new()),
+        });
+        let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+        let handle = runtime.handle().clone();
+        let app = api::router(shared.clone());
+        let thread = std::thread::Builder::new().name("fake-daytona".to_owned()).spawn(move || {
+            runtime.block_on(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                    return;
+                };
+                // No graceful shutdown: an exec in flight must not hold up the drop.
+                tokio::select! {
+                    _ = axum::serve(listener, app) => {}
+                    _ = stop => {}
+                }
+            });
+            // Dropping the runtime here ends the preview listeners and proxied connections.
+        })?;
+        Ok(Self { addr, shared, shutdown: Some(shutdown), handle, thread: Some(thread) })
+    }
+
+    /// `http://127.0.0.1:<port>/api`, the value for `DAYTONA_API_URL`.
+    pub fn api_url(&self) -> String {
+        format!("http://{}/api", self.addr)
+    }
+
+    /// The API key the fake accepts (`DAYTONA_API_KEY`).
+    pub fn api_key(&self) -> &str {
+        &self.shared.key
+    }
+
+    /// Runs `future` to completion on the fake's runtime, from a thread outside any runtime (the
+    /// binary waits for its signals there: one runtime, one signal driver).
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        self.handle.block_on(future)
+    }
+
+    /// The value of [`CONTAINER_LABEL`] on this fake's containers.
+    pub fn instance(&self) -> &str {
+        &self.shared.instance
+    }
+
+    /// The image used when a create names no local image (default [`DEFAULT_IMAGE`]).
+    pub fn set_default_image(&self, image: &str) {
+        *self.shared.default_image.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            image.to_owned();
+    }
+
+    /// Answers the next `count` requests whose path starts with `path_prefix` (e.g. `/api/sandbox`,
+    /// `/toolbox/`) and whose method is `method` (any when `None`) with `status` and a JSON error.
+    pub fn inject_fault(&self, method: Option<&str>, path_prefix: &str, status: u16, count: usize) {
+        self.shared.faults.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Fault {
+            method: method.map(str::to_ascii_uppercase),
+            path_prefix: path_prefix.to_owned(),
+            status,
+            remaining: count,
+        });
+    }
+
+    /// Every request seen so far, as `METHOD /path?query` (auth failures included).
+    pub fn requests(&self) -> Vec<String> {
+        self.shared.requests.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// The container behind a sandbox (None once deleted or when it never had one).
+    pub fn container_of(&self, sandbox_id: &str) -> Option<String> {
+        self.shared.lock_sandboxes().get(sandbox_id).and_then(|s| s.container.clone())
+    }
+
+    /// The ids of the sandboxes the fake knows (deleted ones drop out once reported `destroyed`).
+    pub fn sandbox_ids(&self) -> Vec<String> {
+        self.shared.lock_sandboxes().keys().cloned().collect()
+    }
+
+    /// Cuts every proxied preview connection of a sandbox (a link dropping mid-session).
+    pub fn drop_preview_connections(&self, sandbox_id: &str) {
+        if let Some(sandbox) = self.shared.lock_sandboxes().get(sandbox_id) {
+            sandbox.cut_previews();
+        }
+    }
+}
+
+impl Drop for FakeDaytona {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        docker::remove_all_blocking(&self.shared.instance);
+    }
+}
