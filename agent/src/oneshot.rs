@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentd_protocol::framing::unframe;
-use agentd_protocol::fs::{DEFAULT_READ_LIMIT, FsRequest, FsResponse};
+use agentd_protocol::fs::{FsRequest, FsResponse};
 use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
 use agentd_protocol::meta::MetaLine;
 use agentd_protocol::{ExecRequest, Offload};
@@ -22,47 +22,12 @@ use crate::exec::reaper::Reaper;
 use crate::exec::{CancelHandle, ExecSpec, Executor};
 use crate::root::Workspace;
 
-/// One file verb; prints its result as one line of JSON (the protocol's `FsResponse`).
+/// `agentd fs …`: one file verb (the same arguments as `agentctl`'s); prints its result as one line of
+/// JSON (the protocol's `FsResponse`).
 #[derive(Subcommand)]
 pub enum FsCommand {
-    /// List one directory level.
-    Ls { path: String },
-    /// Read a page of lines.
-    Read {
-        path: String,
-        /// 0-based line to start at.
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-        offset: i64,
-        /// Lines to return.
-        #[arg(long, default_value_t = DEFAULT_READ_LIMIT, allow_negative_numbers = true)]
-        limit: i64,
-    },
-    /// Create or overwrite a file with the bytes on stdin.
-    Write { path: String },
-    /// Replace OLD by NEW in a file.
-    Edit {
-        path: String,
-        old: String,
-        new: String,
-        /// Replace every occurrence (else OLD must occur exactly once).
-        #[arg(long)]
-        replace_all: bool,
-    },
-    /// Files matching a glob pattern under PATH (default /).
-    Glob { pattern: String, path: Option<String> },
-    /// Lines containing a literal string under PATH (default .).
-    Grep {
-        pattern: String,
-        path: Option<String>,
-        /// Only files matching this glob.
-        #[arg(long)]
-        glob: Option<String>,
-        /// Stop after this many matches.
-        #[arg(long, allow_negative_numbers = true)]
-        max_count: Option<i64>,
-    },
-    /// Remove a file, a link or a directory tree.
-    Delete { path: String },
+    #[command(flatten)]
+    Verb(agentd_protocol::cli::FsCommand),
     /// Read one request as JSON on stdin (`{"verb":"read","path":…}`); for programs.
     Request,
 }
@@ -70,19 +35,19 @@ pub enum FsCommand {
 /// `agentd fs …`: exit status 0 whenever a result was printed (failures are in its `error`).
 pub fn fs(command: FsCommand) -> ExitCode {
     let request = match command {
-        FsCommand::Ls { path } => FsRequest::Ls { path },
-        FsCommand::Read { path, offset, limit } => FsRequest::Read { path, offset, limit },
-        FsCommand::Write { path } => match read_stdin().map(String::from_utf8) {
-            Ok(Ok(content)) => FsRequest::Write { path, content },
-            Ok(Err(_)) => return usage("the content on stdin is not UTF-8"),
-            Err(err) => return usage(&format!("cannot read stdin: {err}")),
-        },
-        FsCommand::Edit { path, old, new, replace_all } => FsRequest::Edit { path, old, new, replace_all },
-        FsCommand::Glob { pattern, path } => FsRequest::Glob { pattern, path },
-        FsCommand::Grep { pattern, path, glob, max_count } => {
-            FsRequest::Grep { pattern, path, glob, max_count }
+        FsCommand::Verb(verb) => {
+            // `write`'s content; the error is the message to print.
+            let content = || match read_stdin() {
+                Ok(bytes) => String::from_utf8(bytes).map_err(|_| {
+                    std::io::Error::new(std::io::ErrorKind::InvalidData, "the content on stdin is not UTF-8")
+                }),
+                Err(err) => Err(std::io::Error::new(err.kind(), format!("cannot read stdin: {err}"))),
+            };
+            match verb.into_request(content) {
+                Ok(request) => request,
+                Err(err) => return usage(&err.to_string()),
+            }
         }
-        FsCommand::Delete { path } => FsRequest::Delete { path },
         FsCommand::Request => {
             let parsed = read_stdin().map_err(|e| e.to_string()).and_then(|bytes| {
                 serde_json::from_slice::<FsRequest>(unframe(&bytes)).map_err(|e| e.to_string())

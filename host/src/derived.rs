@@ -112,7 +112,7 @@ impl OffloadScript {
 }
 
 /// Single-quotes `text` for `sh`.
-fn shell_quote(text: &str) -> String {
+pub fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
 

@@ -8,8 +8,20 @@
 //! - [`derived`]: the file verbs and the offload over any `execute` (`agentd fs` / `agentd exec`).
 //! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers.
 //! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default);
-//!   Docker (feature `docker`) and Daytona (feature `daytona`).
-//! - [`provider`]: one shape for every kind: create from a `KIND:SPEC`, attach by id, list, remove.
+//!   Docker (feature `docker`) and Daytona (feature `daytona`). A sandbox that wraps an
+//!   `AgentdSandbox` implements [`OverAgentd`] (the link, plus what is its own: id, transfers) and
+//!   gets the whole contract from it; [`BaseSandbox::agentd`] hands the link to callers that want
+//!   the protocol's extras.
+//! - [`provider`]: one shape for every kind: create from a `KIND:SPEC`, attach by id, list, remove
+//!   ([`Provider`]; [`provider::provider`] per kind, [`provider::open`] for a spec in one call).
+//!
+//! ## Features
+//! - `docker` (default): `DockerSandbox`, `DockerProvider` (bollard, tar).
+//! - `daytona` (default): the Daytona sandbox and provider.
+//!
+//! Without them (`default-features = false`) the crate is the link, [`AgentdSandbox`],
+//! [`LocalSandbox`], the derived path, the provider interface and the contract; kinds whose feature
+//! is off parse in a spec and fail with [`SandboxError::Unsupported`]. `agentctl` needs both.
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
 //! - Result types are the protocol crate's ([`agentd_protocol::contract`]), re-exported here.
 //!
@@ -33,7 +45,7 @@ pub mod link;
 pub mod provider;
 pub mod sandbox;
 
-pub use adapters::agentd::AgentdSandbox;
+pub use adapters::agentd::{AgentdSandbox, OverAgentd};
 pub use adapters::local::LocalSandbox;
 pub use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 /// Re-exported so other crates can implement [`BaseSandbox`] with the same macro.

@@ -5,6 +5,8 @@
 //! Specs are `KIND:SPEC` strings ([`SandboxSpec`]), as `agentctl --sandbox` takes them:
 //! `local`, `docker:IMAGE`, `docker-attach:ID`, `daytona:SNAPSHOT_OR_IMAGE`, `daytona-attach:ID`.
 //! Kinds whose cargo feature is off parse, and fail with [`SandboxError::Unsupported`] when used.
+//!
+//! [`provider`] gives the provider of a kind; [`open`] turns a spec into a sandbox in one call.
 
 use std::fmt;
 use std::str::FromStr;
@@ -36,6 +38,39 @@ impl Kind {
         }
     }
 
+    /// The kind named `name` (`local`, `docker`, `daytona`).
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
+    /// Whether this build of agentd-host has this kind (its cargo feature is on).
+    pub fn built(self) -> bool {
+        match self {
+            Kind::Local => true,
+            Kind::Docker => cfg!(feature = "docker"),
+            Kind::Daytona => cfg!(feature = "daytona"),
+        }
+    }
+
+    /// Why this kind cannot be used here, if it cannot: its feature is off, or (Daytona) its API
+    /// key is not set. Listing across kinds skips such kinds; opening one fails with this reason.
+    pub fn unavailable(self) -> Option<String> {
+        self.unavailable_with(std::env::var_os(DAYTONA_API_KEY).is_some())
+    }
+
+    fn unavailable_with(self, daytona_key: bool) -> Option<String> {
+        if let (false, Some(feature)) = (self.built(), self.feature()) {
+            return Some(SandboxError::Unsupported { kind: self.name(), feature }.to_string());
+        }
+        if self == Kind::Daytona && !daytona_key {
+            return Some(format!(
+                "daytona sandboxes need the API key in {DAYTONA_API_KEY} (and DAYTONA_API_URL, \
+                 DAYTONA_TARGET when not the defaults, as Daytona's own SDKs read them)"
+            ));
+        }
+        None
+    }
+
     /// The cargo feature that brings this kind, if any.
     pub fn feature(self) -> Option<&'static str> {
         match self {
@@ -65,6 +100,20 @@ impl SandboxSpec {
     pub fn kind(&self) -> Kind {
         match self {
             SandboxSpec::Create { kind, .. } | SandboxSpec::Attach { kind, .. } => *kind,
+        }
+    }
+}
+
+/// The variable holding the Daytona API key, as Daytona's SDKs name it.
+pub const DAYTONA_API_KEY: &str = "DAYTONA_API_KEY";
+
+impl fmt::Display for SandboxSpec {
+    /// The `KIND:SPEC` text it parses from.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SandboxSpec::Create { kind: Kind::Local, .. } => f.write_str("local"),
+            SandboxSpec::Create { kind, source } => write!(f, "{kind}:{source}"),
+            SandboxSpec::Attach { kind, id } => write!(f, "{kind}-attach:{id}"),
         }
     }
 }
@@ -135,6 +184,67 @@ pub trait Provider: Send + Sync {
 
     /// Stops and removes one sandbox by id.
     async fn remove(&self, id: &str) -> Result<()>;
+
+    /// Ends a sandbox this provider created for one use (what [`Opened::close`] does). Default:
+    /// let go of the link, then [`remove`](Provider::remove) it by id.
+    async fn close(&self, sandbox: Box<dyn BaseSandbox>) -> Result<()> {
+        let id = sandbox.id().to_owned();
+        drop(sandbox);
+        self.remove(&id).await
+    }
+}
+
+/// The provider of `kind`, or [`SandboxError::Unsupported`] when its feature is off in this build.
+pub fn provider(kind: Kind) -> Result<Box<dyn Provider>> {
+    match kind {
+        Kind::Local => Ok(Box::new(crate::adapters::local::LocalProvider)),
+        #[cfg(feature = "docker")]
+        Kind::Docker => Ok(Box::new(crate::adapters::docker::DockerProvider::default())),
+        #[cfg(not(feature = "docker"))]
+        Kind::Docker => Err(SandboxError::Unsupported { kind: "docker", feature: "docker" }),
+        #[cfg(feature = "daytona")]
+        Kind::Daytona => Ok(Box::new(crate::adapters::daytona::DaytonaProvider::from_env()?)),
+        #[cfg(not(feature = "daytona"))]
+        Kind::Daytona => Err(SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
+    }
+}
+
+/// A sandbox [`open`] made or attached to.
+pub struct Opened {
+    pub sandbox: Box<dyn BaseSandbox>,
+    /// Made for this use (a `KIND:SPEC` create), so [`Opened::close`] removes it; an attached one
+    /// is left as it was.
+    pub created: bool,
+    provider: Box<dyn Provider>,
+}
+
+impl Opened {
+    pub fn kind(&self) -> Kind {
+        self.provider.kind()
+    }
+
+    /// Lets go of the sandbox, removing it when [`open`] created it.
+    pub async fn close(self) -> Result<()> {
+        if self.created { self.provider.close(self.sandbox).await } else { Ok(()) }
+    }
+}
+
+/// Creates or attaches the sandbox `spec` names, through its kind's [`provider`].
+pub async fn open(spec: &SandboxSpec) -> Result<Opened> {
+    let kind = spec.kind();
+    if let (false, Some(feature)) = (kind.built(), kind.feature()) {
+        return Err(SandboxError::Unsupported { kind: kind.name(), feature });
+    }
+    // Configuration the kind needs (Daytona's API key), said before anything is tried.
+    if let Some(why) = kind.unavailable() {
+        return Err(SandboxError::InvalidSpec { spec: spec.to_string(), why });
+    }
+    let provider = provider(kind)?;
+    let (sandbox, created) = match spec {
+        SandboxSpec::Create { source, .. } => (provider.create(source).await?, true),
+        SandboxSpec::Attach { id, .. } => (provider.attach(id).await?, false),
+    };
+    Ok(Opened { sandbox, created, provider })
 }
 
 #[cfg(test)]
@@ -159,6 +269,68 @@ mod tests {
         for bad in ["", "modal:x", "local:x", "docker", "docker:", "docker-attach:", "daytona-attach"] {
             let err = bad.parse::<SandboxSpec>().unwrap_err().to_string();
             assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn specs_print_as_they_parse() {
+        for text in
+            ["local", "docker:agentd-debian:latest", "docker-attach:3f2a", "daytona:", "daytona-attach:x"]
+        {
+            assert_eq!(text.parse::<SandboxSpec>().unwrap().to_string(), text);
+        }
+        for kind in Kind::ALL {
+            assert_eq!(Kind::from_name(kind.name()), Some(kind));
+        }
+        assert_eq!(Kind::from_name("modal"), None);
+    }
+
+    /// Each kind is there exactly when its feature is on (this test runs with and without them:
+    /// `cargo test -p agentd-host` and `--no-default-features`).
+    #[test]
+    fn kinds_follow_the_features() {
+        assert_eq!(Kind::Docker.built(), cfg!(feature = "docker"));
+        assert_eq!(Kind::Daytona.built(), cfg!(feature = "daytona"));
+        assert!(Kind::Local.built() && Kind::Local.unavailable().is_none());
+        assert!(provider(Kind::Local).is_ok());
+        let docker = provider(Kind::Docker);
+        assert_eq!(docker.is_ok(), cfg!(feature = "docker"));
+        match docker {
+            Ok(docker) => assert_eq!(docker.kind(), Kind::Docker),
+            Err(err) => {
+                assert_eq!(
+                    err.to_string(),
+                    "docker sandboxes need agentd-host built with the `docker` feature"
+                );
+                assert_eq!(Kind::Docker.unavailable(), Some(err.to_string()));
+            }
+        }
+        // Without the feature, the feature is the reason whether or not the key is set.
+        let daytona = Kind::Daytona.unavailable_with(true);
+        assert_eq!(daytona.is_some(), !cfg!(feature = "daytona"), "{daytona:?}");
+        let why = Kind::Daytona.unavailable_with(false).unwrap();
+        let expected = if cfg!(feature = "daytona") { DAYTONA_API_KEY } else { "`daytona` feature" };
+        assert!(why.contains(expected), "{why}");
+    }
+
+    /// A spec of a kind that cannot be used fails before anything is created, with the reason.
+    #[tokio::test]
+    async fn opening_an_unavailable_kind_says_why() {
+        if std::env::var_os(DAYTONA_API_KEY).is_some() {
+            eprintln!("{DAYTONA_API_KEY} is set: daytona is usable here, nothing to check");
+            return;
+        }
+        let spec: SandboxSpec = "daytona-attach:sb-1".parse().unwrap();
+        let Err(err) = open(&spec).await else { panic!("opened a daytona sandbox") };
+        let text = err.to_string();
+        if cfg!(feature = "daytona") {
+            assert!(text.starts_with("sandbox spec `daytona-attach:sb-1`: daytona sandboxes need"), "{text}");
+            assert!(text.contains(DAYTONA_API_KEY), "{text}");
+        } else {
+            assert!(
+                matches!(err, SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
+                "{text}"
+            );
         }
     }
 }

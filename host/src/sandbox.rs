@@ -15,6 +15,7 @@ use agentd_protocol::fs::{
 use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use async_trait::async_trait;
 
+use crate::adapters::agentd::AgentdSandbox;
 use crate::derived;
 use crate::error::{Result, SandboxError};
 
@@ -39,6 +40,13 @@ pub trait BaseSandbox: Send + Sync {
 
     /// Reads each file; one response per input, in order.
     async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>>;
+
+    /// The agentd link inside, when this sandbox has one: for the protocol's native extras (live
+    /// output, cwd/env/stdin, streamed transfers with progress, the hello) that the contract lacks.
+    /// `None` (the default): the contract is all there is.
+    fn agentd(&self) -> Option<&AgentdSandbox> {
+        None
+    }
 
     /// How the sandbox's shell finds agentd, for the derived path (a name on `$PATH` by default).
     fn agentd_command(&self) -> &str {

@@ -17,6 +17,7 @@
 //! - [`framing`]: a random quoted-heredoc delimiter that never occurs in the command it frames.
 //! - [`profile`]: sandbox profiles, per-request tightening, and the report of what was enforced.
 //! - [`meta`]: the result meta line with a random per-call sentinel, so command output cannot forge it.
+//! - `cli` (feature `cli`): the file verbs as clap subcommands, shared by `agentd fs` and `agentctl`.
 //!
 //! ## Example
 //! ```
@@ -33,6 +34,8 @@
 //! ```
 
 pub mod chunk;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod contract;
 pub mod framing;
 pub mod fs;

@@ -476,7 +476,7 @@ pub fn skip(need: Need, reason: impl std::fmt::Display) {
 }
 
 /// `<test binary>::<test>`: libtest runs each test on a thread named after it; the binary's name
-/// (without cargo's hash) tells apart the same test in several binaries (the conformance suites).
+/// (without cargo's hash) tells apart tests of the same name in several binaries.
 fn test_name() -> String {
     let binary = std::env::current_exe()
         .ok()
@@ -628,23 +628,24 @@ pub fn plain_container(image: &str, mounts: &[&std::path::Path]) -> String {
 }
 
 /// A Docker sandbox with `workspace` bind-mounted at the same path and as agentd's working
-/// directory: baked (`image` has agentd) or injected into a plain container of `image`.
+/// directory: baked (`image` has agentd) or injected into a plain container of `image`. The
+/// container is removed when the returned guard drops, and also when a step here fails.
 pub async fn docker_sandbox(
     image: &str,
     inject: bool,
     workspace: &std::path::Path,
-) -> (agentd_host::adapters::docker::DockerSandbox, String) {
+) -> (agentd_host::adapters::docker::DockerSandbox, RemoveOnDrop) {
     use agentd_host::adapters::docker::{DockerOptions, DockerSandbox};
     let workdir = Some(workspace.to_string_lossy().into_owned());
     if inject {
-        let container = plain_container(image, &[workspace]);
-        let sandbox =
-            DockerSandbox::attach_with(&container, &static_agentd(), workdir).await.expect("attach");
+        let agentd = static_agentd();
+        let container = RemoveOnDrop(plain_container(image, &[workspace]));
+        let sandbox = DockerSandbox::attach_with(&container.0, &agentd, workdir).await.expect("attach");
         (sandbox, container)
     } else {
         let options = DockerOptions { mounts: vec![workspace.to_owned()], workdir };
         let sandbox = DockerSandbox::create_with(image, &options).await.expect("create");
-        let container = sandbox.container().to_owned();
+        let container = RemoveOnDrop(sandbox.container().to_owned());
         (sandbox, container)
     }
 }

@@ -1,5 +1,7 @@
-//! agentctl from the shell: a one-shot exec on the embedded default, and a multi-step session
-//! (up, upload, exec, download, down) against one local agentd.
+//! agentctl from the shell: a one-shot exec on the embedded default, a multi-step session (up,
+//! upload, exec, download, down) against one local agentd, and `--sandbox KIND:SPEC` with
+//! `sandbox ls|rm` across kinds (Docker tests skip, see [`agentd_tests::skip`], without the engine
+//! or the images `images/build.sh` builds).
 
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,7 +12,11 @@ use agentd_tests::binary;
 
 fn agentctl(session: &std::path::Path) -> Command {
     let mut command = Command::new(binary("agentctl"));
-    command.env("AGENTCTL_SESSION", session).env_remove("AGENTD_URL").env_remove("AGENTD_TOKEN");
+    command
+        .env("AGENTCTL_SESSION", session)
+        .env_remove("AGENTD_URL")
+        .env_remove("AGENTD_TOKEN")
+        .env_remove("DAYTONA_API_KEY");
     command
 }
 
@@ -89,4 +95,103 @@ fn up_upload_exec_download_down() {
     assert!(!std::path::Path::new(workspace).exists());
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     assert!(stat.is_empty() || stat.contains(") Z"), "agentd {pid} still running");
+}
+
+/// Runs `command`, which must fail as agentctl's own failure (125); returns its stderr.
+fn fail_125(command: &mut Command) -> String {
+    let out = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(125), "{command:?}: {stderr}");
+    stderr
+}
+
+#[test]
+fn sandbox_local_runs_a_private_agentd_for_the_command() {
+    let state = tempfile::tempdir().unwrap();
+    let session = state.path().join("s.json");
+    let out = agentctl(&session)
+        .args(["--sandbox", "local", "exec", "--cwd", "/tmp", "--env", "A=b c", "--"])
+        .arg("echo \"$A\" \"$PWD\"; exit 7")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "b c /tmp\n");
+    let out = succeed(agentctl(&session).args(["--sandbox", "local", "status"]));
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(status.starts_with("local: ") && status.contains(" workspace "), "{status}");
+    // The private agentd of each command is gone with it: its workspace (a temporary directory) too.
+    let workspace = status.split(" workspace ").nth(1).unwrap().split(' ').next().unwrap();
+    assert!(!std::path::Path::new(workspace).exists(), "{workspace} outlived the command");
+    assert!(!session.exists(), "--sandbox local must not start or record a session");
+}
+
+#[test]
+fn sandbox_specs_that_cannot_be_used_fail_with_the_reason() {
+    let state = tempfile::tempdir().unwrap();
+    let session = state.path().join("s.json");
+    let stderr = fail_125(agentctl(&session).args(["--sandbox", "daytona:x", "exec", "--", "true"]));
+    assert!(stderr.contains("DAYTONA_API_KEY") || stderr.contains("`daytona` feature"), "{stderr}");
+    let stderr = fail_125(agentctl(&session).args(["--sandbox", "modal:x", "exec", "--", "true"]));
+    assert!(stderr.contains(agentd_host::provider::SPEC_FORMS), "{stderr}");
+    let stderr = fail_125(agentctl(&session).args(["sandbox", "rm", "no-such-sandbox-id"]));
+    assert!(stderr.contains("no-such-sandbox-id"), "{stderr}");
+    let out = succeed(agentctl(&session).arg("--help"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(agentd_host::provider::SPEC_FORMS));
+}
+
+/// `docker inspect` of a container: `None` once it is gone.
+fn inspect_state(container: &str) -> Option<String> {
+    let out =
+        Command::new("docker").args(["inspect", "-f", "{{.State.Status}}", container]).output().unwrap();
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[tokio::test]
+async fn sandbox_docker_exec_then_ls_and_rm_across_kinds() {
+    const DEBIAN: &str = "agentd-debian:latest";
+    if !agentd_tests::docker_available(DEBIAN).await {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let session = state.path().join("s.json");
+    let spec = format!("docker:{DEBIAN}");
+    // A one-shot command gets its own container, removed when it ends.
+    let out = agentctl(&session)
+        .args(["--sandbox", &spec, "exec", "--", "test -f /etc/debian_version && hostname; exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    let hostname = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert_eq!(hostname.len(), 12, "the container's short id: {hostname}");
+    let _remove = agentd_tests::RemoveOnDrop(hostname.clone());
+    assert_eq!(inspect_state(&hostname), None, "the command's container was left behind");
+
+    // Two labelled containers (as agentd leaves them when a caller dies): listed, then removed by a
+    // bare id prefix and by KIND:ID.
+    let first = agentd_tests::plain_container(DEBIAN, &[]);
+    let _first = agentd_tests::RemoveOnDrop(first.clone());
+    let second = agentd_tests::plain_container(DEBIAN, &[]);
+    let _second = agentd_tests::RemoveOnDrop(second.clone());
+    let out = succeed(agentctl(&session).args(["sandbox", "ls", "--json"]));
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    for id in [&first, &second] {
+        let row = listed.iter().find(|row| row["id"] == id.as_str()).expect("listed");
+        assert_eq!((row["kind"].as_str(), row["source"].as_str()), (Some("docker"), Some(DEBIAN)), "{row}");
+        assert_eq!(row["state"].as_str().map(|s| s.starts_with("Up")), Some(true), "{row}");
+    }
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("daytona"), "daytona is skipped silently");
+    let out = succeed(agentctl(&session).args(["sandbox", "ls"]));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let mut lines = table.lines();
+    assert_eq!(
+        lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        ["KIND", "ID", "SOURCE", "STATE"]
+    );
+    assert!(lines.any(|line| line.starts_with("docker") && line.contains(&first[..12])), "{table}");
+
+    succeed(agentctl(&session).args(["sandbox", "rm", &first[..12], &format!("docker:{second}")]));
+    assert_eq!((inspect_state(&first), inspect_state(&second)), (None, None));
+    let out = succeed(agentctl(&session).args(["sandbox", "ls", "--json"]));
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!listed.iter().any(|row| row["id"] == first.as_str() || row["id"] == second.as_str()));
 }

@@ -1,6 +1,135 @@
-//! The file-verb conformance suite (`conformance/suite.rs`) on the local agentd (LocalSandbox) and a local /bin/sh -c (ShellSandbox).
+//! The file-verb conformance suite: every case of `conformance/suite.rs` on every sandbox of the list
+//! below, native vs derived, byte for byte. One test per case per sandbox, named `<factory>::<case>`,
+//! so a failure names both; a factory whose requirement is missing (the Docker engine, an image)
+//! skips its tests visibly ([`agentd_tests::skip`]).
+//!
+//! Adding a kind of sandbox is one factory function (returning a [`Target`]) and one entry in
+//! `factories` below; a case missing from `cases` is dead code, which the lints refuse.
+
+// Factories outside #[test] functions: a failed setup step aborts the test with its message.
+#![allow(clippy::expect_used)]
 
 #[path = "conformance/suite.rs"]
 mod suite;
 
-const BACKEND: suite::Backend = suite::Backend::Local;
+use std::future::Future;
+use std::sync::Arc;
+
+use agentd_host::{BaseSandbox, LocalSandbox};
+use agentd_tests::{ExecOnly, ShellSandbox};
+use suite::{Suite, Target};
+
+/// One module per factory, one test per case in each: `<factory>::<case>`.
+macro_rules! conformance {
+    (factories: [$($factory:ident),* $(,)?], cases: $cases:tt $(,)?) => {
+        $(conformance!(@factory $factory $cases);)*
+    };
+    (@factory $factory:ident [$($case:ident),* $(,)?]) => {
+        mod $factory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::run(super::$factory(), super::suite::$case).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance! {
+    factories: [
+        local,
+        docker_busybox_baked,
+        docker_busybox_injected,
+        docker_debian_baked,
+        docker_debian_injected,
+    ],
+    cases: [
+        golden_05_06_ls_one_level_links_and_errors,
+        golden_07_to_10_read_line_endings_and_windows,
+        golden_11_to_13_read_empty_paging_and_the_utf8_sniff,
+        golden_14_15_read_invalid_utf8_after_the_sniff,
+        golden_16_17_read_binary_extensions_and_content,
+        golden_18_to_20_read_byte_cap_and_total_lines,
+        golden_21_22_read_odd_bytes_and_non_files,
+        edge_read_long_lines_crlf_offsets_and_relative_paths,
+        edge_empty_path_names_nothing,
+        golden_23_write_creates_overwrites_and_fails_as_values,
+        golden_24_to_29_edit_matching_forms_and_counts,
+        edge_edit_occurrences_crlf_and_lone_cr,
+        golden_30_to_32_edit_errors_links_and_large_payloads,
+        golden_33_34_delete_links_and_permissions,
+        edge_delete_trees_links_refusals_and_relative_paths,
+        golden_35_36_grep_route_a_walk_and_basename_filter,
+        golden_37_38_grep_route_b_paths,
+        golden_39_to_43_grep_errors_max_count_crlf_and_file_roots,
+        edge_grep_glob_hidden_files_git_and_classes,
+        edge_long_lines_in_grep,
+        golden_44_to_47_glob_basename_and_path_rules,
+        golden_48_to_50_glob_braces_classes_and_pattern_checks,
+        golden_51_glob_roots,
+        golden_52_glob_match_budget,
+        golden_53_glob_unreadable_subtrees_as_root,
+        edge_odd_file_names_through_every_verb,
+        edge_nul_in_a_path,
+        edge_symlinks_in_ls_and_delete,
+        derived_framing_survives_heredoc_lookalikes_and_forged_meta,
+        golden_55_offload_head_tail_preview_on_both_paths,
+    ],
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Factories: each makes one native sandbox and its derived twin, or skips (and returns None).
+// ---------------------------------------------------------------------------------------------------
+
+/// A local agentd (LocalSandbox); derived: a local `/bin/sh -c` in its workspace (ShellSandbox).
+async fn local() -> Option<Target> {
+    let local = Arc::new(LocalSandbox::start().await.expect("start a local agentd"));
+    let ws = local.workspace().to_owned();
+    let derived = Box::new(ShellSandbox::new(&ws));
+    Some(Target { native: local.clone(), derived, ws, keep: Box::new(local) })
+}
+
+/// agentd baked into `agentd-busybox`.
+async fn docker_busybox_baked() -> Option<Target> {
+    docker("agentd-busybox:latest", false).await
+}
+
+/// The static agentd injected into a plain busybox container.
+async fn docker_busybox_injected() -> Option<Target> {
+    docker("agentd-base-busybox:latest", true).await
+}
+
+/// agentd baked into `agentd-debian`.
+async fn docker_debian_baked() -> Option<Target> {
+    docker("agentd-debian:latest", false).await
+}
+
+/// The static agentd injected into a plain Debian container.
+async fn docker_debian_injected() -> Option<Target> {
+    docker("agentd-base-debian:latest", true).await
+}
+
+/// A container of `image` (agentd baked, or injected) with a fresh workspace bind-mounted at the same
+/// path; derived: the same container through its exec channel only ([`ExecOnly`]). Skips when the
+/// engine or the image is missing.
+async fn docker(image: &str, inject: bool) -> Option<Target> {
+    if !agentd_tests::docker_available(image).await {
+        return None;
+    }
+    let workspace = tempfile::tempdir().expect("tempdir");
+    let ws = workspace.path().canonicalize().expect("canonical");
+    let (sandbox, container) = agentd_tests::docker_sandbox(image, inject, &ws).await;
+    let native: Arc<dyn BaseSandbox> = Arc::new(sandbox);
+    let derived = Box::new(ExecOnly(Arc::clone(&native)));
+    // The container goes before its workspace (tuple fields drop in order).
+    let keep = (container, workspace);
+    Some(Target { native, derived, ws, keep: Box::new(keep) })
+}
+
+/// Runs `case` on what `factory` makes (nothing when it skipped).
+async fn run<F: Future<Output = ()>>(factory: impl Future<Output = Option<Target>>, case: fn(Suite) -> F) {
+    if let Some(target) = factory.await {
+        case(Suite::new(target)).await;
+    }
+}

@@ -1,6 +1,6 @@
 //! Containers on the real Docker engine: agentd baked into `agentd-busybox` / `agentd-debian` (built by
 //! `images/build.sh`), and injected into a running container from a base image without it. (The file
-//! verbs run the whole conformance suite on the same four sandboxes: `conformance_docker_*.rs`.)
+//! verbs run the whole conformance suite on the same four sandboxes: `conformance.rs`.)
 //!
 //! Without a reachable engine (or without the images) each test prints one `skipped:` line and returns
 //! ([`agentd_tests::skip`]), unless

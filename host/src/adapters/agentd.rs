@@ -1,5 +1,6 @@
 //! [`AgentdSandbox`]: the contract over a websocket link to a running agentd, reconnecting when the
-//! link dropped between calls.
+//! link dropped between calls; and [`OverAgentd`], how a sandbox that holds one (local, Docker, …)
+//! gets the whole contract from it by writing only what differs.
 
 use std::time::Duration;
 
@@ -154,6 +155,10 @@ impl BaseSandbox for AgentdSandbox {
         self.link().await?.fs(request).await
     }
 
+    fn agentd(&self) -> Option<&AgentdSandbox> {
+        Some(self)
+    }
+
     async fn execute_with_offload(
         &self,
         command: &str,
@@ -175,5 +180,81 @@ impl BaseSandbox for AgentdSandbox {
             preview_has_truncation_marker: result.offloaded && result.omitted_lines > 0,
             response: execute_response(&result)?,
         })
+    }
+}
+
+/// A sandbox reached through an [`AgentdSandbox`] it holds. Implementing this is all a wrapper does
+/// to be a [`BaseSandbox`]: `execute`, the verbs and the offload go over the link, and the members
+/// below default to the link's too, so a wrapper overrides only what is its own (its id, a
+/// transfers channel of its provider). Cleanup stays the wrapper's (`Drop`, `close`).
+///
+/// The names differ from [`BaseSandbox`]'s so that both traits can be in scope at once.
+#[async_trait]
+pub trait OverAgentd: Send + Sync {
+    /// The link-based sandbox inside.
+    fn linked(&self) -> &AgentdSandbox;
+
+    /// [`BaseSandbox::id`]; default: the link's.
+    fn sandbox_id(&self) -> &str {
+        self.linked().id()
+    }
+
+    /// [`BaseSandbox::agentd_command`]; default: the link's.
+    fn agentd_path(&self) -> &str {
+        self.linked().agentd_command()
+    }
+
+    /// [`BaseSandbox::upload_files`]; default: streamed over the link.
+    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+        self.linked().upload_files(files).await
+    }
+
+    /// [`BaseSandbox::download_files`]; default: streamed over the link.
+    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+        self.linked().download_files(paths).await
+    }
+}
+
+#[async_trait]
+impl<T: OverAgentd> BaseSandbox for T {
+    fn id(&self) -> &str {
+        self.sandbox_id()
+    }
+
+    fn agentd_command(&self) -> &str {
+        self.agentd_path()
+    }
+
+    fn agentd(&self) -> Option<&AgentdSandbox> {
+        Some(self.linked())
+    }
+
+    async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
+        self.linked().execute(command, timeout).await
+    }
+
+    async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+        self.upload(files).await
+    }
+
+    async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+        self.download(paths).await
+    }
+
+    async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
+        self.linked().fs(request).await
+    }
+
+    async fn execute_with_offload(
+        &self,
+        command: &str,
+        capture_path: &str,
+        inline_budget: u64,
+        max_capture_bytes: Option<u64>,
+        timeout: Option<Duration>,
+    ) -> Result<ExecuteOffloadResult> {
+        self.linked()
+            .execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
+            .await
     }
 }

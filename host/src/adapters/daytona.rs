@@ -264,11 +264,6 @@ impl DaytonaSandbox {
         if self.link.is_some() { Channel::Link } else { Channel::ToolboxExec }
     }
 
-    /// The link-based sandbox inside, when linked (every protocol option).
-    pub fn agentd(&self) -> Option<&AgentdSandbox> {
-        self.link.as_ref()
-    }
-
     /// The REST client (lifecycle calls: stop, start, preview URLs).
     pub fn api(&self) -> &Api {
         &self.api
@@ -497,6 +492,10 @@ impl BaseSandbox for DaytonaSandbox {
 
     fn agentd_command(&self) -> &str {
         &self.agentd_path
+    }
+
+    fn agentd(&self) -> Option<&AgentdSandbox> {
+        self.link.as_ref()
     }
 
     async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {

@@ -12,7 +12,7 @@
 //! Either way `id` is the container id, `execute`, the verbs and the offload go over the link, and
 //! `upload_files` / `download_files` use the archive API (tar), the adapter's own channel, with the
 //! contract's per-file codes. Containers this adapter creates carry the label [`LABEL`], so
-//! `agentctl gc` can find leftovers.
+//! [`DockerProvider::list`] (`agentctl sandbox ls`, `agentctl sandbox gc`) can find leftovers.
 
 use std::collections::HashMap;
 use std::io::Read as _;
@@ -21,10 +21,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use agentd_protocol::{
-    ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse, FsRequest, FsResponse,
-    TransferError,
-};
+use agentd_protocol::{FileDownloadResponse, FileUploadResponse, TransferError};
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::container::LogOutput;
@@ -37,9 +34,10 @@ use bollard::query_parameters::{
 use futures_util::{Stream, StreamExt as _};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::adapters::agentd::{AgentdSandbox, Connector};
+use crate::adapters::agentd::{AgentdSandbox, Connector, OverAgentd};
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
+use crate::provider::{Kind, Provider, SandboxInfo};
 use crate::sandbox::BaseSandbox;
 
 /// Label on every container this adapter creates.
@@ -448,21 +446,23 @@ impl DockerSandbox {
     }
 }
 
+/// `execute`, the verbs and the offload go over the link; the id and the transfers are the
+/// container's (archive API).
 #[async_trait]
-impl BaseSandbox for DockerSandbox {
-    fn id(&self) -> &str {
+impl OverAgentd for DockerSandbox {
+    fn linked(&self) -> &AgentdSandbox {
+        &self.agentd
+    }
+
+    fn sandbox_id(&self) -> &str {
         &self.container
     }
 
-    fn agentd_command(&self) -> &str {
+    fn agentd_path(&self) -> &str {
         &self.agentd_path
     }
 
-    async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
-        self.agentd.execute(command, timeout).await
-    }
-
-    async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
         let mut out = Vec::with_capacity(files.len());
         for (path, bytes) in files {
             out.push(FileUploadResponse { path: path.clone(), error: self.upload_one(path, bytes).await });
@@ -470,7 +470,7 @@ impl BaseSandbox for DockerSandbox {
         Ok(out)
     }
 
-    async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
         let mut out = Vec::with_capacity(paths.len());
         for path in paths {
             out.push(match self.download_one(path).await {
@@ -482,22 +482,42 @@ impl BaseSandbox for DockerSandbox {
         }
         Ok(out)
     }
+}
 
-    async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
-        self.agentd.fs(request).await
+/// Docker sandboxes: `create` makes a container from an image with agentd baked in (removed by
+/// `remove`/`close`), `attach` injects the static agentd into a running container, `list` finds
+/// the containers carrying [`LABEL`].
+#[derive(Debug, Default, Clone)]
+pub struct DockerProvider {
+    /// Used for `create` (mounts, working directory).
+    pub options: DockerOptions,
+}
+
+#[async_trait]
+impl Provider for DockerProvider {
+    fn kind(&self) -> Kind {
+        Kind::Docker
     }
 
-    async fn execute_with_offload(
-        &self,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
-        self.agentd
-            .execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
-            .await
+    async fn create(&self, source: &str) -> Result<Box<dyn BaseSandbox>> {
+        Ok(Box::new(DockerSandbox::create_with(source, &self.options).await?))
+    }
+
+    async fn attach(&self, id: &str) -> Result<Box<dyn BaseSandbox>> {
+        let binary = static_agentd()?;
+        Ok(Box::new(DockerSandbox::attach_with(id, &binary, self.options.workdir.clone()).await?))
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        let containers = list(&engine().await?).await?;
+        Ok(containers
+            .into_iter()
+            .map(|(id, source, state)| SandboxInfo { kind: Kind::Docker, id, source, state })
+            .collect())
+    }
+
+    async fn remove(&self, id: &str) -> Result<()> {
+        remove(&engine().await?, id).await
     }
 }
 

@@ -10,14 +10,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentd_protocol::profile::{Limits, Mode, SandboxProfile};
-use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
-use agentd_protocol::{FsRequest, FsResponse};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::adapters::agentd::AgentdSandbox;
+use crate::adapters::agentd::{AgentdSandbox, OverAgentd};
 use crate::error::{Result, SandboxError};
+use crate::provider::{Kind, Provider, SandboxInfo};
 use crate::sandbox::BaseSandbox;
 
 /// Variable naming the agentd binary to run (overrides the search).
@@ -268,38 +267,58 @@ pub fn agentd_binary() -> Result<PathBuf> {
     })
 }
 
+/// Everything goes over the link; the id is the link's, and `Drop` stops the child.
+impl OverAgentd for LocalSandbox {
+    fn linked(&self) -> &AgentdSandbox {
+        &self.sandbox
+    }
+}
+
+/// Local sandboxes: each is a private agentd child that lives as long as its value, so there is
+/// nothing to attach to, list or remove by id afterwards.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LocalProvider;
+
 #[async_trait]
-impl BaseSandbox for LocalSandbox {
-    fn id(&self) -> &str {
-        self.sandbox.id()
+impl Provider for LocalProvider {
+    fn kind(&self) -> Kind {
+        Kind::Local
     }
 
-    async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
-        self.sandbox.execute(command, timeout).await
+    async fn create(&self, source: &str) -> Result<Box<dyn BaseSandbox>> {
+        if !source.is_empty() {
+            return Err(SandboxError::InvalidSpec {
+                spec: format!("local:{source}"),
+                why: "`local` takes nothing after it".to_owned(),
+            });
+        }
+        Ok(Box::new(LocalSandbox::start().await?))
     }
 
-    async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
-        self.sandbox.upload_files(files).await
+    async fn attach(&self, id: &str) -> Result<Box<dyn BaseSandbox>> {
+        Err(not_by_id(id))
     }
 
-    async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
-        self.sandbox.download_files(paths).await
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        Ok(Vec::new())
     }
 
-    async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
-        self.sandbox.fs(request).await
+    async fn remove(&self, id: &str) -> Result<()> {
+        Err(not_by_id(id))
     }
 
-    async fn execute_with_offload(
-        &self,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
-        self.sandbox
-            .execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
-            .await
+    /// Dropping it stops the child and removes the workspace.
+    async fn close(&self, sandbox: Box<dyn BaseSandbox>) -> Result<()> {
+        drop(sandbox);
+        Ok(())
+    }
+}
+
+fn not_by_id(id: &str) -> SandboxError {
+    SandboxError::InvalidSpec {
+        spec: format!("local:{id}"),
+        why: "a local sandbox lives only as long as the program that started it; there is no id to \
+              attach to or remove"
+            .to_owned(),
     }
 }

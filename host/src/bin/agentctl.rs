@@ -1,7 +1,9 @@
 //! `agentctl`: run commands and move files in a sandbox from the shell.
 //!
-//! Which sandbox: `--url` (a running agentd), else the session `agentctl up` started, else a private
-//! local agentd that lives for this one command.
+//! Which sandbox: `--sandbox KIND:SPEC` (any kind, through its provider), else `--url` (a running
+//! agentd), else the session `agentctl up` started, else a private local agentd that lives for this
+//! one command. Commands work on any `BaseSandbox`; where it has an agentd link (`.agentd()`) they
+//! use its extras (live output, cwd/env, streamed transfers with progress, the hello).
 
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
@@ -9,10 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentd_host::adapters::docker::{self, DockerSandbox};
 use agentd_host::adapters::local::{DefaultProfile, Lifetime, Started, socket_dir, spawn_agentd};
-use agentd_host::{AgentdSandbox, BaseSandbox as _, LocalSandbox, SandboxError};
-use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
+use agentd_host::derived::shell_quote;
+use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
+use agentd_host::{AgentdSandbox, BaseSandbox, LocalSandbox, SandboxError};
+use agentd_protocol::cli::FsCommand;
+use agentd_protocol::{ExecRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
@@ -25,9 +29,9 @@ const PROGRESS_BYTES: u64 = 8 << 20;
 
 #[derive(Parser)]
 #[command(name = "agentctl", version, about = "Run commands and move files in an agentd sandbox.")]
-#[command(after_help = "Without --url, commands use the session started by `agentctl up`, or else a \
-private local agentd that lives for that one command.\nExit status: the command's own for `exec`; \
-125 when agentctl itself fails.")]
+#[command(after_help = "Without --sandbox or --url, commands use the session started by `agentctl up`, \
+or else a private local agentd that lives for that one command.\nExit status: the command's own for \
+`exec`; 125 when agentctl itself fails.")]
 struct Cli {
     /// agentd to attach to, e.g. ws://127.0.0.1:7700.
     #[arg(long, global = true, env = "AGENTD_URL")]
@@ -38,9 +42,7 @@ struct Cli {
     /// Print results as JSON (the protocol's result types) for scripts.
     #[arg(long, global = true)]
     json: bool,
-    /// Run in a container instead: docker:IMAGE (agentd baked in; created, then removed) or
-    /// docker-attach:CONTAINER (a running container; the static agentd is injected).
-    #[arg(long, global = true, value_name = "docker:IMAGE|docker-attach:CONTAINER")]
+    #[arg(long, global = true, value_name = "KIND:SPEC", help = sandbox_help(), long_help = sandbox_long_help())]
     sandbox: Option<String>,
     #[command(subcommand)]
     command: Cmd,
@@ -64,53 +66,41 @@ enum Cmd {
     Down,
     /// Show the sandbox commands would use.
     Status,
-    /// Containers agentctl created (label dev.agentd.sandbox).
+    /// The sandboxes agentd created, across kinds: ls, rm, gc.
     #[command(subcommand)]
     Sandbox(SandboxCmd),
-    /// Remove every container agentctl created and left behind.
+    /// Remove every sandbox agentd created, across kinds (`agentctl sandbox gc`).
     Gc,
-    /// List one directory level (directories end in `/`).
-    Ls { path: String },
-    /// Print lines of a file.
-    Read {
-        path: String,
-        /// 0-based line to start at.
-        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
-        offset: i64,
-        /// Lines to print.
-        #[arg(long, default_value_t = 2000, allow_negative_numbers = true)]
-        limit: i64,
-    },
-    /// Create or overwrite a file with the text on stdin.
-    Write { path: String },
-    /// Replace OLD by NEW in a file (OLD must occur once unless --replace-all).
-    Edit {
-        path: String,
-        old: String,
-        new: String,
-        #[arg(long)]
-        replace_all: bool,
-    },
-    /// Files matching a glob pattern under PATH (default /).
-    Glob { pattern: String, path: Option<String> },
-    /// Lines containing a literal string under PATH (default: the workspace), as path:line:text.
-    Grep {
-        pattern: String,
-        path: Option<String>,
-        /// Only files matching this glob.
-        #[arg(long)]
-        glob: Option<String>,
-    },
-    /// Remove a file, link or directory tree.
-    Rm { path: String },
+    #[command(flatten)]
+    Fs(FsCommand),
 }
 
 #[derive(Subcommand)]
 enum SandboxCmd {
-    /// List them: id, image, status.
+    /// List them: KIND, ID, SOURCE, STATE (`--json`: one array of objects). Daytona is listed when
+    /// DAYTONA_API_KEY is set.
     Ls,
-    /// Stop and remove the given ones.
-    Rm { ids: Vec<String> },
+    /// Stop and remove the given ones: KIND:ID, or a bare ID (or unique prefix) looked up across kinds.
+    Rm {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Remove every sandbox agentd created, across kinds.
+    Gc,
+}
+
+fn sandbox_help() -> String {
+    format!("Sandbox to use, KIND:SPEC: {SPEC_FORMS}")
+}
+
+fn sandbox_long_help() -> String {
+    format!(
+        "Sandbox to use instead of --url or the `up` session, KIND:SPEC, one of: {SPEC_FORMS}.\n\
+         local: a private local agentd for this command. docker:IMAGE: a container from an image with \
+         agentd baked in. daytona:SNAPSHOT_OR_IMAGE: a Daytona sandbox (needs DAYTONA_API_KEY). A \
+         sandbox created for a command is removed when it ends; KIND-attach:ID uses an existing one \
+         and leaves it (docker-attach injects the static agentd)."
+    )
 }
 
 #[derive(Args)]
@@ -169,40 +159,33 @@ async fn main() -> ExitCode {
 enum Target {
     Remote(AgentdSandbox),
     Private(LocalSandbox),
-    Docker(DockerSandbox),
+    /// From `--sandbox KIND:SPEC`.
+    Spec(Opened),
 }
 
 impl Target {
-    fn sandbox(&self) -> &AgentdSandbox {
+    fn sandbox(&self) -> &dyn BaseSandbox {
         match self {
             Self::Remote(sandbox) => sandbox,
-            Self::Private(local) => local.agentd(),
-            Self::Docker(docker) => docker.agentd(),
+            Self::Private(local) => local,
+            Self::Spec(opened) => opened.sandbox.as_ref(),
         }
     }
 
-    /// Releases what this command started: a container it created is stopped and removed.
+    /// Releases what this command started: a sandbox it created is stopped and removed.
     async fn finish(self) {
-        match self {
-            Self::Docker(docker) => {
-                if let Err(err) = docker.close().await {
-                    eprintln!("agentctl: {err}");
-                }
-            }
-            Self::Remote(_) | Self::Private(_) => {}
+        if let Self::Spec(opened) = self
+            && let Err(err) = opened.close().await
+        {
+            eprintln!("agentctl: {err}");
         }
     }
 }
 
 async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
     if let Some(spec) = &cli.sandbox {
-        if let Some(image) = spec.strip_prefix("docker:") {
-            return Ok(Target::Docker(DockerSandbox::create(image).await?));
-        }
-        if let Some(container) = spec.strip_prefix("docker-attach:") {
-            return Ok(Target::Docker(DockerSandbox::attach(container, &docker::static_agentd()?).await?));
-        }
-        return Err(format!("--sandbox {spec}: expected docker:IMAGE or docker-attach:CONTAINER").into());
+        let spec: SandboxSpec = spec.parse()?;
+        return Ok(Target::Spec(provider::open(&spec).await?));
     }
     if let Some(url) = &cli.url {
         return Ok(Target::Remote(AgentdSandbox::connect(url, cli.token.as_deref()).await?));
@@ -226,17 +209,12 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
             target.finish().await;
             outcome
         }
-        Cmd::Sandbox(command) => sandbox_command(command).await,
-        Cmd::Gc => gc().await,
+        Cmd::Sandbox(SandboxCmd::Ls) => sandbox_ls(&cli).await,
+        Cmd::Sandbox(SandboxCmd::Rm { ids }) => sandbox_rm(ids).await,
+        Cmd::Sandbox(SandboxCmd::Gc) | Cmd::Gc => gc().await,
         Cmd::Up { workspace } => up(&cli, workspace.as_deref()),
         Cmd::Down => down(),
-        Cmd::Ls { .. }
-        | Cmd::Read { .. }
-        | Cmd::Write { .. }
-        | Cmd::Edit { .. }
-        | Cmd::Glob { .. }
-        | Cmd::Grep { .. }
-        | Cmd::Rm { .. } => {
+        Cmd::Fs(_) => {
             let target = target(&cli).await?;
             let outcome = verb(&cli, &target).await;
             target.finish().await;
@@ -244,26 +222,41 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         }
         Cmd::Status => {
             let target = target(&cli).await?;
-            let hello = target.sandbox().link().await?.hello().clone();
-            let kind = match &target {
-                Target::Remote(_) => "attached",
-                Target::Private(_) => "private (no `agentctl up` session)",
-                Target::Docker(_) => "container",
-            };
-            println!(
-                "{kind}: {} pid {} workspace {} (agentd {})",
-                target.sandbox().id(),
-                hello.pid,
-                hello.workspace,
-                hello.agentd_version
-            );
+            let outcome = status(&target).await;
             target.finish().await;
-            Ok(ExitCode::SUCCESS)
+            outcome
         }
     }
 }
 
+async fn status(target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let kind = match target {
+        Target::Remote(_) => "attached",
+        Target::Private(_) => "private (no `agentctl up` session)",
+        Target::Spec(opened) if opened.kind() == Kind::Docker => "container",
+        Target::Spec(opened) => opened.kind().name(),
+    };
+    let sandbox = target.sandbox();
+    match sandbox.agentd() {
+        Some(agentd) => {
+            let hello = agentd.link().await?.hello().clone();
+            println!(
+                "{kind}: {} pid {} workspace {} (agentd {})",
+                sandbox.id(),
+                hello.pid,
+                hello.workspace,
+                hello.agentd_version
+            );
+        }
+        None => println!("{kind}: {} (no agentd link: the contract through its exec)", sandbox.id()),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let Some(agentd) = target.sandbox().agentd() else {
+        return exec_contract(cli, args, target.sandbox()).await;
+    };
     let request = ExecRequest {
         command: args.command.join(" "),
         cwd: args.cwd.clone(),
@@ -277,7 +270,7 @@ async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, B
         let _ = stdout.flush();
     };
     let live: Option<agentd_host::link::OutputSink<'_>> = if cli.json { None } else { Some(&mut print) };
-    let result = match target.sandbox().exec(request, live).await {
+    let result = match agentd.exec(request, live).await {
         Ok(result) => result,
         Err(SandboxError::Refused { message, .. }) => return Err(message.into()),
         Err(err) => return Err(err.into()),
@@ -292,12 +285,51 @@ async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, B
     Ok(ExitCode::from(u8::try_from(result.exit_code).unwrap_or(AGENTCTL_FAILED)))
 }
 
-/// REMOTE relative to the workspace unless absolute.
-async fn remote_path(sandbox: &AgentdSandbox, remote: &str) -> Result<String, SandboxError> {
+/// `exec` through the contract's `execute` (a sandbox without an agentd link): cwd and env become
+/// shell text, the output comes at the end, and `--json` prints the contract's `ExecuteResponse`.
+async fn exec_contract(
+    cli: &Cli,
+    args: &ExecArgs,
+    sandbox: &dyn BaseSandbox,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let timeout = args.timeout.map(Duration::try_from_secs_f64).transpose()?;
+    let response = sandbox.execute(&contract_command(args), timeout).await?;
+    if cli.json {
+        println!("{}", serde_json::to_string(&response)?);
+    } else {
+        print!("{}", response.output);
+        std::io::stdout().flush()?;
+        if response.truncated {
+            eprintln!("agentctl: output truncated");
+        }
+    }
+    Ok(ExitCode::from(response.exit_code.and_then(|code| u8::try_from(code).ok()).unwrap_or(AGENTCTL_FAILED)))
+}
+
+/// The `sh` text of an `exec` with its `--cwd` and `--env` for a sandbox that has only `execute`.
+fn contract_command(args: &ExecArgs) -> String {
+    let mut command = String::new();
+    if let Some(cwd) = &args.cwd {
+        command.push_str(&format!("cd {} || exit 1\n", shell_quote(cwd)));
+    }
+    for (key, value) in &args.env {
+        command.push_str(&format!("export {}={}\n", shell_quote(key), shell_quote(value)));
+    }
+    command.push_str(&args.command.join(" "));
+    command
+}
+
+/// REMOTE relative to the workspace unless absolute: agentd's workspace, or the directory the
+/// sandbox's commands start in.
+async fn remote_path(sandbox: &dyn BaseSandbox, remote: &str) -> Result<String, SandboxError> {
     if remote.starts_with('/') {
         return Ok(remote.to_owned());
     }
-    Ok(format!("{}/{remote}", sandbox.workspace().await?.trim_end_matches('/')))
+    let workspace = match sandbox.agentd() {
+        Some(agentd) => agentd.workspace().await?,
+        None => sandbox.execute("pwd", None).await?.output.trim_end().to_owned(),
+    };
+    Ok(format!("{}/{remote}", workspace.trim_end_matches('/')))
 }
 
 fn progress_bar(len: u64) -> ProgressBar {
@@ -319,12 +351,24 @@ async fn upload(
     remote: &str,
     target: &Target,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let sandbox = target.sandbox();
     let file = tokio::fs::File::open(local).await.map_err(|e| format!("{}: {e}", local.display()))?;
-    let len = file.metadata().await?.len();
-    let remote = remote_path(target.sandbox(), remote).await?;
-    let bar = progress_bar(len);
-    let error = target.sandbox().link().await?.upload(&remote, file, |n| bar.inc(n)).await?;
-    bar.finish_and_clear();
+    let remote = remote_path(sandbox, remote).await?;
+    let error = match sandbox.agentd() {
+        Some(agentd) => {
+            let bar = progress_bar(file.metadata().await?.len());
+            let error = agentd.link().await?.upload(&remote, file, |n| bar.inc(n)).await?;
+            bar.finish_and_clear();
+            error
+        }
+        // The contract's batch call, whole file in memory: the provider's own channel.
+        None => {
+            drop(file);
+            let bytes = tokio::fs::read(local).await.map_err(|e| format!("{}: {e}", local.display()))?;
+            let mut responses = sandbox.upload_files(&[(remote.clone(), bytes)]).await?;
+            responses.pop().ok_or("the sandbox answered an upload with nothing")?.error
+        }
+    };
     if cli.json {
         println!(
             "{}",
@@ -351,14 +395,17 @@ async fn download(
     local: &Path,
     target: &Target,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let remote = remote_path(target.sandbox(), remote).await?;
+    let sandbox = target.sandbox();
+    let remote = remote_path(sandbox, remote).await?;
     // Written beside the destination and renamed, so a failed download leaves nothing half-written.
     let dir = local.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let partial = tempfile::NamedTempFile::new_in(dir)?;
+    let Some(agentd) = sandbox.agentd() else {
+        return download_contract(cli, sandbox, &remote, local, partial).await;
+    };
     let file = tokio::fs::File::from_std(partial.reopen()?);
     let bar = ProgressBar::hidden();
-    let outcome = target
-        .sandbox()
+    let outcome = agentd
         .link()
         .await?
         .download(&remote, file, |done, total| {
@@ -387,6 +434,41 @@ async fn download(
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
+            if cli.json {
+                println!("{}", serde_json::json!({"path": remote, "error": error}));
+            } else {
+                eprintln!("agentctl: download of {remote} failed: {error}");
+            }
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `download` through the contract's `download_files` (a sandbox without an agentd link).
+async fn download_contract(
+    cli: &Cli,
+    sandbox: &dyn BaseSandbox,
+    remote: &str,
+    local: &Path,
+    partial: tempfile::NamedTempFile,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let mut responses = sandbox.download_files(&[remote.to_owned()]).await?;
+    let response = responses.pop().ok_or("the sandbox answered a download with nothing")?;
+    match (response.content, response.error) {
+        (Some(content), None) => {
+            std::fs::write(partial.path(), &content)?;
+            partial.persist(local)?;
+            if cli.json {
+                let sha256 = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&content));
+                println!(
+                    "{}",
+                    serde_json::json!({"path": remote, "size": content.len(), "sha256": sha256, "error": null})
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        (_, error) => {
+            let error = error.unwrap_or_else(|| "no content".to_owned());
             if cli.json {
                 println!("{}", serde_json::json!({"path": remote, "error": error}));
             } else {
@@ -564,41 +646,8 @@ fn is_zombie(pid: u32) -> bool {
 /// Runs a file verb; prints its result (the protocol's type with `--json`). Exit status 1 when the
 /// result carries an error.
 async fn verb(cli: &Cli, target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let request = match &cli.command {
-        Cmd::Ls { path } => FsRequest::Ls { path: path.clone() },
-        Cmd::Read { path, offset, limit } => {
-            FsRequest::Read { path: path.clone(), offset: *offset, limit: *limit }
-        }
-        Cmd::Write { path } => {
-            let mut content = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut content)?;
-            FsRequest::Write { path: path.clone(), content }
-        }
-        Cmd::Edit { path, old, new, replace_all } => FsRequest::Edit {
-            path: path.clone(),
-            old: old.clone(),
-            new: new.clone(),
-            replace_all: *replace_all,
-        },
-        Cmd::Glob { pattern, path } => FsRequest::Glob { pattern: pattern.clone(), path: path.clone() },
-        Cmd::Grep { pattern, path, glob } => FsRequest::Grep {
-            pattern: pattern.clone(),
-            path: path.clone(),
-            glob: glob.clone(),
-            max_count: None,
-        },
-        Cmd::Rm { path } => FsRequest::Delete { path: path.clone() },
-        Cmd::Exec(_)
-        | Cmd::Upload { .. }
-        | Cmd::Download { .. }
-        | Cmd::Up { .. }
-        | Cmd::Down
-        | Cmd::Status
-        | Cmd::Sandbox(_)
-        | Cmd::Gc => {
-            return Err("not a file verb".into());
-        }
-    };
+    let Cmd::Fs(command) = &cli.command else { return Err("not a file verb".into()) };
+    let request = command.clone().into_request(|| std::io::read_to_string(std::io::stdin()))?;
     let response = target.sandbox().fs(request).await?;
     if cli.json {
         println!("{}", serde_json::to_string(&response)?);
@@ -662,31 +711,156 @@ fn print_human(response: &FsResponse) {
     }
 }
 
-async fn sandbox_command(command: &SandboxCmd) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let engine = docker::engine().await?;
-    match command {
-        SandboxCmd::Ls => {
-            for (id, image, status) in docker::list(&engine).await? {
-                println!("{}  {image}  {status}", &id[..id.len().min(12)]);
-            }
+/// Kinds left out of a listing, each with the reason.
+type Skipped = Vec<(Kind, String)>;
+
+/// The providers of the kinds that can be listed here: built, and configured (Daytona: its API
+/// key). The others come back with the reason.
+fn listable() -> (Vec<Box<dyn provider::Provider>>, Skipped) {
+    let (mut providers, mut skipped) = (Vec::new(), Vec::new());
+    for kind in Kind::ALL {
+        let found = match kind.unavailable() {
+            None => provider::provider(kind).map_err(|e| e.to_string()),
+            Some(why) => Err(why),
+        };
+        match found {
+            Ok(provider) => providers.push(provider),
+            Err(why) => skipped.push((kind, why)),
         }
-        SandboxCmd::Rm { ids } => {
-            for id in ids {
-                docker::remove(&engine, id).await?;
-                println!("removed {id}");
-            }
+    }
+    (providers, skipped)
+}
+
+/// Every sandbox agentd created, across the listable kinds.
+async fn list_all() -> Result<(Vec<SandboxInfo>, Skipped), Box<dyn std::error::Error>> {
+    let (providers, skipped) = listable();
+    let mut all = Vec::new();
+    for provider in providers {
+        all.extend(provider.list().await.map_err(|e| format!("{}: {e}", provider.kind()))?);
+    }
+    Ok((all, skipped))
+}
+
+/// How `sandbox ls` shows an id: Docker's are shortened as `docker ps` does (`rm` takes prefixes).
+fn short_id(info: &SandboxInfo) -> &str {
+    match info.kind {
+        Kind::Docker => &info.id[..info.id.len().min(12)],
+        Kind::Local | Kind::Daytona => &info.id,
+    }
+}
+
+async fn sandbox_ls(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let (all, _skipped) = list_all().await?;
+    if cli.json {
+        println!("{}", serde_json::to_string(&all)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<[&str; 4]> =
+        all.iter().map(|i| [i.kind.name(), short_id(i), i.source.as_str(), i.state.as_str()]).collect();
+    let header = ["KIND", "ID", "SOURCE", "STATE"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
         }
+    }
+    for row in std::iter::once(&header).chain(&rows) {
+        let [kind, id, source, state] = row;
+        println!("{kind:<0$}  {id:<1$}  {source:<2$}  {state}", widths[0], widths[1], widths[2]);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `KIND:ID` goes to that kind; a bare id (or a prefix of one) is looked up among what `ls` lists.
+async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    let mut listed = None;
+    for id in ids {
+        let (kind, id) =
+            match id.split_once(':').and_then(|(head, rest)| Some((Kind::from_name(head)?, rest))) {
+                Some((kind, rest)) => (kind, rest.to_owned()),
+                None => {
+                    if listed.is_none() {
+                        listed = Some(list_all().await?.0);
+                    }
+                    let all = listed.as_deref().unwrap_or_default();
+                    let found: Vec<&SandboxInfo> =
+                        all.iter().filter(|i| i.id.starts_with(id.as_str())).collect();
+                    match found.as_slice() {
+                        [one] => (one.kind, one.id.clone()),
+                        [] => {
+                            return Err(format!(
+                                "no sandbox agentd created has the id {id} (see `agentctl sandbox ls`)"
+                            )
+                            .into());
+                        }
+                        _ => {
+                            return Err(format!(
+                                "{id} names {} sandboxes; give more of the id or KIND:ID",
+                                found.len()
+                            )
+                            .into());
+                        }
+                    }
+                }
+            };
+        if let Some(why) = kind.unavailable() {
+            return Err(why.into());
+        }
+        provider::provider(kind)?.remove(&id).await?;
+        println!("removed {kind}:{id}");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn gc() -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let engine = docker::engine().await?;
-    let leftovers = docker::list(&engine).await?;
-    for (id, image, _) in &leftovers {
-        docker::remove(&engine, id).await?;
-        println!("removed {} ({image})", &id[..id.len().min(12)]);
+    let (providers, skipped) = listable();
+    for (kind, why) in skipped {
+        eprintln!("agentctl: {kind} skipped: {why}");
     }
-    println!("{} container(s) removed", leftovers.len());
+    let mut removed = 0;
+    for provider in providers {
+        let kind = provider.kind();
+        for info in provider.list().await.map_err(|e| format!("{kind}: {e}"))? {
+            provider.remove(&info.id).await?;
+            println!("removed {kind}:{} ({})", short_id(&info), info.source);
+            removed += 1;
+        }
+    }
+    println!("{removed} sandbox(es) removed");
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--cwd` and `--env` survive as shell text, quotes and spaces included, and a missing cwd
+    /// stops the command (as agentd refuses it on the native path).
+    #[test]
+    fn exec_options_become_shell_text_for_the_contract() {
+        let dir = tempfile::tempdir().unwrap();
+        let cli = Cli::parse_from([
+            "agentctl",
+            "exec",
+            "--cwd",
+            dir.path().to_str().unwrap(),
+            "--env",
+            "A=it's a b",
+            "--env",
+            "B=$HOME",
+            "--",
+            "printf '%s|%s|%s' \"$A\" \"$B\" \"$PWD\";",
+            "exit 6",
+        ]);
+        let Cmd::Exec(args) = &cli.command else { panic!("not exec") };
+        let out = std::process::Command::new("sh").arg("-c").arg(contract_command(args)).output().unwrap();
+        assert_eq!(out.status.code(), Some(6));
+        let expected = format!("it's a b|$HOME|{}", dir.path().display());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), expected);
+
+        let cli = Cli::parse_from(["agentctl", "exec", "--cwd", "/no/such/dir", "--", "echo ran"]);
+        let Cmd::Exec(args) = &cli.command else { panic!("not exec") };
+        let out = std::process::Command::new("sh").arg("-c").arg(contract_command(args)).output().unwrap();
+        assert_eq!((out.status.code(), out.stdout.as_slice()), (Some(1), b"".as_slice()));
+    }
 }

@@ -1,15 +1,13 @@
 //! Conformance of the seven file verbs (`shared/spec/backend-contract.md` §3, golden cases 5–53) and of
-//! the derived offload framing (§4, golden case 55).
+//! the derived offload framing (§4, golden case 55): the cases, each an `async fn(Suite)`, and the
+//! [`Suite`] they run in. Which sandboxes they run on is `conformance.rs`'s list of factories.
 //!
 //! Every call runs twice: natively (a real agentd over a real websocket) and on the derived path
 //! (`agentd fs request` through nothing but `execute`), on the same files. The two results must be
-//! identical, and each must be the contract's value. Which sandboxes: the crate that includes this
-//! module says ([`Backend`]): a local agentd with a local `/bin/sh -c` ([`ShellSandbox`]), or a Docker
-//! container (agentd baked or injected) whose derived side is [`ExecOnly`] over the same container, the
-//! workspace bind-mounted at the same path.
+//! identical, and each must be the contract's value.
 //! Mutating calls rebuild their fixture before each run and compare the whole workspace afterwards.
 //!
-//! Failures are collected per test and reported together at its end, so one run shows every
+//! Failures are collected per case and reported together at its end, so one run shows every
 //! difference (expected vs got, native vs derived) rather than only the first.
 //!
 //! The tests run as root in CI: cases 34 and 53 assert the root behaviour there (see their comments).
@@ -23,14 +21,14 @@ use std::fmt::{Debug, Display};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agentd_host::{BaseSandbox, ExecuteOffloadResult, ExecuteResponse, LocalSandbox};
+use agentd_host::{BaseSandbox, ExecuteOffloadResult, ExecuteResponse};
 use agentd_protocol::fs::{
     DeleteResult, EditResult, Encoding, FileData, FileInfo, FsRequest, FsResponse, GlobResult, GrepMatch,
     GrepResult, LsResult, ReadResult, TruncationReason, WriteResult,
 };
-use agentd_tests::{ExecOnly, ShellSandbox};
 use base64::Engine as _;
 
 /// `TRUNCATION_MSG` of the contract (§3.2 step 7), 194 bytes.
@@ -47,59 +45,46 @@ enum Side {
     Derived,
 }
 
-/// Where the suite runs.
-#[allow(dead_code)] // each including crate uses one variant
-pub enum Backend {
-    /// LocalSandbox (native) and ShellSandbox (derived).
-    Local,
-    /// A container: `image` with agentd baked in, or (`inject`) a base image without it.
-    Docker { image: &'static str, inject: bool },
+/// What a factory makes: a sandbox and its derived twin over one workspace.
+pub struct Target {
+    /// The sandbox as it is: verbs and offload take its native path.
+    pub native: Arc<dyn BaseSandbox>,
+    /// The same sandbox (or an exec channel into the same files) seen only through `execute` and the
+    /// transfers, so verbs and offload take the derived path (`agentd fs request`, `agentd exec`).
+    pub derived: Box<dyn BaseSandbox>,
+    /// The workspace, the working directory of both, at the same path on this host and in the
+    /// sandbox (a bind mount for containers): the cases build fixtures and compare file-system
+    /// states here.
+    pub ws: PathBuf,
+    /// What keeps the sandboxes alive (a local agentd, a container and its workspace), dropped last.
+    pub keep: Box<dyn std::any::Any + Send + Sync>,
 }
 
 /// One native and one derived sandbox over the same workspace, and the failures seen so far.
-struct Suite {
+pub struct Suite {
     native: Arc<dyn BaseSandbox>,
     derived: Box<dyn BaseSandbox>,
     ws: PathBuf,
-    /// What keeps the sandboxes alive (the local agentd, the container and its workspace).
-    _keep: Box<dyn std::any::Any + Send + Sync>,
     failures: Mutex<Vec<String>>,
+    /// Checks made (passed or not), printed at the end: the suite's size on this sandbox.
+    checks: AtomicUsize,
     finished: bool,
+    /// Declared last: dropped after the sandboxes it keeps alive.
+    _keep: Box<dyn std::any::Any + Send + Sync>,
 }
 
 impl Suite {
-    /// The suite on `crate::BACKEND`; `None` (after one printed line) when Docker or its image is not
-    /// there and `AGENTD_REQUIRE_DOCKER` is unset.
-    async fn start() -> Option<Self> {
-        match crate::BACKEND {
-            Backend::Local => {
-                let local = Arc::new(LocalSandbox::start().await.expect("start a local agentd"));
-                let ws = local.workspace().to_owned();
-                let derived = Box::new(ShellSandbox::new(&ws));
-                Some(Self::new(local.clone(), derived, ws, Box::new(local)))
-            }
-            Backend::Docker { image, inject } => {
-                if !agentd_tests::docker_available(image).await {
-                    return None;
-                }
-                let workspace = tempfile::tempdir().expect("tempdir");
-                let ws = workspace.path().canonicalize().expect("canonical");
-                let (sandbox, container) = agentd_tests::docker_sandbox(image, inject, &ws).await;
-                let sandbox: Arc<dyn BaseSandbox> = Arc::new(sandbox);
-                let derived = Box::new(ExecOnly(Arc::clone(&sandbox)));
-                let keep = (workspace, agentd_tests::RemoveOnDrop(container));
-                Some(Self::new(sandbox, derived, ws, Box::new(keep)))
-            }
+    pub fn new(target: Target) -> Self {
+        let Target { native, derived, ws, keep } = target;
+        Self {
+            native,
+            derived,
+            ws,
+            failures: Mutex::new(Vec::new()),
+            checks: AtomicUsize::new(0),
+            finished: false,
+            _keep: keep,
         }
-    }
-
-    fn new(
-        native: Arc<dyn BaseSandbox>,
-        derived: Box<dyn BaseSandbox>,
-        ws: PathBuf,
-        keep: Box<dyn std::any::Any + Send + Sync>,
-    ) -> Self {
-        Self { native, derived, ws, _keep: keep, failures: Mutex::new(Vec::new()), finished: false }
     }
 
     fn ws(&self) -> &Path {
@@ -121,6 +106,7 @@ impl Suite {
 
     /// Records a failure unless `got == want`.
     fn check<T: PartialEq + Debug>(&self, what: impl Display, got: &T, want: &T) -> bool {
+        self.checks.fetch_add(1, Ordering::Relaxed);
         if got == want {
             return true;
         }
@@ -130,6 +116,7 @@ impl Suite {
 
     /// Records a failure unless `condition` holds.
     fn ensure(&self, what: impl Display, condition: bool, detail: impl Debug) {
+        self.checks.fetch_add(1, Ordering::Relaxed);
         if !condition {
             self.fail(format!("{what}\n  detail: {}", clip(&format!("{detail:?}"), 2000)));
         }
@@ -139,6 +126,7 @@ impl Suite {
     fn finish(mut self) {
         self.finished = true;
         let failures = std::mem::take(&mut *self.failures.lock().unwrap());
+        eprintln!("{} checks, {} failed", self.checks.load(Ordering::Relaxed), failures.len());
         if !failures.is_empty() {
             panic!("{} check(s) failed:\n\n{}", failures.len(), failures.join("\n\n"));
         }
@@ -634,9 +622,7 @@ fn build_f(f: &Path) {
 // ls
 // ---------------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn golden_05_06_ls_one_level_links_and_errors() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_05_06_ls_one_level_links_and_errors(s: Suite) {
     let (dir, t) = s.fixture("t");
     build_t_ls(&dir);
 
@@ -684,9 +670,7 @@ async fn golden_05_06_ls_one_level_links_and_errors() {
 // read
 // ---------------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn golden_07_to_10_read_line_endings_and_windows() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_07_to_10_read_line_endings_and_windows(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // 7: CRLF.
@@ -744,9 +728,7 @@ async fn golden_07_to_10_read_line_endings_and_windows() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_11_to_13_read_empty_paging_and_the_utf8_sniff() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_11_to_13_read_empty_paging_and_the_utf8_sniff(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // 11: empty files, any offset, limit or extension.
@@ -827,9 +809,7 @@ async fn golden_11_to_13_read_empty_paging_and_the_utf8_sniff() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_14_15_read_invalid_utf8_after_the_sniff() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_14_15_read_invalid_utf8_after_the_sniff(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // 14: an incomplete tail, and a bad byte just past the sniff window, inside the page.
@@ -861,9 +841,7 @@ async fn golden_14_15_read_invalid_utf8_after_the_sniff() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_16_17_read_binary_extensions_and_content() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_16_17_read_binary_extensions_and_content(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // 16.
@@ -933,9 +911,7 @@ async fn golden_16_17_read_binary_extensions_and_content() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_18_to_20_read_byte_cap_and_total_lines() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_18_to_20_read_byte_cap_and_total_lines(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // 18: one huge line, ASCII and 4-byte characters.
@@ -999,9 +975,7 @@ async fn golden_18_to_20_read_byte_cap_and_total_lines() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_21_22_read_odd_bytes_and_non_files() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_21_22_read_odd_bytes_and_non_files(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // 21: NUL kept, BOM kept, FF / VT / U+2028 do not end lines.
@@ -1047,9 +1021,7 @@ async fn golden_21_22_read_odd_bytes_and_non_files() {
     s.finish();
 }
 
-#[tokio::test]
-async fn edge_read_long_lines_crlf_offsets_and_relative_paths() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_read_long_lines_crlf_offsets_and_relative_paths(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // Lines far longer than 5000 characters come back whole.
@@ -1116,9 +1088,7 @@ async fn edge_read_long_lines_crlf_offsets_and_relative_paths() {
 
 /// `""` names nothing: `stat("")` is ENOENT, which is what the reference's helpers see (its `ls("")`
 /// is golden case 6). It must not resolve to the working directory.
-#[tokio::test]
-async fn edge_empty_path_names_nothing() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_empty_path_names_nothing(s: Suite) {
     let (dir, _) = s.fixture("t");
     write_file(dir.join("keep"), b"k");
     s.check("ls(\"\")", &s.ls("").await, &ls_error("Path '': path_not_found".to_owned()));
@@ -1143,9 +1113,7 @@ async fn edge_empty_path_names_nothing() {
 // write
 // ---------------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn golden_23_write_creates_overwrites_and_fails_as_values() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_23_write_creates_overwrites_and_fails_as_values(s: Suite) {
     let (dir, t) = s.fixture("t");
     let setup = |d: &Path| write_file(d.join("afile"), b"");
 
@@ -1220,9 +1188,7 @@ async fn edit_once(
     (as_edit(&got[0]), std::fs::read(dir.join("f")).unwrap())
 }
 
-#[tokio::test]
-async fn golden_24_to_29_edit_matching_forms_and_counts() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_24_to_29_edit_matching_forms_and_counts(s: Suite) {
     let (dir, t) = s.fixture("t");
     let f = format!("{t}/f");
     let ok = |n| edited(&f, n);
@@ -1275,9 +1241,7 @@ async fn golden_24_to_29_edit_matching_forms_and_counts() {
     s.finish();
 }
 
-#[tokio::test]
-async fn edge_edit_occurrences_crlf_and_lone_cr() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_edit_occurrences_crlf_and_lone_cr(s: Suite) {
     let (dir, t) = s.fixture("t");
     let f = format!("{t}/f");
     let ok = |n| edited(&f, n);
@@ -1400,9 +1364,7 @@ async fn edge_edit_occurrences_crlf_and_lone_cr() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_30_to_32_edit_errors_links_and_large_payloads() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_30_to_32_edit_errors_links_and_large_payloads(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // 30.
@@ -1518,9 +1480,7 @@ async fn golden_30_to_32_edit_errors_links_and_large_payloads() {
 // delete
 // ---------------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn golden_33_34_delete_links_and_permissions() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_33_34_delete_links_and_permissions(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // 33.
@@ -1576,9 +1536,7 @@ async fn golden_33_34_delete_links_and_permissions() {
     s.finish();
 }
 
-#[tokio::test]
-async fn edge_delete_trees_links_refusals_and_relative_paths() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_delete_trees_links_refusals_and_relative_paths(s: Suite) {
     let (dir, t) = s.fixture("t");
 
     // A tree holding a link to a file outside it: the tree goes, the target stays.
@@ -1637,9 +1595,7 @@ async fn edge_delete_trees_links_refusals_and_relative_paths() {
 // grep
 // ---------------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn golden_35_36_grep_route_a_walk_and_basename_filter() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_35_36_grep_route_a_walk_and_basename_filter(s: Suite) {
     let (dir, g) = s.fixture("g");
     build_g(&dir);
     let all = g35(&g);
@@ -1671,9 +1627,7 @@ async fn golden_35_36_grep_route_a_walk_and_basename_filter() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_37_38_grep_route_b_paths() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_37_38_grep_route_b_paths(s: Suite) {
     let (dir, g) = s.fixture("g");
     build_g(&dir);
     let at = |rel: &str, line, text: &str| gm(format!("{g}/{rel}"), line, text);
@@ -1727,9 +1681,7 @@ async fn golden_37_38_grep_route_b_paths() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_39_to_43_grep_errors_max_count_crlf_and_file_roots() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_39_to_43_grep_errors_max_count_crlf_and_file_roots(s: Suite) {
     let (dir, g) = s.fixture("g");
     build_g(&dir);
     let at = |rel: &str, line, text: &str| gm(format!("{g}/{rel}"), line, text);
@@ -1835,9 +1787,7 @@ async fn golden_39_to_43_grep_errors_max_count_crlf_and_file_roots() {
     s.finish();
 }
 
-#[tokio::test]
-async fn edge_grep_glob_hidden_files_git_and_classes() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_grep_glob_hidden_files_git_and_classes(s: Suite) {
     let (dir, g) = s.fixture("g");
     build_g(&dir);
     let at = |rel: &str, line, text: &str| gm(format!("{g}/{rel}"), line, text);
@@ -1919,9 +1869,7 @@ async fn edge_grep_glob_hidden_files_git_and_classes() {
     s.finish();
 }
 
-#[tokio::test]
-async fn edge_long_lines_in_grep() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_long_lines_in_grep(s: Suite) {
     let (dir, d) = s.fixture("long");
     let (a, b) = ("a".repeat(6000), format!("{}needle{}", "b".repeat(5000), "c".repeat(3000)));
     write_file(dir.join("l.txt"), format!("{a}\n{b}\n"));
@@ -1940,9 +1888,7 @@ async fn edge_long_lines_in_grep() {
 // glob
 // ---------------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn golden_44_to_47_glob_basename_and_path_rules() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_44_to_47_glob_basename_and_path_rules(s: Suite) {
     let (dir, f) = s.fixture("f");
     build_f(&dir);
     let root = Some(f.as_str());
@@ -1984,9 +1930,7 @@ async fn golden_44_to_47_glob_basename_and_path_rules() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_48_to_50_glob_braces_classes_and_pattern_checks() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_48_to_50_glob_braces_classes_and_pattern_checks(s: Suite) {
     let (dir, f) = s.fixture("f");
     build_f(&dir);
     let root = Some(f.as_str());
@@ -2052,9 +1996,7 @@ async fn golden_48_to_50_glob_braces_classes_and_pattern_checks() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_51_glob_roots() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_51_glob_roots(s: Suite) {
     let (dir, f) = s.fixture("f");
     build_f(&dir);
 
@@ -2094,9 +2036,7 @@ async fn golden_51_glob_roots() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_52_glob_match_budget() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_52_glob_match_budget(s: Suite) {
     let (only, only_text) = s.fixture("g52a");
     let (plus, plus_text) = s.fixture("g52b");
     for i in 0..10_000 {
@@ -2120,9 +2060,7 @@ async fn golden_52_glob_match_budget() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_53_glob_unreadable_subtrees_as_root() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_53_glob_unreadable_subtrees_as_root(s: Suite) {
     let (dir, t) = s.fixture("t");
     write_file(dir.join("open/a.py"), b"");
     std::fs::create_dir(dir.join("locked")).unwrap();
@@ -2152,9 +2090,7 @@ async fn golden_53_glob_unreadable_subtrees_as_root() {
 // Odd paths: names with spaces, `:`, newlines and non-UTF-8 bytes; NUL in a path; symlinks
 // ---------------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn edge_odd_file_names_through_every_verb() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_odd_file_names_through_every_verb(s: Suite) {
     let (dir, t) = s.fixture("names");
     let names = ["a b.txt", "c:d.txt", "e\nf.txt"];
     let setup = |d: &Path| {
@@ -2251,9 +2187,7 @@ async fn edge_odd_file_names_through_every_verb() {
     s.finish();
 }
 
-#[tokio::test]
-async fn edge_nul_in_a_path() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_nul_in_a_path(s: Suite) {
     let (dir, t) = s.fixture("t");
     write_file(dir.join("a"), b"a");
     let p = format!("{t}/a\0b");
@@ -2310,9 +2244,7 @@ async fn edge_nul_in_a_path() {
     s.finish();
 }
 
-#[tokio::test]
-async fn edge_symlinks_in_ls_and_delete() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn edge_symlinks_in_ls_and_delete(s: Suite) {
     let (dir, t) = s.fixture("t");
     write_file(dir.join("sub/x"), b"x");
     std::fs::create_dir(dir.join("sub/inner")).unwrap();
@@ -2383,9 +2315,7 @@ fn offload(
     }
 }
 
-#[tokio::test]
-async fn derived_framing_survives_heredoc_lookalikes_and_forged_meta() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn derived_framing_survives_heredoc_lookalikes_and_forged_meta(s: Suite) {
     let (_, cap) = s.fixture("cap");
 
     // Text that looks like the framing: the delimiter prefix, heredoc ends, lone quotes.
@@ -2418,9 +2348,7 @@ async fn derived_framing_survives_heredoc_lookalikes_and_forged_meta() {
     s.finish();
 }
 
-#[tokio::test]
-async fn golden_55_offload_head_tail_preview_on_both_paths() {
-    let Some(s) = Suite::start().await else { return };
+pub async fn golden_55_offload_head_tail_preview_on_both_paths(s: Suite) {
     let (dir, cap) = s.fixture("cap");
     let command = "seq 1 100; exit 7";
     let want =

@@ -1,6 +1,0 @@
-//! The file-verb conformance suite (`conformance/suite.rs`) on agentd baked into `agentd-debian`.
-
-#[path = "conformance/suite.rs"]
-mod suite;
-
-const BACKEND: suite::Backend = suite::Backend::Docker { image: "agentd-debian:latest", inject: false };
