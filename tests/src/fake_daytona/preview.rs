@@ -36,6 +36,8 @@ pub fn ensure_listener(
     let (shared, id) = (shared.clone(), sandbox.to_owned());
     let task = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            // A proxy must not add Nagle's delay to every small websocket reply (~40 ms each).
+            let _ = stream.set_nodelay(true);
             tokio::spawn(serve(shared.clone(), id.clone(), port, stream));
         }
     });
@@ -114,6 +116,7 @@ async fn serve(shared: Arc<Shared>, id: String, port: u16, mut client: TcpStream
     let Ok(Ok(mut upstream)) = upstream else {
         return respond(client, "502 Bad Gateway", &format!("nothing answers on port {port}")).await;
     };
+    let _ = upstream.set_nodelay(true);
     if upstream.write_all(&bytes).await.is_err() {
         return;
     }
