@@ -16,13 +16,10 @@ use std::time::{Duration, Instant};
 
 use agentd_host::{BaseSandbox, LocalSandbox};
 use agentd_protocol::{ExecRequest, Offload};
+use agentd_tests::stats::percentile;
 
 const ROUND_TRIPS: usize = 2000;
 const CAPTURE_RUNS: usize = 7;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
