@@ -86,9 +86,11 @@ async fn run() {
     if !agentd_tests::docker_available(IMAGE).await {
         return;
     }
-    if let Err(err) = agentd_host::adapters::inject::static_agentd() {
-        println!("skipped: daytona bench: {err}");
-        return;
+    // The injected agentd: without it no link can be made, so there is nothing to compare.
+    match agentd_host::adapters::inject::static_agentd() {
+        Ok(path) if path.is_file() => {}
+        Ok(path) => return eprintln!("skipped: daytona::main: no static agentd at {}", path.display()),
+        Err(err) => return eprintln!("skipped: daytona::main: {err}"),
     }
     let fake = FakeDaytona::start();
     let config = DaytonaConfig::new(fake.api_url(), fake.api_key());
