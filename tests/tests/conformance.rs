@@ -164,8 +164,10 @@ async fn daytona_toolbox() -> Option<Target> {
 const DAYTONA_IMAGE: &str = "agentd-base-debian:latest";
 
 /// A fake Daytona whose containers bind-mount a fresh workspace at the same path and start in it.
-/// One fake per case: the mount applies to every container it creates. Skips without Docker or
-/// the image.
+/// One fake and sandbox per case (about 1–2.5 s each): a case's workspace is the sandbox's working
+/// directory (relative paths) and is snapshotted whole, and the sandbox's connections live on the
+/// case's runtime; sharing one per factory would make the cases take turns, which measured no
+/// faster over the whole suite. Skips without Docker or the image.
 async fn daytona_fake() -> Option<(FakeDaytona, tempfile::TempDir, std::path::PathBuf)> {
     if !agentd_tests::docker_available(DAYTONA_IMAGE).await {
         return None;
