@@ -195,3 +195,104 @@ async fn sandbox_docker_exec_then_ls_and_rm_across_kinds() {
     let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert!(!listed.iter().any(|row| row["id"] == first.as_str() || row["id"] == second.as_str()));
 }
+
+/// The standalone `fake-daytona`, killed with SIGTERM (it then removes its containers) and reaped
+/// when dropped, also when the test fails.
+struct FakeDaytonaProcess(std::process::Child);
+
+impl Drop for FakeDaytonaProcess {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap());
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.0.wait();
+    }
+}
+
+/// The README's main-job command, one-shot on `daytona:IMAGE` through the `fake-daytona` binary,
+/// with nothing but its two `export`ed variables (and PATH, HOME) in agentctl's environment: the
+/// sandbox is created, agentd injected and linked, the command runs there, and the sandbox is gone
+/// afterwards.
+#[tokio::test]
+async fn sandbox_daytona_runs_the_main_job_with_only_the_two_variables() {
+    use std::io::BufRead as _;
+    const BASE: &str = "agentd-base-debian:latest";
+    if !agentd_tests::docker_available(BASE).await {
+        return;
+    }
+    let mut child = Command::new(binary("fake-daytona"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let _fake = FakeDaytonaProcess(child);
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut vars = Vec::new();
+    for _ in 0..2 {
+        let line = lines.next().unwrap().unwrap();
+        let (name, value) = line.strip_prefix("export ").and_then(|s| s.split_once('=')).expect(&line);
+        vars.push((name.to_owned(), value.to_owned()));
+    }
+    let names: Vec<&str> = vars.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(names, ["DAYTONA_API_URL", "DAYTONA_API_KEY"]);
+    // Its first stderr line names the label value of its containers; the rest is drained.
+    let mut stderr = std::io::BufReader::new(stderr);
+    let mut banner = String::new();
+    stderr.read_line(&mut banner).unwrap();
+    let label =
+        banner.split("labelled ").nth(1).and_then(|s| s.strip_suffix(")\n")).expect(&banner).to_owned();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let containers = || {
+        let out = Command::new("docker").args(["ps", "-aq", "--filter", &format!("label={label}")]).output();
+        String::from_utf8_lossy(&out.unwrap().stdout).split_whitespace().count()
+    };
+
+    let home = tempfile::tempdir().unwrap();
+    let agentctl = || {
+        let mut command = Command::new(binary("agentctl"));
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", home.path())
+            .envs(vars.iter().map(|(k, v)| (k, v)))
+            .current_dir(home.path());
+        command
+    };
+    // The README's main job, word for word.
+    let main_job = r#"echo "hello from $(uname -s)"; pwd"#;
+    let started = std::time::Instant::now();
+    let out =
+        agentctl().args(["--sandbox", &format!("daytona:{BASE}"), "exec", "--", main_job]).output().unwrap();
+    eprintln!(
+        "agentctl --sandbox daytona:{BASE} exec (create, inject, run, delete): {:?}",
+        started.elapsed()
+    );
+    let stderr_text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr_text}");
+    // pwd is the container's working directory (the image's), not agentctl's own.
+    let workdir = Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Config.WorkingDir}}", BASE])
+        .output()
+        .unwrap();
+    let workdir = String::from_utf8_lossy(&workdir.stdout).trim().to_owned();
+    let workdir = if workdir.is_empty() { "/".to_owned() } else { workdir };
+    assert_ne!(std::path::Path::new(&workdir), home.path());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("hello from Linux\n{workdir}\n"),
+        "{stderr_text}"
+    );
+
+    // One-shot: the sandbox is deleted (its container removed) when the command ends.
+    assert_eq!(containers(), 0, "the command's container was left behind");
+    let out = agentctl().args(["sandbox", "ls", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listed: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let alive: Vec<_> = listed
+        .iter()
+        .filter(|row| {
+            row["kind"] == "daytona" && !matches!(row["state"].as_str(), Some("destroying" | "destroyed"))
+        })
+        .collect();
+    assert!(alive.is_empty(), "the command's Daytona sandbox was left behind: {alive:?}");
+}

@@ -15,7 +15,9 @@ mod suite;
 use std::future::Future;
 use std::sync::Arc;
 
+use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
 use agentd_host::{BaseSandbox, LocalSandbox};
+use agentd_tests::fake_daytona::FakeDaytona;
 use agentd_tests::{ExecOnly, ShellSandbox};
 use suite::{Suite, Target};
 
@@ -43,6 +45,8 @@ conformance! {
         docker_busybox_injected,
         docker_debian_baked,
         docker_debian_injected,
+        daytona_link,
+        daytona_toolbox,
     ],
     cases: [
         golden_05_06_ls_one_level_links_and_errors,
@@ -125,6 +129,77 @@ async fn docker(image: &str, inject: bool) -> Option<Target> {
     // The container goes before its workspace (tuple fields drop in order).
     let keep = (container, workspace);
     Some(Target { native, derived, ws, keep: Box::new(keep) })
+}
+
+/// A Daytona sandbox made through the fake from `agentd-base-debian` (agentd injected) over the
+/// preview link; derived: the same sandbox through `execute` over that link ([`ExecOnly`]).
+async fn daytona_link() -> Option<Target> {
+    let (fake, workspace, ws) = daytona_fake().await?;
+    let sandbox = daytona_sandbox(&fake, DaytonaMode::Link).await;
+    assert_eq!(sandbox.channel(), Channel::Link);
+    let native: Arc<dyn BaseSandbox> = Arc::new(sandbox);
+    let derived = Box::new(ExecOnly(Arc::clone(&native)));
+    let keep = (Arc::clone(&native), fake, workspace);
+    Some(Target { native, derived, ws, keep: Box::new(keep) })
+}
+
+/// The toolbox-exec fallback: a Daytona sandbox made through the fake in
+/// [`DaytonaMode::ToolboxExec`], whose verbs and offload take the derived path through the toolbox
+/// exec, is the derived side; the native side is the same Daytona sandbox attached over the preview
+/// link (a second injected agentd in the same container), so both see the same files and cwd.
+async fn daytona_toolbox() -> Option<Target> {
+    let (fake, workspace, ws) = daytona_fake().await?;
+    let toolbox = daytona_sandbox(&fake, DaytonaMode::ToolboxExec).await;
+    assert_eq!(toolbox.channel(), Channel::ToolboxExec);
+    let linked =
+        DaytonaSandbox::attach(daytona_config(&fake), toolbox.id(), &daytona_options(DaytonaMode::Link))
+            .await
+            .expect("attach over the preview link");
+    let native: Arc<dyn BaseSandbox> = Arc::new(linked);
+    let derived = Box::new(toolbox);
+    let keep = (Arc::clone(&native), fake, workspace);
+    Some(Target { native, derived, ws, keep: Box::new(keep) })
+}
+
+const DAYTONA_IMAGE: &str = "agentd-base-debian:latest";
+
+/// A fake Daytona whose containers bind-mount a fresh workspace at the same path and start in it.
+/// One fake and sandbox per case (about 1–2.5 s each): a case's workspace is the sandbox's working
+/// directory (relative paths) and is snapshotted whole, and the sandbox's connections live on the
+/// case's runtime; sharing one per factory would make the cases take turns, which measured no
+/// faster over the whole suite. Skips without Docker or the image.
+async fn daytona_fake() -> Option<(FakeDaytona, tempfile::TempDir, std::path::PathBuf)> {
+    if !agentd_tests::docker_available(DAYTONA_IMAGE).await {
+        return None;
+    }
+    let workspace = tempfile::tempdir().expect("tempdir");
+    let ws = workspace.path().canonicalize().expect("canonical");
+    let fake = FakeDaytona::start();
+    fake.mount(&ws);
+    Some((fake, workspace, ws))
+}
+
+fn daytona_config(fake: &FakeDaytona) -> DaytonaConfig {
+    DaytonaConfig::new(fake.api_url(), fake.api_key())
+}
+
+fn daytona_options(mode: DaytonaMode) -> DaytonaOptions {
+    DaytonaOptions {
+        mode,
+        link_timeout: std::time::Duration::from_secs(20),
+        agentd_binary: Some(agentd_tests::static_agentd()),
+        ..DaytonaOptions::default()
+    }
+}
+
+/// A sandbox on `fake` from [`DAYTONA_IMAGE`] (`daytona:IMAGE`, built through `buildInfo`).
+async fn daytona_sandbox(fake: &FakeDaytona, mode: DaytonaMode) -> DaytonaSandbox {
+    let started = std::time::Instant::now();
+    let sandbox = DaytonaSandbox::create(daytona_config(fake), DAYTONA_IMAGE, &daytona_options(mode))
+        .await
+        .expect("create a Daytona sandbox through the fake");
+    eprintln!("daytona create + inject ({mode:?}): {:?}", started.elapsed());
+    sandbox
 }
 
 /// Runs `case` on what `factory` makes (nothing when it skipped).

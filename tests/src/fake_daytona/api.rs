@@ -155,20 +155,22 @@ async fn create(State(shared): Shd, method: Method, uri: Uri, body: Bytes) -> Re
     };
     match failure {
         Some((_, reason)) => sandbox.pending_error = Some(reason),
-        None => match docker::run(&shared.instance, &id, &sandbox.image, &sandbox.env).await {
-            Ok(container) => {
-                sandbox.ip = docker::ip(&container).await;
-                sandbox.container = Some(container);
+        None => {
+            match docker::run(&shared.instance, &id, &sandbox.image, &sandbox.env, &shared.mounts()).await {
+                Ok(container) => {
+                    sandbox.ip = docker::ip(&container).await;
+                    sandbox.container = Some(container);
+                }
+                Err(message) => {
+                    sandbox.pending = if dockerfile.is_some() {
+                        ["building_snapshot", "starting", "error"].into()
+                    } else {
+                        ["error"].into()
+                    };
+                    sandbox.pending_error = Some(format!("failed to start the container: {message}"));
+                }
             }
-            Err(message) => {
-                sandbox.pending = if dockerfile.is_some() {
-                    ["building_snapshot", "starting", "error"].into()
-                } else {
-                    ["error"].into()
-                };
-                sandbox.pending_error = Some(format!("failed to start the container: {message}"));
-            }
-        },
+        }
     }
     let reply = sandbox.to_json(shared.port);
     shared.lock_sandboxes().insert(id, sandbox);

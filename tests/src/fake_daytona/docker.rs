@@ -67,12 +67,14 @@ pub async fn image_exists(image: &str) -> bool {
     matches!(docker(&["image", "inspect", "--format", "{{.Id}}", image], None).await, Ok((0, _, _)))
 }
 
-/// Creates and starts a container for sandbox `id`; its id, or Docker's message.
+/// Creates and starts a container for sandbox `id`, with `mounts` bound at the same paths (the last
+/// one its working directory); its id, or Docker's message.
 pub async fn run(
     instance: &str,
     id: &str,
     image: &str,
     env: &BTreeMap<String, String>,
+    mounts: &[std::path::PathBuf],
 ) -> Result<String, String> {
     let instance_label = format!("{CONTAINER_LABEL}={instance}");
     let sandbox_label = format!("{CONTAINER_LABEL}.sandbox={id}");
@@ -80,6 +82,14 @@ pub async fn run(
     let mut args = vec!["run", "-d", "--init", "--label", &instance_label, "--label", &sandbox_label];
     for pair in &env {
         args.extend(["-e", pair.as_str()]);
+    }
+    let binds: Vec<String> = mounts.iter().map(|dir| format!("{0}:{0}", dir.display())).collect();
+    for bind in &binds {
+        args.extend(["-v", bind.as_str()]);
+    }
+    let workdir = mounts.last().map(|dir| dir.to_string_lossy());
+    if let Some(dir) = &workdir {
+        args.extend(["-w", dir.as_ref()]);
     }
     args.extend(["--entrypoint", KEEP_ALIVE[0], image]);
     args.extend(&KEEP_ALIVE[1..]);

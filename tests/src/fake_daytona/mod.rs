@@ -10,7 +10,10 @@
 //! Knobs: an image (or snapshot) named [`IMAGE_BUILD_FAILED`] / [`IMAGE_ERROR`], or the label
 //! [`OUTCOME_LABEL`] = `build_failed` | `error`, makes the sandbox end in that state with an
 //! `errorReason`; [`FakeDaytona::inject_fault`] answers the next N matching requests with a status;
-//! [`FakeDaytona::drop_preview_connections`] cuts the proxied connections of a sandbox.
+//! [`FakeDaytona::drop_preview_connections`] cuts the proxied connections of a sandbox;
+//! [`FakeDaytona::mount`] bind-mounts a host directory at the same path into the containers made
+//! afterwards and starts them there (the real Daytona's volumes, reduced to what tests need: the
+//! host and the sandbox seeing the same files at the same paths).
 
 mod api;
 mod docker;
@@ -51,6 +54,9 @@ pub(crate) struct Shared {
     pub instance: String,
     pub port: u16,
     pub default_image: Mutex<String>,
+    /// Host directories bind-mounted at the same path into new containers; the last one is their
+    /// working directory.
+    pub mounts: Mutex<Vec<std::path::PathBuf>>,
     pub sandboxes: Mutex<HashMap<String, Sandbox>>,
     pub requests: Mutex<Vec<String>>,
     pub faults: Mutex<Vec<Fault>>,
@@ -59,6 +65,10 @@ pub(crate) struct Shared {
 impl Shared {
     fn lock_sandboxes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sandbox>> {
         self.sandboxes.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn mounts(&self) -> Vec<std::path::PathBuf> {
+        self.mounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }
 
@@ -90,6 +100,7 @@ impl FakeDaytona {
             instance,
             port: addr.port(),
             default_image: Mutex::new(DEFAULT_IMAGE.to_owned()),
+            mounts: Mutex::new(Vec::new()),
             sandboxes: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
@@ -139,6 +150,12 @@ impl FakeDaytona {
     pub fn set_default_image(&self, image: &str) {
         *self.shared.default_image.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             image.to_owned();
+    }
+
+    /// Bind-mounts `dir` at the same path into the containers created from now on, and makes it
+    /// their working directory (the toolbox exec's default `cwd`, hence an injected agentd's).
+    pub fn mount(&self, dir: &std::path::Path) {
+        self.shared.mounts.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(dir.to_owned());
     }
 
     /// Answers the next `count` requests whose path starts with `path_prefix` (e.g. `/api/sandbox`,
