@@ -119,7 +119,14 @@ impl Drop for Daemon {
             nix::sys::signal::Signal::SIGTERM,
         );
         let _ = self.child.wait();
+        remove_scratch(self.child.id());
     }
+}
+
+/// Removes the scratch directory of an agentd that could not remove it itself (killed with SIGKILL,
+/// or by a test's pids cap): `$TMPDIR/agentd-<pid>`. Call it only once that agentd is gone.
+pub fn remove_scratch(pid: u32) {
+    let _ = std::fs::remove_dir_all(std::env::temp_dir().join(format!("agentd-{pid}")));
 }
 
 /// Path of a workspace binary built next to the test executable (`target/<profile>/NAME`).

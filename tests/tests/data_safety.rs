@@ -31,6 +31,7 @@ fn kill9(daemon: &mut Daemon) {
     let pid = nix::unistd::Pid::from_raw(daemon.pid() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     daemon.child.wait().unwrap();
+    agentd_tests::remove_scratch(daemon.pid());
 }
 
 /// The names in `dir` that look like agentd temp files.
