@@ -123,6 +123,26 @@ impl Drop for Daemon {
     }
 }
 
+/// The contract's per-file transfer codes, in order, with exact bytes next to failures, on any
+/// sandbox: `/tmp/big` must be a directory there.
+pub async fn check_per_file_codes(sb: &dyn agentd_host::BaseSandbox) {
+    let up = sb
+        .upload_files(&[
+            ("/tmp/big".into(), b"x".to_vec()),
+            ("rel".into(), vec![]),
+            ("/tmp/n/deep/f".into(), b"\0\r\n\xff".to_vec()),
+        ])
+        .await
+        .expect("upload");
+    let errors: Vec<_> = up.iter().map(|u| u.error.as_deref()).collect();
+    assert_eq!(errors, [Some("is_directory"), Some("invalid_path"), None]);
+    let paths = ["/tmp/missing", "/tmp/big", "relative", "/tmp/n/deep/f"].map(String::from);
+    let down = sb.download_files(&paths).await.expect("download");
+    let errors: Vec<_> = down.iter().map(|d| d.error.as_deref()).collect();
+    assert_eq!(errors, [Some("file_not_found"), Some("is_directory"), Some("invalid_path"), None]);
+    assert_eq!(down[3].content.as_deref(), Some(&b"\0\r\n\xff"[..]));
+}
+
 /// Removes the scratch directory of an agentd that could not remove it itself (killed with SIGKILL,
 /// or by a test's pids cap): `$TMPDIR/agentd-<pid>`. Call it only once that agentd is gone.
 pub fn remove_scratch(pid: u32) {

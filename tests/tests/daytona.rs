@@ -48,29 +48,7 @@ async fn transfers(sb: &DaytonaSandbox) {
     let down = sb.download_files(&["/tmp/big/file.bin".into()]).await.unwrap();
     assert_eq!(format!("{:x}", Sha256::digest(down[0].content.as_ref().unwrap())), digest);
     eprintln!("100 MiB up and down through the toolbox: {:?}", started.elapsed());
-    // Per-file codes, in order, and exact bytes next to failures.
-    let up = sb
-        .upload_files(&[
-            ("/tmp/big".into(), b"x".to_vec()),
-            ("rel".into(), vec![]),
-            ("/tmp/n/deep/f".into(), b"\0\r\n\xff".to_vec()),
-        ])
-        .await
-        .unwrap();
-    let errors: Vec<_> = up.iter().map(|u| u.error.as_deref()).collect();
-    assert_eq!(errors, [Some("is_directory"), Some("invalid_path"), None]);
-    let down = sb
-        .download_files(&[
-            "/tmp/missing".into(),
-            "/tmp/big".into(),
-            "relative".into(),
-            "/tmp/n/deep/f".into(),
-        ])
-        .await
-        .unwrap();
-    let errors: Vec<_> = down.iter().map(|d| d.error.as_deref()).collect();
-    assert_eq!(errors, [Some("file_not_found"), Some("is_directory"), Some("invalid_path"), None]);
-    assert_eq!(down[3].content.as_deref(), Some(&b"\0\r\n\xff"[..]));
+    agentd_tests::check_per_file_codes(sb).await;
 }
 
 /// `execute`, a verb and the offload, whichever channel carries them.
@@ -325,54 +303,21 @@ async fn a_baked_agentd_is_used_where_the_image_has_one() {
     sb.close().await.unwrap();
 }
 
-/// The toolbox exec alone, for the derived path's figures next to the link's.
-struct ToolboxOnly<'a>(&'a DaytonaSandbox);
-
-#[agentd_host::async_trait]
-impl BaseSandbox for ToolboxOnly<'_> {
-    fn id(&self) -> &str {
-        self.0.id()
-    }
-
-    fn agentd_command(&self) -> &str {
-        self.0.agentd_command()
-    }
-
-    async fn execute(
-        &self,
-        command: &str,
-        timeout: Option<Duration>,
-    ) -> agentd_host::Result<agentd_host::ExecuteResponse> {
-        self.0.toolbox().execute(command, timeout).await
-    }
-
-    async fn upload_files(
-        &self,
-        files: &[(String, Vec<u8>)],
-    ) -> agentd_host::Result<Vec<agentd_host::FileUploadResponse>> {
-        self.0.upload_files(files).await
-    }
-
-    async fn download_files(
-        &self,
-        paths: &[String],
-    ) -> agentd_host::Result<Vec<agentd_host::FileDownloadResponse>> {
-        self.0.download_files(paths).await
-    }
-}
-
 /// The link and the toolbox exec are two channels to one sandbox with one result: `read` of 2000
 /// lines native over the link and derived through the toolbox exec, and `execute`. (Their timings
 /// are the `daytona` benchmark's: `cargo bench -p agentd-tests --bench daytona`.)
 #[tokio::test]
 async fn link_and_toolbox_exec_give_the_same_results() {
-    let Some((_fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
+    let Some((fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
     let lines: String = (1..=2000).map(|i| format!("line {i} of the file\n")).collect();
     assert_eq!(
         sb.upload_files(&[("/tmp/f/2000.txt".into(), lines.into_bytes())]).await.unwrap()[0].error,
         None
     );
-    let toolbox = ToolboxOnly(&sb);
+    // The same sandbox attached again with the toolbox exec as its only channel.
+    let toolbox =
+        DaytonaSandbox::attach(config(&fake), sb.id(), &options(DaytonaMode::ToolboxExec)).await.unwrap();
+    assert_eq!(toolbox.channel(), Channel::ToolboxExec);
     let command = "printf 'a\\nb'; echo \"$((6*7))\"; exit 4";
     let (link, exec) =
         (sb.execute(command, None).await.unwrap(), toolbox.execute(command, None).await.unwrap());

@@ -39,23 +39,7 @@ async fn transfers(sb: &DockerSandbox) {
         (done.sha256.as_str(), format!("{:x}", Sha256::digest(&back))),
         (digest.as_str(), digest.clone())
     );
-    // Per-file codes, in order.
-    let down =
-        sb.download_files(&["/tmp/missing".into(), "/tmp/big".into(), "relative".into()]).await.unwrap();
-    let errors: Vec<_> = down.iter().map(|d| d.error.as_deref()).collect();
-    assert_eq!(errors, [Some("file_not_found"), Some("is_directory"), Some("invalid_path")]);
-    let up = sb
-        .upload_files(&[
-            ("/tmp/big".into(), b"x".to_vec()),
-            ("rel".into(), vec![]),
-            ("/tmp/n/deep/f".into(), b"\0\r\n\xff".to_vec()),
-        ])
-        .await
-        .unwrap();
-    let errors: Vec<_> = up.iter().map(|u| u.error.as_deref()).collect();
-    assert_eq!(errors, [Some("is_directory"), Some("invalid_path"), None]);
-    let down = sb.download_files(&["/tmp/n/deep/f".into()]).await.unwrap();
-    assert_eq!(down[0].content.as_deref(), Some(&b"\0\r\n\xff"[..]));
+    agentd_tests::check_per_file_codes(sb).await;
 }
 
 #[tokio::test]
