@@ -18,6 +18,7 @@ use tokio_tungstenite::tungstenite::{Message, http::HeaderValue};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub mod fake_daytona;
+pub mod fake_modal;
 
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 

@@ -113,17 +113,24 @@ async fn sigkill_mid_edit_leaves_the_old_or_the_new_content_whole() {
     assert!(swept, "left over: {:?}", temps(files.path()));
 }
 
-/// Starts an upload of `path` on `daemon` and sends 2 MiB, then waits until its temp file exists.
+/// Starts an upload of `path` on `daemon` and sends 2 MiB, then waits until its temp file holds
+/// bytes: its writer has its lock by then. (A temp file killed before its writer locked it is still
+/// mode 0000 and is only swept once it is `UNLOCKED_GRACE` old, which these tests do not wait for.)
 async fn half_upload(daemon: &Daemon, path: &Path) -> Ws {
-    let before = temps(path.parent().unwrap()).len();
+    let before = temps(path.parent().unwrap());
     let mut ws = greeted(daemon).await;
     send_text(&mut ws, json!({"type": "upload", "id": 1, "path": path.to_str().unwrap()}).to_string()).await;
     for _ in 0..8 {
         ws.send(Message::binary(agentd_protocol::chunk::encode(1, &[7u8; 256 << 10]))).await.unwrap();
     }
     let dir = path.parent().unwrap();
-    let started = agentd_tests::eventually(Duration::from_secs(5), || temps(dir).len() == before + 1).await;
-    assert!(started, "no temp file mid-upload");
+    let written = |name: &String| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.len() > 0);
+    let started = agentd_tests::eventually(Duration::from_secs(5), || {
+        let new: Vec<String> = temps(dir).into_iter().filter(|n| !before.contains(n)).collect();
+        matches!(new.as_slice(), [one] if written(one))
+    })
+    .await;
+    assert!(started, "no temp file with bytes in it mid-upload");
     ws
 }
 

@@ -5,6 +5,8 @@
 //! - `docker` (feature `docker`): a container, agentd baked into its image or injected into it (Docker Engine API).
 //! - `daytona` (feature `daytona`): a Daytona sandbox (REST API), agentd baked in or injected, linked
 //!   through a preview URL, or driven through the toolbox exec when no link can be made.
+//! - `modal` (feature `modal`): a Modal sandbox (gRPC API), agentd baked in or injected, linked
+//!   through a tunnel, or driven through the command router's exec when there is no tunnel.
 //! - [`inject`]: what adapters that inject agentd share (the static binary).
 //! - [`local`]: the embedded default: a private agentd child on loopback with a temporary workspace.
 
@@ -15,3 +17,5 @@ pub mod daytona;
 pub mod docker;
 pub mod inject;
 pub mod local;
+#[cfg(feature = "modal")]
+pub mod modal;

@@ -1,0 +1,14 @@
+//! Modal's wire types and gRPC clients, generated at build time from `host/proto/modal/` (the
+//! subset of Modal's `api.proto` and `task_command_router.proto` this adapter uses).
+
+#![allow(clippy::all, clippy::pedantic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+/// Package `modal.client`: the control plane (`ModalClient`).
+pub mod client {
+    tonic::include_proto!("modal.client");
+}
+
+/// Package `modal.task_command_router`: the command router (`TaskCommandRouter`).
+pub mod task_command_router {
+    tonic::include_proto!("modal.task_command_router");
+}
