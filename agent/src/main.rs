@@ -17,6 +17,7 @@
 //!   time across all connections.
 //! - [`outbox`]: each connection's outgoing queue and writer; large replies take room from one
 //!   budget shared by all connections, so memory does not follow output size.
+//! - [`memory`]: free pages go back to the system once the work is done.
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
 //!
 //! ## Usage
@@ -31,6 +32,7 @@ mod confine;
 mod exec;
 mod fs;
 mod inbound;
+mod memory;
 mod oneshot;
 mod outbox;
 mod registry;
@@ -234,6 +236,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         room: outbox::Room::new(),
         large_messages: inbound::LargeMessages::new(),
     });
+    tokio::spawn(memory::release_when_idle(Arc::clone(&shared.global)));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     if args.stdio {

@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use agentd_protocol::ErrorCode;
@@ -98,6 +98,8 @@ pub fn current() -> Cancel {
 #[derive(Debug, Default)]
 pub struct Global {
     count: AtomicUsize,
+    /// Slots ever taken: tells [`crate::memory`] whether work happened since it last looked.
+    taken: AtomicU64,
 }
 
 impl Global {
@@ -108,12 +110,20 @@ impl Global {
                 (n < MAX_IN_FLIGHT_GLOBAL).then_some(n + 1)
             })
             .ok()
-            .map(|_| Slot(Arc::clone(self)))
+            .map(|_| {
+                self.taken.fetch_add(1, Ordering::Relaxed);
+                Slot(Arc::clone(self))
+            })
     }
 
-    #[cfg(test)]
-    fn in_flight(&self) -> usize {
+    /// Requests whose work has not ended yet, across connections.
+    pub fn in_flight(&self) -> usize {
         self.count.load(Ordering::Acquire)
+    }
+
+    /// How many requests were ever admitted.
+    pub fn taken(&self) -> u64 {
+        self.taken.load(Ordering::Relaxed)
     }
 }
 

@@ -13,13 +13,12 @@
 // A benchmark binary: a failed step aborts it with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
 use agentd_host::BaseSandbox;
 use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
 use agentd_tests::fake_daytona::FakeDaytona;
-use agentd_tests::stats::{ms, percentile};
+use agentd_tests::stats::{interleaved, ms, ratios};
 
 const IMAGE: &str = "agentd-base-debian:latest";
 const FILE: &str = "/tmp/bench/2000.txt";
@@ -31,55 +30,6 @@ const LINK_PER_TOOLBOX: usize = 5;
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     runtime.block_on(run());
-}
-
-/// Median and p99 of `times`, and a printable summary.
-struct Figure {
-    median: Duration,
-    p99: Duration,
-    runs: usize,
-}
-
-impl Figure {
-    fn of(mut times: Vec<Duration>) -> Self {
-        times.sort();
-        Self { median: percentile(&times, 0.5), p99: percentile(&times, 0.99), runs: times.len() }
-    }
-
-    fn line(&self) -> String {
-        format!("median {:.3} ms, p99 {:.3} ms ({} runs)", ms(self.median), ms(self.p99), self.runs)
-    }
-}
-
-/// Times `link` and `toolbox` interleaved: `LINK_PER_TOOLBOX` link calls per toolbox call.
-async fn measure<L, LF, T, TF>(link: L, toolbox: T) -> (Figure, Figure)
-where
-    L: Fn() -> LF,
-    LF: Future<Output = ()>,
-    T: Fn() -> TF,
-    TF: Future<Output = ()>,
-{
-    let mut link_times = Vec::with_capacity(TOOLBOX_RUNS * LINK_PER_TOOLBOX);
-    let mut toolbox_times = Vec::with_capacity(TOOLBOX_RUNS);
-    for _ in 0..TOOLBOX_RUNS {
-        let start = Instant::now();
-        toolbox().await;
-        toolbox_times.push(start.elapsed());
-        for _ in 0..LINK_PER_TOOLBOX {
-            let start = Instant::now();
-            link().await;
-            link_times.push(start.elapsed());
-        }
-    }
-    (Figure::of(link_times), Figure::of(toolbox_times))
-}
-
-fn ratios(what: &str, link: &Figure, toolbox: &Figure, target: &str) {
-    println!(
-        "{what}: link is {:.1}x faster at the median, {:.1}x at p99{target}",
-        ms(toolbox.median) / ms(link.median),
-        ms(toolbox.p99) / ms(link.p99)
-    );
 }
 
 async fn run() {
@@ -119,12 +69,16 @@ async fn run() {
         toolbox.execute("true", None).await.unwrap();
     }
 
-    let (exec_link, exec_toolbox) = measure(
+    let (exec_link, exec_toolbox) = interleaved(
+        TOOLBOX_RUNS,
+        LINK_PER_TOOLBOX,
         || async { assert_eq!(linked.execute("true", None).await.unwrap().exit_code, Some(0)) },
         || async { assert_eq!(toolbox.execute("true", None).await.unwrap().exit_code, Some(0)) },
     )
     .await;
-    let (read_link, read_toolbox) = measure(
+    let (read_link, read_toolbox) = interleaved(
+        TOOLBOX_RUNS,
+        LINK_PER_TOOLBOX,
         || async { assert_eq!(linked.read(FILE, 0, 2000).await.unwrap().end_line, Some(2000)) },
         || async { assert_eq!(toolbox.read(FILE, 0, 2000).await.unwrap().end_line, Some(2000)) },
     )

@@ -395,6 +395,62 @@ pub mod stats {
     pub fn ms(d: Duration) -> f64 {
         d.as_secs_f64() * 1e3
     }
+
+    /// Median and p99 of a set of timings, and a printable summary.
+    pub struct Figure {
+        pub median: Duration,
+        pub p99: Duration,
+        pub runs: usize,
+    }
+
+    impl Figure {
+        pub fn of(mut times: Vec<Duration>) -> Self {
+            times.sort();
+            Self { median: percentile(&times, 0.5), p99: percentile(&times, 0.99), runs: times.len() }
+        }
+
+        pub fn line(&self) -> String {
+            format!("median {:.3} ms, p99 {:.3} ms ({} runs)", ms(self.median), ms(self.p99), self.runs)
+        }
+    }
+
+    /// Times `fast` and `slow` interleaved, `per_slow` calls of `fast` after each of the `slow_runs`
+    /// calls of `slow`, so drift on a noisy machine hits both alike: (fast, slow).
+    pub async fn interleaved<F, FF, S, SF>(
+        slow_runs: usize,
+        per_slow: usize,
+        fast: F,
+        slow: S,
+    ) -> (Figure, Figure)
+    where
+        F: Fn() -> FF,
+        FF: std::future::Future<Output = ()>,
+        S: Fn() -> SF,
+        SF: std::future::Future<Output = ()>,
+    {
+        let mut fast_times = Vec::with_capacity(slow_runs * per_slow);
+        let mut slow_times = Vec::with_capacity(slow_runs);
+        for _ in 0..slow_runs {
+            let start = std::time::Instant::now();
+            slow().await;
+            slow_times.push(start.elapsed());
+            for _ in 0..per_slow {
+                let start = std::time::Instant::now();
+                fast().await;
+                fast_times.push(start.elapsed());
+            }
+        }
+        (Figure::of(fast_times), Figure::of(slow_times))
+    }
+
+    /// Prints how many times faster `fast` was than `slow`, at the median and at p99.
+    pub fn ratios(what: &str, fast: &Figure, slow: &Figure, target: &str) {
+        println!(
+            "{what}: link is {:.1}x faster at the median, {:.1}x at p99{target}",
+            ms(slow.median) / ms(fast.median),
+            ms(slow.p99) / ms(fast.p99)
+        );
+    }
 }
 
 /// A sandbox seen only through its four required members (and where agentd lives): the verbs and
