@@ -552,6 +552,8 @@ pub enum Need {
     Python3,
     /// The official `daytona` Python SDK: `$AGENTD_DAYTONA_PYTHON` names a python that imports it.
     DaytonaSdk,
+    /// The official `modal` Python client: `$AGENTD_MODAL_PYTHON` names a python that imports it.
+    ModalSdk,
 }
 
 impl Need {
@@ -563,6 +565,7 @@ impl Need {
             Self::Cgroup => "AGENTD_REQUIRE_CGROUP",
             Self::Python3 => "AGENTD_REQUIRE_PYTHON3",
             Self::DaytonaSdk => "AGENTD_REQUIRE_DAYTONA_SDK",
+            Self::ModalSdk => "AGENTD_REQUIRE_MODAL_SDK",
         }
     }
 }

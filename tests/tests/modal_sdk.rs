@@ -14,13 +14,14 @@ use agentd_host::adapters::modal::proto::task_command_router::{
     self as tcr, task_exec_poll_response, task_exec_stdin_write_stream_request::Payload,
     task_exec_wait_response::ExitStatus,
 };
-use agentd_tests::docker_available;
 use agentd_tests::fake_modal::{CONTAINER_LABEL, FakeModal};
+use agentd_tests::{Need, docker_available, skip};
 use base64::Engine as _;
 use tonic::transport::Channel;
 use tonic::{Code, Request};
 
 const BUSYBOX: &str = "agentd-base-busybox:latest";
+const DEBIAN: &str = "agentd-base-debian:latest";
 
 /// The control plane, with the fake's token pair on every call.
 struct Control {
@@ -150,6 +151,86 @@ fn sandbox_definition(image_id: &str, timeout_secs: u32, port: u32) -> api::Sand
 
 fn tag(name: &str, value: &str) -> api::SandboxTag {
     api::SandboxTag { tag_name: name.to_owned(), tag_value: value.to_owned() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_creates_a_sandbox_and_runs_an_exec() {
+    if !docker_available(DEBIAN).await {
+        return;
+    }
+    let Some(python) = std::env::var_os("AGENTD_MODAL_PYTHON") else {
+        skip(Need::ModalSdk, "AGENTD_MODAL_PYTHON is not set (.ci/run installs the client in a venv)");
+        return;
+    };
+    let fake = FakeModal::start();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("modal_sdk_check.py");
+    // An empty home and working directory: no `~/.modal.toml` or profile for the client to pick up.
+    let home = tempfile::tempdir().unwrap();
+    let mut command = tokio::process::Command::new(python);
+    command.arg(&script).arg(DEBIAN).current_dir(home.path()).kill_on_drop(true);
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("MODAL_") {
+            command.env_remove(key);
+        }
+    }
+    // `MODAL_SANDBOX_V2=0`: the client's V1 sandbox RPCs, the ones the adapter uses (1.6 defaults to
+    // the experimental `*V2` RPCs, which the fake does not serve).
+    command.env("HOME", home.path()).env("MODAL_SANDBOX_V2", "0").envs(fake.env());
+    let output = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the client script finishes")
+        .expect("run python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    eprintln!("client script stderr:\n{}", String::from_utf8_lossy(&output.stderr));
+    let calls: Vec<String> = fake.calls().iter().map(|c| format!("{} {:?}", c.rpc, c.code)).collect();
+    eprintln!("calls the client made:\n  {}", calls.join("\n  "));
+    assert!(output.status.success(), "the client script failed:\n{stdout}");
+    let got: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        got,
+        [
+            "check sandbox-id True",
+            "check listed True",
+            "check tunnel-host 127.0.0.1",
+            "check stdout 'hi\\n'",
+            "check stderr 'err\\n'",
+            "check exit-code 3",
+            "check stdin-echo b'ping\\x00\\xff'",
+            "check stdin-exit-code 0",
+            "check poll-running None",
+            // The client's rule for a TERMINATED result.
+            "check returncode 137",
+            "done"
+        ]
+    );
+    // What the pinned client needs of a control plane and router for this (all answered).
+    let mut rpcs: Vec<String> = fake.calls().into_iter().map(|c| c.rpc).collect();
+    rpcs.sort_unstable();
+    rpcs.dedup();
+    assert_eq!(
+        rpcs,
+        [
+            "AppGetOrCreate",
+            "EnvironmentGetOrCreate",
+            "ImageGetOrCreate",
+            "ImageJoinStreaming",
+            "SandboxCreate",
+            "SandboxGetTaskId",
+            "SandboxGetTunnels",
+            "SandboxList",
+            "SandboxTerminate",
+            "SandboxWait",
+            "TaskExecStart",
+            "TaskExecStdinWrite",
+            "TaskExecStdioRead",
+            "TaskExecWait",
+            "TaskGetCommandRouterAccess",
+        ]
+    );
+    assert!(fake.calls().iter().all(|c| c.code == Code::Ok), "{calls:?}");
+    assert!(
+        agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance())).is_empty()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

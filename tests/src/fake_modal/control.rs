@@ -161,8 +161,12 @@ impl ModalClient for Control {
         request: Request<EnvironmentGetOrCreateRequest>,
     ) -> Result<Response<EnvironmentGetOrCreateResponse>, Status> {
         let call = self.shared.begin_control("EnvironmentGetOrCreate", request.metadata())?;
+        let name = request.into_inner().deployment_name;
+        let name = if name.is_empty() { "main".to_owned() } else { name };
         call.end(Ok(Response::new(EnvironmentGetOrCreateResponse {
+            environment_id: format!("en-{}", name.bytes().map(|b| format!("{b:02x}")).collect::<String>()),
             metadata: Some(EnvironmentMetadata {
+                name,
                 settings: Some(EnvironmentSettings { image_builder_version: "2024.10".to_owned() }),
             }),
         })))
