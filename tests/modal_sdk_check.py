@@ -1,8 +1,8 @@
 """The official Modal Python client against a Modal control plane (the tests' fake, or the real one).
 
-Run by tests/tests/modal_sdk.rs with MODAL_SERVER_URL, MODAL_TOKEN_ID and MODAL_TOKEN_SECRET set
-(and MODAL_SANDBOX_V2=0: the V1 sandbox RPCs). Prints one `check <name> <value>` line per step; the
-test asserts them.
+Run by tests/tests/modal_sdk.rs with MODAL_SERVER_URL, MODAL_TOKEN_ID and MODAL_TOKEN_SECRET set,
+once with MODAL_SANDBOX_V2=0 (the V1 sandbox RPCs) and once with 1 (the client's default, the `*V2`
+RPCs). Prints one `check <name> <value>` line per step; the test asserts them.
 """
 
 import sys

@@ -153,16 +153,25 @@ fn tag(name: &str, value: &str) -> api::SandboxTag {
     api::SandboxTag { tag_name: name.to_owned(), tag_value: value.to_owned() }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_client_creates_a_sandbox_and_runs_an_exec() {
-    if !docker_available(DEBIAN).await {
-        return;
-    }
-    let Some(python) = std::env::var_os("AGENTD_MODAL_PYTHON") else {
-        skip(Need::ModalSdk, "AGENTD_MODAL_PYTHON is not set (.ci/run installs the client in a venv)");
-        return;
-    };
-    let fake = FakeModal::start();
+/// What the script prints, in both modes.
+const CLIENT_CHECKS: [&str; 11] = [
+    "check sandbox-id True",
+    "check listed True",
+    "check tunnel-host 127.0.0.1",
+    "check stdout 'hi\\n'",
+    "check stderr 'err\\n'",
+    "check exit-code 3",
+    "check stdin-echo b'ping\\x00\\xff'",
+    "check stdin-exit-code 0",
+    "check poll-running None",
+    // The client's rule for a TERMINATED result.
+    "check returncode 137",
+    "done",
+];
+
+/// Runs tests/modal_sdk_check.py against `fake` with `MODAL_SANDBOX_V2` = `v2`; the distinct RPCs
+/// it called (every call answered OK).
+async fn run_client_script(fake: &FakeModal, python: &std::ffi::OsStr, v2: &str) -> Vec<String> {
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("modal_sdk_check.py");
     // An empty home and working directory: no `~/.modal.toml` or profile for the client to pick up.
     let home = tempfile::tempdir().unwrap();
@@ -173,42 +182,40 @@ async fn python_client_creates_a_sandbox_and_runs_an_exec() {
             command.env_remove(key);
         }
     }
-    // `MODAL_SANDBOX_V2=0`: the client's V1 sandbox RPCs, the ones the adapter uses (1.6 defaults to
-    // the experimental `*V2` RPCs, which the fake does not serve).
-    command.env("HOME", home.path()).env("MODAL_SANDBOX_V2", "0").envs(fake.env());
+    command.env("HOME", home.path()).env("MODAL_SANDBOX_V2", v2).envs(fake.env());
+    let before = fake.calls().len();
     let output = tokio::time::timeout(Duration::from_secs(120), command.output())
         .await
         .expect("the client script finishes")
         .expect("run python");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    eprintln!("client script stderr:\n{}", String::from_utf8_lossy(&output.stderr));
-    let calls: Vec<String> = fake.calls().iter().map(|c| format!("{} {:?}", c.rpc, c.code)).collect();
-    eprintln!("calls the client made:\n  {}", calls.join("\n  "));
+    eprintln!("client script (MODAL_SANDBOX_V2={v2}) stderr:\n{}", String::from_utf8_lossy(&output.stderr));
+    let calls = fake.calls().split_off(before);
+    let listed: Vec<String> = calls.iter().map(|c| format!("{} {:?}", c.rpc, c.code)).collect();
+    eprintln!("calls the client made:\n  {}", listed.join("\n  "));
     assert!(output.status.success(), "the client script failed:\n{stdout}");
-    let got: Vec<&str> = stdout.lines().collect();
-    assert_eq!(
-        got,
-        [
-            "check sandbox-id True",
-            "check listed True",
-            "check tunnel-host 127.0.0.1",
-            "check stdout 'hi\\n'",
-            "check stderr 'err\\n'",
-            "check exit-code 3",
-            "check stdin-echo b'ping\\x00\\xff'",
-            "check stdin-exit-code 0",
-            "check poll-running None",
-            // The client's rule for a TERMINATED result.
-            "check returncode 137",
-            "done"
-        ]
-    );
-    // What the pinned client needs of a control plane and router for this (all answered).
-    let mut rpcs: Vec<String> = fake.calls().into_iter().map(|c| c.rpc).collect();
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), CLIENT_CHECKS);
+    assert!(calls.iter().all(|c| c.code == Code::Ok), "{listed:?}");
+    let mut rpcs: Vec<String> = calls.into_iter().map(|c| c.rpc).collect();
     rpcs.sort_unstable();
     rpcs.dedup();
+    rpcs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_client_creates_a_sandbox_and_runs_an_exec() {
+    if !docker_available(DEBIAN).await {
+        return;
+    }
+    let Some(python) = std::env::var_os("AGENTD_MODAL_PYTHON") else {
+        skip(Need::ModalSdk, "AGENTD_MODAL_PYTHON is not set (.ci/run installs the client in a venv)");
+        return;
+    };
+    let fake = FakeModal::start();
+    // The V1 sandbox RPCs (the adapter's) with `MODAL_SANDBOX_V2=0`.
+    let v1 = run_client_script(&fake, &python, "0").await;
     assert_eq!(
-        rpcs,
+        v1,
         [
             "AppGetOrCreate",
             "EnvironmentGetOrCreate",
@@ -227,10 +234,28 @@ async fn python_client_creates_a_sandbox_and_runs_an_exec() {
             "TaskGetCommandRouterAccess",
         ]
     );
-    assert!(fake.calls().iter().all(|c| c.code == Code::Ok), "{calls:?}");
-    assert!(
-        agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance())).is_empty()
+    // The client's default: the `*V2` sandbox RPCs, behind an `AuthTokenGet` token; the create
+    // answers with the tunnels and router access (the image is built by now: no join).
+    let v2 = run_client_script(&fake, &python, "1").await;
+    assert_eq!(
+        v2,
+        [
+            "AppGetOrCreate",
+            "AuthTokenGet",
+            "EnvironmentGetOrCreate",
+            "ImageGetOrCreate",
+            "SandboxCreateV2",
+            "SandboxListV2",
+            "SandboxTerminateV2",
+            "SandboxWaitV2",
+            "TaskExecStart",
+            "TaskExecStdinWrite",
+            "TaskExecStdioRead",
+            "TaskExecWait",
+        ]
     );
+    let filter = format!("label={CONTAINER_LABEL}={}", fake.instance());
+    assert!(agentd_tests::containers::listed(&filter).is_empty(), "the client's terminate left containers");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -316,6 +341,21 @@ async fn fake_follows_the_wire_facts() {
     assert_eq!(last.status, GenericStatus::Failure as i32);
     assert!(last.exception.contains("fake:no-such-image"), "{last:?}");
 
+    // The `*V2` RPCs also want an `x-modal-auth-token` from AuthTokenGet.
+    let list = |tags: Vec<api::SandboxTag>| api::SandboxListRequest { tags, ..Default::default() };
+    let bare = control.client.sandbox_list_v2(control.req(list(vec![]))).await.unwrap_err();
+    assert_eq!(bare.code(), Code::Unauthenticated);
+    let token = control
+        .client
+        .auth_token_get(control.req(api::AuthTokenGetRequest {}))
+        .await
+        .unwrap()
+        .into_inner()
+        .token;
+    let mut with_token = control.req(list(vec![]));
+    with_token.metadata_mut().insert("x-modal-auth-token", token.parse().unwrap());
+    assert!(control.client.sandbox_list_v2(with_token).await.unwrap().into_inner().sandboxes.is_empty());
+
     // SandboxCreate: timeout_secs 0 is refused; an injected UNAVAILABLE fails the first try, and
     // the record keeps the idempotency key and attempt of each try.
     let create = |timeout_secs: u32| api::SandboxCreateRequest {
@@ -363,7 +403,6 @@ async fn fake_follows_the_wire_facts() {
     assert_eq!(control.client.sandbox_wait(control.req(wait(0.0))).await.unwrap().into_inner().result, None);
 
     // Listing by tags: every tag given must match.
-    let list = |tags: Vec<api::SandboxTag>| api::SandboxListRequest { tags, ..Default::default() };
     let listed = control.client.sandbox_list(control.req(list(vec![tag("dev.agentd.sandbox", "1")]))).await;
     let ids: Vec<String> = listed.unwrap().into_inner().sandboxes.into_iter().map(|s| s.id).collect();
     assert_eq!(ids, std::slice::from_ref(&sandbox_id));

@@ -140,6 +140,110 @@ impl Control {
         image.built = true;
         Ok(ImageGetOrCreateResponse { image_id, result, metadata: Some(image_metadata()) })
     }
+    fn task_id(&self, request: SandboxGetTaskIdRequest) -> Result<SandboxGetTaskIdResponse, Status> {
+        let mut state = lock(&self.shared.state);
+        let sandbox = state.sandbox(&request.sandbox_id)?;
+        sandbox.task_id_polls += 1;
+        Ok(match &sandbox.result {
+            Some(ended) => SandboxGetTaskIdResponse {
+                task_id: Some(sandbox.task_id.clone()),
+                task_result: Some(ended.clone()),
+            },
+            // The first poll finds the task still scheduling (unless the client asks to wait).
+            None if sandbox.task_id_polls == 1 && !request.wait_until_ready => {
+                SandboxGetTaskIdResponse::default()
+            }
+            None => SandboxGetTaskIdResponse { task_id: Some(sandbox.task_id.clone()), task_result: None },
+        })
+    }
+
+    fn tunnels(&self, request: SandboxGetTunnelsRequest) -> Result<SandboxGetTunnelsResponse, Status> {
+        let none = *lock(&self.shared.no_tunnels);
+        let mut state = lock(&self.shared.state);
+        let sandbox = state.sandbox(&request.sandbox_id)?;
+        Ok(SandboxGetTunnelsResponse {
+            result: Some(result(GenericStatus::Success, "", 0)),
+            tunnels: if none { Vec::new() } else { sandbox.tunnels.clone() },
+        })
+    }
+
+    /// Long-polls up to `timeout` (capped) for the sandbox's end.
+    async fn wait(&self, request: SandboxWaitRequest) -> Result<SandboxWaitResponse, Status> {
+        let limit = Duration::try_from_secs_f32(request.timeout.max(0.0)).unwrap_or(LONG_POLL_CAP);
+        let deadline = tokio::time::Instant::now() + limit.min(LONG_POLL_CAP);
+        loop {
+            let (ended, app_id) = {
+                let mut state = lock(&self.shared.state);
+                let sandbox = state.sandbox(&request.sandbox_id)?;
+                (sandbox.result.clone(), sandbox.app_id.clone())
+            };
+            match ended {
+                Some(ended) => {
+                    return Ok(SandboxWaitResponse {
+                        result: Some(ended.clone()),
+                        metadata: Some(SandboxHandleMetadata { result: Some(ended), app_id }),
+                    });
+                }
+                None if tokio::time::Instant::now() >= deadline => return Ok(SandboxWaitResponse::default()),
+                None => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    }
+
+    /// Newest first: those of the app (when given), running (unless finished ones are asked for),
+    /// before the timestamp (when given), carrying every tag asked for.
+    fn list(&self, request: SandboxListRequest) -> SandboxListResponse {
+        let state = lock(&self.shared.state);
+        let mut sandboxes: Vec<SandboxInfo> = state
+            .sandboxes
+            .values()
+            .filter(|s| request.app_id.is_empty() || s.app_id == request.app_id)
+            .filter(|s| request.include_finished || s.result.is_none())
+            .filter(|s| request.before_timestamp <= 0.0 || s.created_at < request.before_timestamp)
+            .filter(|s| request.tags.iter().all(|want| s.tags.contains(want)))
+            .map(|s| SandboxInfo {
+                id: s.id.clone(),
+                created_at: s.created_at,
+                task_info: Some(TaskInfo {
+                    id: s.task_id.clone(),
+                    started_at: s.created_at,
+                    finished_at: 0.0,
+                    result: s.result.clone(),
+                    sandbox_id: s.id.clone(),
+                }),
+                app_id: s.app_id.clone(),
+                tags: s.tags.clone(),
+                name: s.name.clone().unwrap_or_default(),
+                image_id: s.image_id.clone(),
+                timeout_secs: s.timeout_secs,
+            })
+            .collect();
+        sandboxes.sort_by(|a, b| b.created_at.total_cmp(&a.created_at));
+        SandboxListResponse { sandboxes }
+    }
+
+    async fn terminate(&self, request: SandboxTerminateRequest) -> Result<SandboxTerminateResponse, Status> {
+        let id = request.sandbox_id;
+        let existing = lock(&self.shared.state).sandbox(&id)?.result.clone();
+        if existing.is_none() {
+            finish(&self.shared, &id, result(GenericStatus::Terminated, "", -1)).await;
+        }
+        Ok(SandboxTerminateResponse { existing_result: existing })
+    }
+
+    /// A fresh router JWT and the router's URL, for a running task.
+    fn router_access(&self, task_id: &str) -> Result<(String, String), Status> {
+        let live = lock(&self.shared.state)
+            .sandboxes
+            .values()
+            .find(|s| s.task_id == task_id)
+            .map(|s| s.result.is_none());
+        match live {
+            None => Err(Status::not_found(format!("task {task_id} not found"))),
+            Some(false) => Err(Status::failed_precondition(format!("task {task_id} has finished"))),
+            Some(true) => Ok((self.shared.mint_jwt(task_id, true), self.shared.router_url.clone())),
+        }
+    }
 }
 
 fn image_metadata() -> ImageMetadata {
@@ -153,7 +257,7 @@ impl ModalClient for Control {
         request: Request<AuthTokenGetRequest>,
     ) -> Result<Response<AuthTokenGetResponse>, Status> {
         let call = self.shared.begin_control("AuthTokenGet", request.metadata())?;
-        call.end(Ok(Response::new(AuthTokenGetResponse { token: self.shared.mint_jwt("auth") })))
+        call.end(Ok(Response::new(AuthTokenGetResponse { token: self.shared.mint_jwt("auth", false) })))
     }
 
     async fn environment_get_or_create(
@@ -279,25 +383,7 @@ impl ModalClient for Control {
         request: Request<SandboxGetTaskIdRequest>,
     ) -> Result<Response<SandboxGetTaskIdResponse>, Status> {
         let call = self.shared.begin_control("SandboxGetTaskId", request.metadata())?;
-        let request = request.into_inner();
-        let mut state = lock(&self.shared.state);
-        let response = state.sandbox(&request.sandbox_id).map(|sandbox| {
-            sandbox.task_id_polls += 1;
-            match &sandbox.result {
-                Some(ended) => SandboxGetTaskIdResponse {
-                    task_id: Some(sandbox.task_id.clone()),
-                    task_result: Some(ended.clone()),
-                },
-                // The first poll finds the task still scheduling (unless the client asks to wait).
-                None if sandbox.task_id_polls == 1 && !request.wait_until_ready => {
-                    SandboxGetTaskIdResponse::default()
-                }
-                None => {
-                    SandboxGetTaskIdResponse { task_id: Some(sandbox.task_id.clone()), task_result: None }
-                }
-            }
-        });
-        call.end(response.map(Response::new))
+        call.end(self.task_id(request.into_inner()).map(Response::new))
     }
 
     async fn sandbox_get_tunnels(
@@ -305,14 +391,7 @@ impl ModalClient for Control {
         request: Request<SandboxGetTunnelsRequest>,
     ) -> Result<Response<SandboxGetTunnelsResponse>, Status> {
         let call = self.shared.begin_control("SandboxGetTunnels", request.metadata())?;
-        let request = request.into_inner();
-        let none = *lock(&self.shared.no_tunnels);
-        let mut state = lock(&self.shared.state);
-        let response = state.sandbox(&request.sandbox_id).map(|sandbox| SandboxGetTunnelsResponse {
-            result: Some(result(GenericStatus::Success, "", 0)),
-            tunnels: if none { Vec::new() } else { sandbox.tunnels.clone() },
-        });
-        call.end(response.map(Response::new))
+        call.end(self.tunnels(request.into_inner()).map(Response::new))
     }
 
     async fn sandbox_wait(
@@ -320,27 +399,7 @@ impl ModalClient for Control {
         request: Request<SandboxWaitRequest>,
     ) -> Result<Response<SandboxWaitResponse>, Status> {
         let call = self.shared.begin_control("SandboxWait", request.metadata())?;
-        let request = request.into_inner();
-        let limit = Duration::try_from_secs_f32(request.timeout.max(0.0)).unwrap_or(LONG_POLL_CAP);
-        let deadline = tokio::time::Instant::now() + limit.min(LONG_POLL_CAP);
-        loop {
-            let ended = lock(&self.shared.state)
-                .sandbox(&request.sandbox_id)
-                .map(|sandbox| (sandbox.result.clone(), sandbox.app_id.clone()));
-            match ended {
-                Err(status) => return call.end(Err(status)),
-                Ok((Some(ended), app_id)) => {
-                    return call.end(Ok(Response::new(SandboxWaitResponse {
-                        result: Some(ended.clone()),
-                        metadata: Some(SandboxHandleMetadata { result: Some(ended), app_id }),
-                    })));
-                }
-                Ok((None, _)) if tokio::time::Instant::now() >= deadline => {
-                    return call.end(Ok(Response::new(SandboxWaitResponse::default())));
-                }
-                Ok((None, _)) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        }
+        call.end(self.wait(request.into_inner()).await.map(Response::new))
     }
 
     async fn sandbox_list(
@@ -348,34 +407,7 @@ impl ModalClient for Control {
         request: Request<SandboxListRequest>,
     ) -> Result<Response<SandboxListResponse>, Status> {
         let call = self.shared.begin_control("SandboxList", request.metadata())?;
-        let request = request.into_inner();
-        let state = lock(&self.shared.state);
-        let mut sandboxes: Vec<SandboxInfo> = state
-            .sandboxes
-            .values()
-            .filter(|s| request.app_id.is_empty() || s.app_id == request.app_id)
-            .filter(|s| request.include_finished || s.result.is_none())
-            .filter(|s| request.before_timestamp <= 0.0 || s.created_at < request.before_timestamp)
-            .filter(|s| request.tags.iter().all(|want| s.tags.contains(want)))
-            .map(|s| SandboxInfo {
-                id: s.id.clone(),
-                created_at: s.created_at,
-                task_info: Some(TaskInfo {
-                    id: s.task_id.clone(),
-                    started_at: s.created_at,
-                    finished_at: 0.0,
-                    result: s.result.clone(),
-                    sandbox_id: s.id.clone(),
-                }),
-                app_id: s.app_id.clone(),
-                tags: s.tags.clone(),
-                name: s.name.clone().unwrap_or_default(),
-                image_id: s.image_id.clone(),
-                timeout_secs: s.timeout_secs,
-            })
-            .collect();
-        sandboxes.sort_by(|a, b| b.created_at.total_cmp(&a.created_at));
-        call.end(Ok(Response::new(SandboxListResponse { sandboxes })))
+        call.end(Ok(Response::new(self.list(request.into_inner()))))
     }
 
     async fn sandbox_terminate(
@@ -383,18 +415,101 @@ impl ModalClient for Control {
         request: Request<SandboxTerminateRequest>,
     ) -> Result<Response<SandboxTerminateResponse>, Status> {
         let call = self.shared.begin_control("SandboxTerminate", request.metadata())?;
-        let id = request.into_inner().sandbox_id;
-        let existing = lock(&self.shared.state).sandbox(&id).map(|s| s.result.clone());
-        match existing {
-            Err(status) => call.end(Err(status)),
-            Ok(Some(existing)) => {
-                call.end(Ok(Response::new(SandboxTerminateResponse { existing_result: Some(existing) })))
-            }
-            Ok(None) => {
-                finish(&self.shared, &id, result(GenericStatus::Terminated, "", -1)).await;
-                call.end(Ok(Response::new(SandboxTerminateResponse::default())))
-            }
-        }
+        call.end(self.terminate(request.into_inner()).await.map(Response::new))
+    }
+
+    async fn sandbox_create_v2(
+        &self,
+        request: Request<SandboxCreateV2Request>,
+    ) -> Result<Response<SandboxCreateV2Response>, Status> {
+        let call = self.shared.begin_v2("SandboxCreateV2", request.metadata())?;
+        let request = request.into_inner();
+        let v1 = SandboxCreateRequest {
+            app_id: request.app_id,
+            definition: request.definition,
+            tags: request.tags,
+            ..Default::default()
+        };
+        let created = match create(&self.shared, v1).await {
+            Ok(created) => created,
+            Err(status) => return call.end(Err(status)),
+        };
+        // A V2 create answers with the task, its tunnels and router access at once.
+        let (task_id, tunnels) = lock(&self.shared.state)
+            .sandboxes
+            .get(&created.sandbox_id)
+            .map(|s| (s.task_id.clone(), s.tunnels.clone()))
+            .unwrap_or_default();
+        let tunnels = if *lock(&self.shared.no_tunnels) { Vec::new() } else { tunnels };
+        call.end(Ok(Response::new(SandboxCreateV2Response {
+            command_router_access: Some(CommandRouterAccess {
+                jwt: self.shared.mint_jwt(&task_id, true),
+                url: self.shared.router_url.clone(),
+            }),
+            sandbox_id: created.sandbox_id,
+            tunnels,
+            task_id,
+            metadata: created.metadata,
+            sandbox_token: String::new(),
+        })))
+    }
+
+    async fn sandbox_get_task_id_v2(
+        &self,
+        request: Request<SandboxGetTaskIdRequest>,
+    ) -> Result<Response<SandboxGetTaskIdResponse>, Status> {
+        let call = self.shared.begin_v2("SandboxGetTaskIdV2", request.metadata())?;
+        call.end(self.task_id(request.into_inner()).map(Response::new))
+    }
+
+    async fn sandbox_get_tunnels_v2(
+        &self,
+        request: Request<SandboxGetTunnelsRequest>,
+    ) -> Result<Response<SandboxGetTunnelsResponse>, Status> {
+        let call = self.shared.begin_v2("SandboxGetTunnelsV2", request.metadata())?;
+        call.end(self.tunnels(request.into_inner()).map(Response::new))
+    }
+
+    async fn sandbox_wait_v2(
+        &self,
+        request: Request<SandboxWaitRequest>,
+    ) -> Result<Response<SandboxWaitResponse>, Status> {
+        let call = self.shared.begin_v2("SandboxWaitV2", request.metadata())?;
+        call.end(self.wait(request.into_inner()).await.map(Response::new))
+    }
+
+    async fn sandbox_list_v2(
+        &self,
+        request: Request<SandboxListRequest>,
+    ) -> Result<Response<SandboxListResponse>, Status> {
+        let call = self.shared.begin_v2("SandboxListV2", request.metadata())?;
+        call.end(Ok(Response::new(self.list(request.into_inner()))))
+    }
+
+    async fn sandbox_terminate_v2(
+        &self,
+        request: Request<SandboxTerminateRequest>,
+    ) -> Result<Response<SandboxTerminateResponse>, Status> {
+        let call = self.shared.begin_v2("SandboxTerminateV2", request.metadata())?;
+        call.end(self.terminate(request.into_inner()).await.map(Response::new))
+    }
+
+    async fn sandbox_get_command_router_access(
+        &self,
+        request: Request<SandboxGetCommandRouterAccessRequest>,
+    ) -> Result<Response<SandboxGetCommandRouterAccessResponse>, Status> {
+        use sandbox_get_command_router_access_request::Target;
+        let call = self.shared.begin_v2("SandboxGetCommandRouterAccess", request.metadata())?;
+        let task_id = match request.into_inner().target {
+            Some(Target::TaskId(task_id)) => Ok(task_id),
+            Some(Target::SandboxId(id)) => lock(&self.shared.state).sandbox(&id).map(|s| s.task_id.clone()),
+            None => Err(Status::invalid_argument("sandbox_id or task_id is required")),
+        };
+        let access = match task_id {
+            Ok(task_id) => self.router_access(&task_id),
+            Err(status) => Err(status),
+        };
+        call.end(access.map(|(jwt, url)| Response::new(SandboxGetCommandRouterAccessResponse { jwt, url })))
     }
 
     async fn sandbox_create_connect_token(
@@ -422,21 +537,8 @@ impl ModalClient for Control {
         request: Request<TaskGetCommandRouterAccessRequest>,
     ) -> Result<Response<TaskGetCommandRouterAccessResponse>, Status> {
         let call = self.shared.begin_control("TaskGetCommandRouterAccess", request.metadata())?;
-        let task_id = request.into_inner().task_id;
-        let live = lock(&self.shared.state)
-            .sandboxes
-            .values()
-            .find(|s| s.task_id == task_id)
-            .map(|s| s.result.is_none());
-        let response = match live {
-            None => Err(Status::not_found(format!("task {task_id} not found"))),
-            Some(false) => Err(Status::failed_precondition(format!("task {task_id} has finished"))),
-            Some(true) => Ok(TaskGetCommandRouterAccessResponse {
-                jwt: self.shared.mint_jwt(&task_id),
-                url: self.shared.router_url.clone(),
-            }),
-        };
-        call.end(response.map(Response::new))
+        let access = self.router_access(&request.into_inner().task_id);
+        call.end(access.map(|(jwt, url)| Response::new(TaskGetCommandRouterAccessResponse { jwt, url })))
     }
 }
 

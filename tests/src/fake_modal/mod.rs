@@ -1,6 +1,8 @@
 //! A fake Modal for the tests: the control plane (`modal.client.ModalClient`) and the command
 //! router (`modal.task_command_router.TaskCommandRouter`) as separate tonic listeners (h2c) on
-//! loopback, following `provider-facts.md` §A4 and the adapter's contract.
+//! loopback, following `provider-facts.md` §A4 and the adapter's contract. It also serves the `*V2`
+//! sandbox RPCs that the official Python client uses by default (same behaviour; they also want an
+//! `x-modal-auth-token` from `AuthTokenGet`).
 //!
 //! Its sandboxes are real: each is a Docker container ([`crate::containers`]) from the local image
 //! that an image's `FROM <image>` names (e.g. `agentd-base-debian:latest`), running `sleep
@@ -14,6 +16,10 @@
 //! `authorization: Bearer <jwt>` with a JWT the fake minted (three base64url parts, `exp` in the
 //! payload), not expired and not revoked ([`FakeModal::expire_router_jwts`]). Otherwise
 //! `UNAUTHENTICATED`.
+//!
+//! Not modelled: `idle_timeout_secs`, resources, network access, secrets, image build steps other
+//! than `FROM` (ignored); an exec killed by a signal other than the fake's own SIGKILL reports
+//! `docker exec`'s `128 + n` as its code.
 //!
 //! Knobs: [`FakeModal::no_tunnels`], [`FakeModal::cut_stdio_after`],
 //! [`FakeModal::expire_router_jwts`], [`FakeModal::unavailable_once`], [`FakeModal::mount`]; every
@@ -66,6 +72,8 @@ fn b64(bytes: &[u8]) -> String {
 struct Jwt {
     exp: u64,
     revoked: bool,
+    /// A router JWT (else an `AuthTokenGet` token, which the JWT knob leaves alone).
+    router: bool,
 }
 
 /// What both servers share.
@@ -146,6 +154,29 @@ impl Shared {
         })
     }
 
+    /// A `*V2` control-plane call: the token pair, and an `x-modal-auth-token` from `AuthTokenGet`
+    /// (the Python client sends it on these RPCs only).
+    pub fn begin_v2(&self, rpc: &str, metadata: &MetadataMap) -> Result<Recorded<'_>, Status> {
+        let recorded = self.begin_control(rpc, metadata)?;
+        let token = metadata.get("x-modal-auth-token").and_then(|v| v.to_str().ok());
+        match token.map(|token| self.jwt_live(token)) {
+            Some(Ok(())) => Ok(recorded),
+            Some(Err(status)) => recorded.end(Err(status)),
+            None => recorded.end(Err(Status::unauthenticated("missing x-modal-auth-token"))),
+        }
+    }
+
+    /// Whether `jwt` is one this fake minted, not expired and not revoked.
+    fn jwt_live(&self, jwt: &str) -> Result<(), Status> {
+        match lock(&self.jwts).get(jwt) {
+            None => Err(Status::unauthenticated("unknown JWT")),
+            Some(jwt) if jwt.revoked || (jwt.exp as f64) <= now_secs() => {
+                Err(Status::unauthenticated("JWT expired"))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     /// A router call: `authorization: Bearer <jwt>` with a live JWT this fake minted.
     pub fn begin_router(&self, rpc: &str, metadata: &MetadataMap) -> Result<Recorded<'_>, Status> {
         self.begin(rpc, metadata, || {
@@ -154,24 +185,18 @@ impl Shared {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .ok_or_else(|| Status::unauthenticated("missing authorization: Bearer <jwt>"))?;
-            match lock(&self.jwts).get(bearer) {
-                None => Err(Status::unauthenticated("unknown JWT")),
-                Some(jwt) if jwt.revoked || (jwt.exp as f64) <= now_secs() => {
-                    Err(Status::unauthenticated("JWT expired"))
-                }
-                Some(_) => Ok(()),
-            }
+            self.jwt_live(bearer)
         })
     }
 
     /// A JWT-shaped token: `b64url(header).b64url({"exp":…,…}).b64url(signature)`.
-    pub fn mint_jwt(&self, subject: &str) -> String {
+    pub fn mint_jwt(&self, subject: &str, router: bool) -> String {
         let exp = now_secs() as u64 + JWT_LIFETIME.as_secs();
         let header = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
         let payload =
             serde_json::json!({"exp": exp, "sub": subject, "jti": crate::random_hex(8)}).to_string();
         let jwt = format!("{header}.{}.{}", b64(payload.as_bytes()), b64(crate::random_hex(16).as_bytes()));
-        lock(&self.jwts).insert(jwt.clone(), Jwt { exp, revoked: false });
+        lock(&self.jwts).insert(jwt.clone(), Jwt { exp, revoked: false, router });
         jwt
     }
 
@@ -310,7 +335,7 @@ impl FakeModal {
     /// Every router JWT minted so far is refused from now on (`UNAUTHENTICATED`); new ones from
     /// `TaskGetCommandRouterAccess` work.
     pub fn expire_router_jwts(&self) {
-        for jwt in lock(&self.shared.jwts).values_mut() {
+        for jwt in lock(&self.shared.jwts).values_mut().filter(|jwt| jwt.router) {
             jwt.revoked = true;
         }
     }
