@@ -600,7 +600,7 @@ async fn fake_modal_binary_prints_exports_and_serves_until_killed() {
             );
         }
     }
-    let _kill = Kill(child.id());
+    let kill = Kill(child.id());
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
     let mut exports = Vec::new();
     for key in ["MODAL_SERVER_URL", "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"] {
@@ -648,6 +648,8 @@ async fn fake_modal_binary_prints_exports_and_serves_until_killed() {
         sandbox_filter = Some(filter);
     }
     let status = agentd_tests::sigterm_and_wait(&mut child, Duration::from_secs(20)).await;
+    // Reaped: its pid must not be signalled again.
+    std::mem::forget(kill);
     assert!(status.success(), "{status}");
     if let Some(filter) = sandbox_filter {
         assert!(agentd_tests::containers::listed(&filter).is_empty(), "fake-modal left its container");

@@ -542,6 +542,23 @@ impl ModalClient for Control {
     }
 }
 
+/// Counts a `docker run` in flight for as long as it lives (see [`FakeModal`](super::FakeModal)'s
+/// drop).
+struct Creating<'a>(&'a Shared);
+
+impl<'a> Creating<'a> {
+    fn count(shared: &'a Shared) -> Self {
+        shared.creating.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Self(shared)
+    }
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        self.0.creating.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// `SandboxCreate`: checks the definition, starts the container, records the sandbox and starts
 /// its lifetime clock and the watch on its main process.
 async fn create(
@@ -583,6 +600,7 @@ async fn create(
     let mounts = shared.mounts();
     let workdir =
         definition.workdir.clone().or_else(|| mounts.last().map(|d| d.to_string_lossy().into_owned()));
+    let counted = Creating::count(shared);
     let container = containers::run(&containers::Spec {
         label: CONTAINER_LABEL,
         instance: &shared.instance,
@@ -596,6 +614,7 @@ async fn create(
     })
     .await
     .map_err(|message| Status::internal(format!("fake-modal: docker run: {message}")))?;
+    drop(counted);
     let mut tunnels = Vec::new();
     for port in ports {
         let Some(host_port) = containers::published_port(&container, port).await else {

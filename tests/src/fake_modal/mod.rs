@@ -91,6 +91,8 @@ pub(crate) struct Shared {
     calls: Mutex<Vec<Call>>,
     pub state: Mutex<control::State>,
     pub execs: Mutex<HashMap<String, Arc<router::Exec>>>,
+    /// `docker run`s in flight: a stop kills their CLI, but the engine may still make the container.
+    pub creating: std::sync::atomic::AtomicUsize,
 }
 
 /// A call in progress: [`Recorded::end`] writes its status into the record.
@@ -243,6 +245,7 @@ impl FakeModal {
             calls: Mutex::new(Vec::new()),
             state: Mutex::new(control::State::default()),
             execs: Mutex::new(HashMap::new()),
+            creating: std::sync::atomic::AtomicUsize::new(0),
         });
         let control_service = control::service(shared.clone());
         let router_service = router::service(shared.clone());
@@ -363,7 +366,13 @@ impl FakeModal {
 
 impl Drop for FakeModal {
     fn drop(&mut self) {
+        let racing = self.shared.creating.load(std::sync::atomic::Ordering::SeqCst) > 0;
         self.server.stop();
         crate::containers::remove_all_blocking(CONTAINER_LABEL, &self.shared.instance);
+        if racing {
+            // A create cut short may still land a container: give the engine time, then sweep again.
+            std::thread::sleep(std::time::Duration::from_secs(2));
+            crate::containers::remove_all_blocking(CONTAINER_LABEL, &self.shared.instance);
+        }
     }
 }
