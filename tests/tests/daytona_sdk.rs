@@ -13,7 +13,7 @@ const BUSYBOX: &str = "agentd-base-busybox:latest";
 
 /// Containers of `fake` still there (any state).
 fn containers_of(fake: &FakeDaytona) -> Vec<String> {
-    listed_containers(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
+    agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,26 +373,12 @@ async fn fake_daytona_binary_prints_exports_and_serves_until_killed() {
             .await
             .unwrap();
         let filter = format!("label={CONTAINER_LABEL}.sandbox={}", created["id"].as_str().unwrap());
-        assert_eq!(listed_containers(&filter).len(), 1, "{created}");
+        assert_eq!(agentd_tests::containers::listed(&filter).len(), 1, "{created}");
         sandbox_filter = Some(filter);
     }
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "fake-daytona ignored SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = agentd_tests::sigterm_and_wait(&mut child, Duration::from_secs(20)).await;
     assert!(status.success(), "{status}");
     if let Some(filter) = sandbox_filter {
-        assert!(listed_containers(&filter).is_empty(), "fake-daytona left its container");
+        assert!(agentd_tests::containers::listed(&filter).is_empty(), "fake-daytona left its container");
     }
-}
-
-fn listed_containers(filter: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker").args(["ps", "-aq", "--filter", filter]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).split_whitespace().map(str::to_owned).collect()
 }

@@ -40,15 +40,7 @@ fn main() -> std::process::ExitCode {
         fake.instance()
     );
     // Wait for a signal (on the fake's own runtime), then drop the fake: it removes its containers.
-    fake.block_on(async {
-        let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    });
+    fake.block_on(agentd_tests::until_terminated());
     drop(fake);
     std::process::ExitCode::SUCCESS
 }

@@ -77,9 +77,7 @@ impl Shared {
 pub struct FakeDaytona {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    handle: tokio::runtime::Handle,
-    thread: Option<std::thread::JoinHandle<()>>,
+    server: crate::ServerThread,
 }
 
 impl FakeDaytona {
@@ -105,24 +103,14 @@ impl FakeDaytona {
             requests: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
         });
-        let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-        let handle = runtime.handle().clone();
         let app = api::router(shared.clone());
-        let thread = std::thread::Builder::new().name("fake-daytona".to_owned()).spawn(move || {
-            runtime.block_on(async move {
-                let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                    return;
-                };
-                // No graceful shutdown: an exec in flight must not hold up the drop.
-                tokio::select! {
-                    _ = axum::serve(listener, app) => {}
-                    _ = stop => {}
-                }
-            });
-            // Dropping the runtime here ends the preview listeners and proxied connections.
+        let server = crate::ServerThread::spawn("fake-daytona", move || async move {
+            if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
+                let _ = axum::serve(listener, app).await;
+            }
+            // Stopping drops the runtime: that ends the preview listeners and proxied connections.
         })?;
-        Ok(Self { addr, shared, shutdown: Some(shutdown), handle, thread: Some(thread) })
+        Ok(Self { addr, shared, server })
     }
 
     /// `http://127.0.0.1:<port>/api`, the value for `DAYTONA_API_URL`.
@@ -138,7 +126,7 @@ impl FakeDaytona {
     /// Runs `future` to completion on the fake's runtime, from a thread outside any runtime (the
     /// binary waits for its signals there: one runtime, one signal driver).
     pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
-        self.handle.block_on(future)
+        self.server.block_on(future)
     }
 
     /// The value of [`CONTAINER_LABEL`] on this fake's containers.
@@ -194,12 +182,7 @@ impl FakeDaytona {
 
 impl Drop for FakeDaytona {
     fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-        docker::remove_all_blocking(&self.shared.instance);
+        self.server.stop();
+        crate::containers::remove_all_blocking(CONTAINER_LABEL, &self.shared.instance);
     }
 }

@@ -171,10 +171,7 @@ impl Sandbox {
     }
 }
 
-/// `n` random bytes as lowercase hex.
-pub fn random_hex(n: usize) -> String {
-    (0..n).map(|_| format!("{:02x}", rand::random::<u8>())).collect()
-}
+pub use crate::random_hex;
 
 /// The current UTC time as RFC 3339 with milliseconds (`2026-01-02T03:04:05.678Z`).
 pub fn now_rfc3339() -> String {
