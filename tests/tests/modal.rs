@@ -87,40 +87,14 @@ async fn transfers(sb: &ModalSandbox) {
     eprintln!("per-file codes: {:?}", started.elapsed());
 }
 
-/// `execute`, the verbs and the offload, whichever channel carries them.
+/// The shared checks of `execute`, the verbs and the offload, and what else the router exec must
+/// get right: a command reading stdin sees its end, glob and delete.
 async fn commands_and_verbs(sb: &ModalSandbox) {
     let started = Instant::now();
-    let r = sb.execute("printf a; printf b >&2; exit 3", None).await.unwrap();
-    assert_eq!((r.output.as_str(), r.exit_code, r.truncated), ("ab", Some(3), false));
-    // Quotes, `$` and newlines reach the shell untouched.
-    let r = sb.execute("x='it''s'; echo \"$x\" \"$((6*7))\"\necho two", None).await.unwrap();
-    assert_eq!(r.output, "its 42\ntwo\n");
-    // A command reading stdin sees its end at once instead of hanging.
+    agentd_tests::check_commands_and_verbs(sb).await;
     assert_eq!(sb.execute("cat; echo done", Some(Duration::from_secs(20))).await.unwrap().output, "done\n");
-    let w = sb.write("/tmp/verbs/a.txt", "one\ntwo\nthree\n").await.unwrap();
-    assert_eq!((w.error, w.path.as_deref()), (None, Some("/tmp/verbs/a.txt")));
-    let read = sb.read("/tmp/verbs/a.txt", 1, 1).await.unwrap();
-    assert_eq!(read.file_data.unwrap().content, "two");
-    let e = sb.edit("/tmp/verbs/a.txt", "three", "3", false).await.unwrap();
-    assert_eq!((e.error, e.occurrences), (None, Some(1)));
-    let g = sb.grep("3", Some("/tmp/verbs"), None, None).await.unwrap();
-    assert_eq!(
-        g.matches.unwrap().iter().map(|m| (m.path.as_str(), m.line)).collect::<Vec<_>>(),
-        [("/tmp/verbs/a.txt", 3)]
-    );
-    // A write larger than one `sh -c` argument may hold (the router exec uploads it as a script).
-    let big = "x".repeat(300 << 10);
-    assert_eq!(sb.write("/tmp/verbs/big.txt", &big).await.unwrap().error, None);
-    let back = sb.download_files(&["/tmp/verbs/big.txt".into()]).await.unwrap();
-    assert_eq!(back[0].content.as_deref(), Some(big.as_bytes()));
-    let off = sb.execute_with_offload("seq 1 20000", "/tmp/verbs/cap.txt", 1000, None, None).await.unwrap();
-    assert!(off.offloaded, "{off:?}");
     let glob = sb.glob("*.txt", Some("/tmp/verbs")).await.unwrap();
     assert_eq!(glob.matches.unwrap().len(), 3);
-    let ls = sb.ls("/tmp/verbs").await.unwrap();
-    let mut names: Vec<_> = ls.entries.unwrap().into_iter().map(|e| e.path).collect();
-    names.sort();
-    assert_eq!(names, ["/tmp/verbs/a.txt", "/tmp/verbs/big.txt", "/tmp/verbs/cap.txt"]);
     let d = sb.delete("/tmp/verbs/a.txt").await.unwrap();
     assert_eq!(d.path.as_deref(), Some("/tmp/verbs/a.txt"));
     eprintln!("commands and verbs over {:?}: {:?}", sb.channel(), started.elapsed());

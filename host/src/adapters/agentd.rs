@@ -290,6 +290,39 @@ impl<T: OverAgentd> BaseSandbox for T {
     }
 }
 
+/// The channel choice a provider's sandbox makes once, at create or attach (Daytona, Modal): with
+/// agentd in (`injected` is `Ok`) and a link `wanted`, `open` it. When it cannot be had, `required`
+/// makes that the error; otherwise the sandbox goes on with the provider's `exec` channel, and the
+/// log says why.
+#[cfg_attr(not(any(feature = "daytona", feature = "modal")), allow(dead_code))]
+pub(crate) async fn link_or_fallback(
+    sandbox: &str,
+    exec: &str,
+    injected: Result<()>,
+    wanted: bool,
+    required: bool,
+    open: impl Future<Output = Result<AgentdSandbox>>,
+) -> Result<Option<AgentdSandbox>> {
+    if let Err(err) = injected {
+        if required {
+            return Err(err);
+        }
+        tracing::warn!(sandbox, "no agentd in the sandbox ({err}): only `execute` works, through the {exec}");
+        return Ok(None);
+    }
+    if !wanted {
+        return Ok(None);
+    }
+    match open.await {
+        Ok(link) => Ok(Some(link)),
+        Err(err) if required => Err(err),
+        Err(err) => {
+            tracing::warn!(sandbox, "no link to agentd ({err}): falling back to the {exec}");
+            Ok(None)
+        }
+    }
+}
+
 /// A provider's sandbox that reaches agentd over a link when it has one, else runs commands through
 /// the provider's own exec channel (Daytona's toolbox, Modal's command router); transfers always
 /// take the provider's channel. [`link_or_exec_sandbox!`] makes it a [`BaseSandbox`]: `execute`,

@@ -34,7 +34,7 @@ pub use self::api::{
     Api, DEFAULT_API_URL, DaytonaConfig, ENV_API_KEY, ENV_API_URL, ENV_TARGET, Preview, SandboxRecord,
 };
 pub use self::toolbox::Toolbox;
-use crate::adapters::agentd::{AgentdSandbox, Connector, LinkOrExec, link_or_exec_sandbox};
+use crate::adapters::agentd::{AgentdSandbox, Connector, LinkOrExec, link_or_exec_sandbox, link_or_fallback};
 use crate::adapters::inject::{random_hex, static_agentd};
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
@@ -187,38 +187,28 @@ impl DaytonaSandbox {
             owned,
         };
         let injected = sandbox.put_agentd(options).await;
-        match (&injected, options.mode) {
-            (Err(_), DaytonaMode::Link) => return injected.map(|()| sandbox),
-            (Err(err), _) => tracing::warn!(
-                sandbox = %sandbox.id,
-                "no agentd in the sandbox ({err}): only `execute` works through the toolbox exec"
-            ),
-            (Ok(()), _) => {}
-        }
-        if injected.is_ok() && options.mode != DaytonaMode::ToolboxExec {
-            let port = options.port.unwrap_or_else(|| 7700 + rand::random_range(0..300));
-            let connector = PreviewConnector {
-                api: sandbox.api.clone(),
-                toolbox: sandbox.toolbox.clone(),
-                id: sandbox.id.clone(),
-                port,
-                token: random_hex(),
-                agentd: sandbox.agentd_path.clone(),
-                run_dir: sandbox.run_dir.clone(),
-                timeout: options.link_timeout,
-            };
-            match AgentdSandbox::with_connector(Box::new(connector), format!("daytona:{}", sandbox.id)).await
-            {
-                Ok(link) => sandbox.link = Some(link),
-                Err(err) if options.mode == DaytonaMode::Link => return Err(err),
-                Err(err) => tracing::warn!(
-                    sandbox = %sandbox.id,
-                    "no link to agentd ({err}): falling back to the toolbox exec"
-                ),
-            }
-        }
+        let (wanted, required) =
+            (options.mode != DaytonaMode::ToolboxExec, options.mode == DaytonaMode::Link);
+        let open = sandbox.open_link(options);
+        let link = link_or_fallback(&sandbox.id, "toolbox exec", injected, wanted, required, open).await?;
+        sandbox.link = link;
         tracing::info!(sandbox = %sandbox.id, channel = ?sandbox.channel(), agentd = %sandbox.agentd_path, "Daytona sandbox ready");
         Ok(sandbox)
+    }
+
+    /// The link to agentd through the preview URL of its port.
+    async fn open_link(&self, options: &DaytonaOptions) -> Result<AgentdSandbox> {
+        let connector = PreviewConnector {
+            api: self.api.clone(),
+            toolbox: self.toolbox.clone(),
+            id: self.id.clone(),
+            port: options.port.unwrap_or_else(|| 7700 + rand::random_range(0..300)),
+            token: random_hex(),
+            agentd: self.agentd_path.clone(),
+            run_dir: self.run_dir.clone(),
+            timeout: options.link_timeout,
+        };
+        AgentdSandbox::with_connector(Box::new(connector), format!("daytona:{}", self.id)).await
     }
 
     /// Finds agentd on the sandbox's `PATH`, or uploads the static one; makes the run directory.

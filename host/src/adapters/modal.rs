@@ -37,7 +37,8 @@ pub use self::config::ModalConfig;
 pub use self::control::{Control, CreateSpec};
 pub use self::router::{ExecOutput, ExitStatus, Router};
 use crate::adapters::agentd::{
-    AgentdSandbox, Connector, DEFAULT_EXEC_TIMEOUT, LinkOrExec, link_or_exec_sandbox, timeout_note,
+    AgentdSandbox, Connector, DEFAULT_EXEC_TIMEOUT, LinkOrExec, link_or_exec_sandbox, link_or_fallback,
+    timeout_note,
 };
 use crate::adapters::inject::{random_hex, static_agentd};
 use crate::error::{Result, SandboxError};
@@ -203,24 +204,10 @@ impl ModalSandbox {
         let router = std::sync::Arc::new(Router::new(control.clone(), task_id));
         let mut sandbox = Self { control, id, router, agentd_path: "agentd".to_owned(), link: None, owned };
         let injected = sandbox.put_agentd(options).await;
-        match (&injected, options.mode) {
-            (Err(_), ModalMode::Link) => return injected.map(|()| sandbox),
-            (Err(err), _) => tracing::warn!(
-                sandbox = %sandbox.id,
-                "no agentd in the sandbox ({err}): only `execute` works, through the router exec"
-            ),
-            (Ok(()), _) => {}
-        }
-        if injected.is_ok() && options.mode != ModalMode::RouterExec {
-            match sandbox.open_link(options).await {
-                Ok(link) => sandbox.link = Some(link),
-                Err(err) if options.mode == ModalMode::Link => return Err(err),
-                Err(err) => tracing::warn!(
-                    sandbox = %sandbox.id,
-                    "no link to agentd ({err}): falling back to the router exec"
-                ),
-            }
-        }
+        let (wanted, required) = (options.mode != ModalMode::RouterExec, options.mode == ModalMode::Link);
+        let open = sandbox.open_link(options);
+        let link = link_or_fallback(&sandbox.id, "router exec", injected, wanted, required, open).await?;
+        sandbox.link = link;
         tracing::info!(sandbox = %sandbox.id, channel = ?sandbox.channel(), agentd = %sandbox.agentd_path, "Modal sandbox ready");
         Ok(sandbox)
     }
