@@ -131,7 +131,15 @@ fn sandbox_specs_that_cannot_be_used_fail_with_the_reason() {
     let session = state.path().join("s.json");
     let stderr = fail_125(agentctl(&session).args(["--sandbox", "daytona:x", "exec", "--", "true"]));
     assert!(stderr.contains("DAYTONA_API_KEY") || stderr.contains("`daytona` feature"), "{stderr}");
-    let stderr = fail_125(agentctl(&session).args(["--sandbox", "modal:x", "exec", "--", "true"]));
+    let mut no_modal_token = agentctl(&session);
+    no_modal_token
+        .env_remove("MODAL_TOKEN_ID")
+        .env_remove("MODAL_TOKEN_SECRET")
+        .env("MODAL_CONFIG_PATH", state.path().join("no-modal.toml"))
+        .args(["--sandbox", "modal:x", "exec", "--", "true"]);
+    let stderr = fail_125(&mut no_modal_token);
+    assert!(stderr.contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"), "{stderr}");
+    let stderr = fail_125(agentctl(&session).args(["--sandbox", "fly:x", "exec", "--", "true"]));
     assert!(stderr.contains(agentd_host::provider::SPEC_FORMS), "{stderr}");
     let stderr = fail_125(agentctl(&session).args(["sandbox", "rm", "no-such-sandbox-id"]));
     assert!(stderr.contains("no-such-sandbox-id"), "{stderr}");
