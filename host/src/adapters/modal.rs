@@ -381,8 +381,8 @@ impl TunnelConnector {
             r#"new=$(cat)
 alive() {{ p=$(cat {pid_file} 2>/dev/null) && [ -n "$p" ] && grep -qF -- {token_file} /proc/$p/cmdline 2>/dev/null; }}
 if alive && [ -s {token_file} ]; then cat {token_file}; exit 0; fi
-umask 077 && mkdir -p {RUN_DIR} || exit 1
-printf %s "$new" > {token_file} && chmod 600 {token_file} || exit 1
+# Private run files; agentd itself keeps the sandbox's umask (files it makes for commands).
+(umask 077 && mkdir -p {RUN_DIR} && printf %s "$new" > {token_file} && chmod 600 {token_file}) || exit 1
 S=; command -v setsid >/dev/null 2>&1 && S=setsid
 N=; command -v nohup >/dev/null 2>&1 && N=nohup
 $N $S {agentd} serve --listen 0.0.0.0:{port} --token-file {token_file} >{log} 2>&1 </dev/null &
