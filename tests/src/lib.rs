@@ -17,6 +17,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::{Message, http::HeaderValue};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+pub mod channels;
 pub mod containers;
 pub mod fake_daytona;
 pub mod fake_modal;
