@@ -258,7 +258,10 @@ async fn a_command_past_its_timeout_ends_with_124_on_both_channels() {
         assert_eq!(r.exit_code, Some(124), "{mode:?}: {r:?}");
         assert!(r.output.starts_with("before\n") && r.output.contains("timed out"), "{mode:?}: {r:?}");
         assert!(started.elapsed() < Duration::from_secs(15), "{mode:?}: {:?}", started.elapsed());
-        // The sandbox still answers.
+        // The command's process tree is gone, and the sandbox still answers.
+        let ps = "for p in /proc/[0-9]*; do tr '\\0' ' ' <$p/cmdline; echo; done 2>/dev/null | grep -c '^sleep 30' || true";
+        let ps = sb.execute(ps, None).await.unwrap();
+        assert_eq!(ps.output.trim(), "0", "{mode:?}: {ps:?}");
         assert_eq!(sb.execute("echo after", None).await.unwrap().output, "after\n");
         sb.close().await.unwrap();
     }
