@@ -204,7 +204,8 @@ async fn an_expired_router_jwt_is_refreshed() {
 }
 
 /// (c) A transient `UNAVAILABLE` on a unary call is retried with the same idempotency key and
-/// the next attempt number, on the control plane and the router.
+/// the next attempt number, on the control plane and the router; a refused stdin stream resumes
+/// from `TaskExecStdinStatus`.
 #[tokio::test]
 async fn a_transient_unavailable_is_retried_with_the_same_key() {
     let fake = FakeModal::start();
@@ -230,6 +231,14 @@ async fn a_transient_unavailable_is_retried_with_the_same_key() {
     let starts =
         fake.calls().iter().filter(|c| c.rpc == "TaskExecStart" && c.code == Code::Unavailable).count();
     assert_eq!(starts, 1);
+    // A stdin stream refused once resumes from what the router says it holds.
+    fake.unavailable_once("TaskExecStdinWriteStream");
+    let bytes: Vec<u8> = (0..1_000_000u32).map(|i| (i % 253) as u8).collect();
+    let up = sb.upload_files(&[("/tmp/resumed/f".into(), bytes.clone())]).await.unwrap();
+    assert_eq!(up[0].error, None);
+    assert_eq!(count(&fake, "TaskExecStdinStatus"), 1);
+    let down = sb.download_files(&["/tmp/resumed/f".into()]).await.unwrap();
+    assert!(down[0].content.as_deref() == Some(&bytes[..]));
 }
 
 /// (c) A wrong token is an authentication error naming both variables, for create and list.
