@@ -8,7 +8,8 @@
 //!   stream (resumed from `TaskExecStdinStatus`) and `TaskExecWait` (60 s per call, retried until
 //!   the exec's own deadline).
 //! - Output still flowing after the exit is read until it ends or stays idle for [`DRAIN_IDLE`]:
-//!   a background child holding the pipe open must not hold the caller forever.
+//!   a background child holding the pipe open must not hold the caller forever; with no exit by
+//!   the exec's deadline, what arrived is all there is.
 
 use std::future::Future;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -250,7 +251,7 @@ impl Router {
         };
         self.unary("exec start", request, |mut c, r| async move { c.task_exec_start(r).await }).await?;
         let deadline = timeout.map(|t| started + t + Duration::from_secs(30));
-        let (exited, exit_seen) = watch::channel(false);
+        let (exited, exit_seen) = watch::channel(None);
         let stdout = self.read(&exec_id, pb::TaskExecStdioFileDescriptor::Stdout, exit_seen.clone());
         let stderr = self.read(&exec_id, pb::TaskExecStdioFileDescriptor::Stderr, exit_seen);
         let feed = async {
@@ -261,7 +262,7 @@ impl Router {
         };
         let wait = async {
             let status = self.wait(&exec_id, deadline).await;
-            let _ = exited.send(true);
+            let _ = exited.send(Some(status.as_ref().map_or(ExitStatus::NoAnswer, |s| *s)));
             status
         };
         let (stdout, stderr, (), status) = tokio::try_join!(stdout, stderr, feed, wait)?;
@@ -274,7 +275,7 @@ impl Router {
         &self,
         exec_id: &str,
         fd: pb::TaskExecStdioFileDescriptor,
-        mut exit_seen: watch::Receiver<bool>,
+        mut exit_seen: watch::Receiver<Option<ExitStatus>>,
     ) -> Result<Vec<u8>> {
         let what = format!("{} of exec {exec_id}", fd.as_str_name().to_lowercase());
         let mut data = Vec::new();
@@ -295,7 +296,12 @@ impl Router {
                 Ok(stream) => {
                     let mut stream = stream.into_inner();
                     loop {
-                        let next = if *exit_seen.borrow() || gone {
+                        let exit = *exit_seen.borrow();
+                        // No exit by the deadline: a command still talking must not hold the call.
+                        if exit == Some(ExitStatus::NoAnswer) {
+                            return Ok(data);
+                        }
+                        let next = if exit.is_some() || gone {
                             match tokio::time::timeout(DRAIN_IDLE, stream.message()).await {
                                 Ok(next) => next,
                                 Err(_) => {
