@@ -29,7 +29,7 @@ pub enum SandboxError {
     Unsupported { kind: &'static str, feature: &'static str },
     #[error("{0} is not set")]
     MissingEnv(&'static str),
-    #[error("{provider} refused the credentials (HTTP 401): check {variable}")]
+    #[error("{provider} refused the credentials: check {variable}")]
     Auth { provider: &'static str, variable: &'static str },
     #[error("{provider}: {what} not found")]
     NotFound { provider: &'static str, what: String },

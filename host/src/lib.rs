@@ -8,7 +8,7 @@
 //! - [`derived`]: the file verbs and the offload over any `execute` (`agentd fs` / `agentd exec`).
 //! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers.
 //! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default);
-//!   Docker (feature `docker`) and Daytona (feature `daytona`). A sandbox that wraps an
+//!   Docker (feature `docker`), Daytona (feature `daytona`) and Modal (feature `modal`). A sandbox that wraps an
 //!   `AgentdSandbox` implements [`OverAgentd`] (the link, plus what is its own: id, transfers) and
 //!   gets the whole contract from it; [`BaseSandbox::agentd`] hands the link to callers that want
 //!   the protocol's extras.
@@ -18,10 +18,11 @@
 //! ## Features
 //! - `docker` (default): `DockerSandbox`, `DockerProvider` (bollard, tar).
 //! - `daytona` (default): the Daytona sandbox and provider.
+//! - `modal` (default): the Modal sandbox and provider (tonic; the `.proto` subset compiled by protox).
 //!
 //! Without them (`default-features = false`) the crate is the link, [`AgentdSandbox`],
 //! [`LocalSandbox`], the derived path, the provider interface and the contract; kinds whose feature
-//! is off parse in a spec and fail with [`SandboxError::Unsupported`]. `agentctl` needs both.
+//! is off parse in a spec and fail with [`SandboxError::Unsupported`]. `agentctl` needs all three.
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
 //! - Result types are the protocol crate's ([`agentd_protocol::contract`]), re-exported here.
 //!

@@ -3,7 +3,8 @@
 //! `Box<dyn BaseSandbox>`, so callers do not care which kind they got.
 //!
 //! Specs are `KIND:SPEC` strings ([`SandboxSpec`]), as `agentctl --sandbox` takes them:
-//! `local`, `docker:IMAGE`, `docker-attach:ID`, `daytona:SNAPSHOT_OR_IMAGE`, `daytona-attach:ID`.
+//! `local`, `docker:IMAGE`, `docker-attach:ID`, `daytona:SNAPSHOT_OR_IMAGE`, `daytona-attach:ID`,
+//! `modal:IMAGE`, `modal-attach:SANDBOX_ID`.
 //! Kinds whose cargo feature is off parse, and fail with [`SandboxError::Unsupported`] when used.
 //!
 //! [`provider`] gives the provider of a kind; [`open`] turns a spec into a sandbox in one call.
@@ -25,20 +26,23 @@ pub enum Kind {
     Docker,
     /// A Daytona sandbox (feature `daytona`).
     Daytona,
+    /// A Modal sandbox (feature `modal`).
+    Modal,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Local, Kind::Docker, Kind::Daytona];
+    pub const ALL: [Kind; 4] = [Kind::Local, Kind::Docker, Kind::Daytona, Kind::Modal];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Local => "local",
             Kind::Docker => "docker",
             Kind::Daytona => "daytona",
+            Kind::Modal => "modal",
         }
     }
 
-    /// The kind named `name` (`local`, `docker`, `daytona`).
+    /// The kind named `name` (`local`, `docker`, `daytona`, `modal`).
     pub fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL.into_iter().find(|kind| kind.name() == name)
     }
@@ -49,16 +53,22 @@ impl Kind {
             Kind::Local => true,
             Kind::Docker => cfg!(feature = "docker"),
             Kind::Daytona => cfg!(feature = "daytona"),
+            Kind::Modal => cfg!(feature = "modal"),
         }
     }
 
-    /// Why this kind cannot be used here, if it cannot: its feature is off, or (Daytona) its API
-    /// key is not set. Listing across kinds skips such kinds; opening one fails with this reason.
+    /// Why this kind cannot be used here, if it cannot: its feature is off, or (Daytona, Modal)
+    /// its credentials are not set. Listing across kinds skips such kinds; opening one fails with
+    /// this reason.
     pub fn unavailable(self) -> Option<String> {
-        self.unavailable_with(std::env::var_os(DAYTONA_API_KEY).is_some())
+        let modal_configured = match self {
+            Kind::Modal => modal_configured(),
+            Kind::Local | Kind::Docker | Kind::Daytona => false,
+        };
+        self.unavailable_with(std::env::var_os(DAYTONA_API_KEY).is_some(), modal_configured)
     }
 
-    fn unavailable_with(self, daytona_key: bool) -> Option<String> {
+    fn unavailable_with(self, daytona_key: bool, modal_configured: bool) -> Option<String> {
         if let (false, Some(feature)) = (self.built(), self.feature()) {
             return Some(SandboxError::Unsupported { kind: self.name(), feature }.to_string());
         }
@@ -66,6 +76,12 @@ impl Kind {
             return Some(format!(
                 "daytona sandboxes need the API key in {DAYTONA_API_KEY} (and DAYTONA_API_URL, \
                  DAYTONA_TARGET when not the defaults, as Daytona's own SDKs read them)"
+            ));
+        }
+        if self == Kind::Modal && !modal_configured {
+            return Some(format!(
+                "modal sandboxes need a token: {MODAL_TOKENS} (or the active profile of ~/.modal.toml, \
+                 as Modal's own SDKs read them; MODAL_SERVER_URL for another control plane)"
             ));
         }
         None
@@ -77,8 +93,17 @@ impl Kind {
             Kind::Local => None,
             Kind::Docker => Some("docker"),
             Kind::Daytona => Some("daytona"),
+            Kind::Modal => Some("modal"),
         }
     }
+}
+
+/// Whether Modal's token is configured (variables or config file), as its SDKs read it.
+fn modal_configured() -> bool {
+    #[cfg(feature = "modal")]
+    return crate::adapters::modal::ModalConfig::from_env().is_ok();
+    #[cfg(not(feature = "modal"))]
+    return false;
 }
 
 impl fmt::Display for Kind {
@@ -106,6 +131,8 @@ impl SandboxSpec {
 
 /// The variable holding the Daytona API key, as Daytona's SDKs name it.
 pub const DAYTONA_API_KEY: &str = "DAYTONA_API_KEY";
+/// The variables holding Modal's token, as Modal's SDKs name them.
+pub const MODAL_TOKENS: &str = "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET";
 
 impl fmt::Display for SandboxSpec {
     /// The `KIND:SPEC` text it parses from.
@@ -119,8 +146,8 @@ impl fmt::Display for SandboxSpec {
 }
 
 /// The accepted forms, for error messages and `--help`.
-pub const SPEC_FORMS: &str =
-    "local, docker:IMAGE, docker-attach:ID, daytona:SNAPSHOT_OR_IMAGE, daytona-attach:ID";
+pub const SPEC_FORMS: &str = "local, docker:IMAGE, docker-attach:ID, daytona:SNAPSHOT_OR_IMAGE, \
+     daytona-attach:ID, modal:IMAGE, modal-attach:SANDBOX_ID";
 
 impl FromStr for SandboxSpec {
     type Err = SandboxError;
@@ -134,6 +161,8 @@ impl FromStr for SandboxSpec {
             "docker-attach" => (Kind::Docker, true),
             "daytona" => (Kind::Daytona, false),
             "daytona-attach" => (Kind::Daytona, true),
+            "modal" => (Kind::Modal, false),
+            "modal-attach" => (Kind::Modal, true),
             _ => return Err(invalid(&format!("unknown kind; expected one of {SPEC_FORMS}"))),
         };
         match (kind, attach) {
@@ -141,7 +170,9 @@ impl FromStr for SandboxSpec {
             (Kind::Local, _) => Ok(SandboxSpec::Create { kind, source: String::new() }),
             (_, true) if rest.is_empty() => Err(invalid("an id is needed after the colon")),
             (_, true) => Ok(SandboxSpec::Attach { kind, id: rest.to_owned() }),
-            (Kind::Docker, false) if rest.is_empty() => Err(invalid("an image is needed after the colon")),
+            (Kind::Docker | Kind::Modal, false) if rest.is_empty() => {
+                Err(invalid("an image is needed after the colon"))
+            }
             (_, false) => Ok(SandboxSpec::Create { kind, source: rest.to_owned() }),
         }
     }
@@ -206,6 +237,10 @@ pub fn provider(kind: Kind) -> Result<Box<dyn Provider>> {
         Kind::Daytona => Ok(Box::new(crate::adapters::daytona::DaytonaProvider::from_env()?)),
         #[cfg(not(feature = "daytona"))]
         Kind::Daytona => Err(SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
+        #[cfg(feature = "modal")]
+        Kind::Modal => Ok(Box::new(crate::adapters::modal::ModalProvider::from_env()?)),
+        #[cfg(not(feature = "modal"))]
+        Kind::Modal => Err(SandboxError::Unsupported { kind: "modal", feature: "modal" }),
     }
 }
 
@@ -235,7 +270,7 @@ pub async fn open(spec: &SandboxSpec) -> Result<Opened> {
     if let (false, Some(feature)) = (kind.built(), kind.feature()) {
         return Err(SandboxError::Unsupported { kind: kind.name(), feature });
     }
-    // Configuration the kind needs (Daytona's API key), said before anything is tried.
+    // Configuration the kind needs (Daytona's API key, Modal's token), said before anything is tried.
     if let Some(why) = kind.unavailable() {
         return Err(SandboxError::InvalidSpec { spec: spec.to_string(), why });
     }
@@ -262,11 +297,23 @@ mod tests {
             ("daytona:python:3.12-slim", create(Kind::Daytona, "python:3.12-slim")),
             ("daytona:", create(Kind::Daytona, "")),
             ("daytona-attach:sb-1", attach(Kind::Daytona, "sb-1")),
+            ("modal:agentd-base-debian:latest", create(Kind::Modal, "agentd-base-debian:latest")),
+            ("modal-attach:sb-abc", attach(Kind::Modal, "sb-abc")),
         ];
         for (text, expected) in cases {
             assert_eq!(text.parse::<SandboxSpec>().unwrap(), expected, "{text}");
         }
-        for bad in ["", "modal:x", "local:x", "docker", "docker:", "docker-attach:", "daytona-attach"] {
+        for bad in [
+            "",
+            "fly:x",
+            "local:x",
+            "docker",
+            "docker:",
+            "docker-attach:",
+            "daytona-attach",
+            "modal:",
+            "modal-attach:",
+        ] {
             let err = bad.parse::<SandboxSpec>().unwrap_err().to_string();
             assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
         }
@@ -274,15 +321,21 @@ mod tests {
 
     #[test]
     fn specs_print_as_they_parse() {
-        for text in
-            ["local", "docker:agentd-debian:latest", "docker-attach:3f2a", "daytona:", "daytona-attach:x"]
-        {
+        for text in [
+            "local",
+            "docker:agentd-debian:latest",
+            "docker-attach:3f2a",
+            "daytona:",
+            "daytona-attach:x",
+            "modal:python:3.12",
+            "modal-attach:sb-1",
+        ] {
             assert_eq!(text.parse::<SandboxSpec>().unwrap().to_string(), text);
         }
         for kind in Kind::ALL {
             assert_eq!(Kind::from_name(kind.name()), Some(kind));
         }
-        assert_eq!(Kind::from_name("modal"), None);
+        assert_eq!(Kind::from_name("fly"), None);
     }
 
     /// Each kind is there exactly when its feature is on (this test runs with and without them:
@@ -306,10 +359,17 @@ mod tests {
             }
         }
         // Without the feature, the feature is the reason whether or not the key is set.
-        let daytona = Kind::Daytona.unavailable_with(true);
+        let daytona = Kind::Daytona.unavailable_with(true, false);
         assert_eq!(daytona.is_some(), !cfg!(feature = "daytona"), "{daytona:?}");
-        let why = Kind::Daytona.unavailable_with(false).unwrap();
+        let why = Kind::Daytona.unavailable_with(false, false).unwrap();
         let expected = if cfg!(feature = "daytona") { DAYTONA_API_KEY } else { "`daytona` feature" };
+        assert!(why.contains(expected), "{why}");
+        assert_eq!(Kind::Modal.built(), cfg!(feature = "modal"));
+        let modal = Kind::Modal.unavailable_with(false, true);
+        assert_eq!(modal.is_some(), !cfg!(feature = "modal"), "{modal:?}");
+        let why = Kind::Modal.unavailable_with(false, false).unwrap();
+        let expected =
+            if cfg!(feature = "modal") { "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET" } else { "`modal` feature" };
         assert!(why.contains(expected), "{why}");
     }
 

@@ -17,6 +17,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::{Message, http::HeaderValue};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+pub mod channels;
 pub mod containers;
 pub mod fake_daytona;
 pub mod fake_modal;
@@ -123,6 +124,42 @@ impl Drop for Daemon {
         let _ = self.child.wait();
         remove_scratch(self.child.id());
     }
+}
+
+/// `execute`, the verbs and the offload on any sandbox, whichever channel carries them: exact
+/// output and exit codes, shell text untouched, a write larger than one `sh -c` argument, an
+/// offloaded capture. Leaves `/tmp/verbs/{a,big,cap}.txt`.
+pub async fn check_commands_and_verbs(sb: &dyn agentd_host::BaseSandbox) {
+    let r = sb.execute("printf a; printf b >&2; exit 3", None).await.expect("transport");
+    assert_eq!((r.output.as_str(), r.exit_code), ("ab", Some(3)));
+    // Quotes, `$` and newlines reach the shell untouched.
+    let r = sb.execute("x='it''s'; echo \"$x\" \"$((6*7))\"\necho two", None).await.expect("transport");
+    assert_eq!(r.output, "its 42\ntwo\n");
+    let w = sb.write("/tmp/verbs/a.txt", "one\ntwo\nthree\n").await.expect("transport");
+    assert_eq!((w.error, w.path.as_deref()), (None, Some("/tmp/verbs/a.txt")));
+    let read = sb.read("/tmp/verbs/a.txt", 1, 1).await.expect("transport");
+    assert_eq!(read.file_data.expect("read: content").content, "two");
+    let e = sb.edit("/tmp/verbs/a.txt", "three", "3", false).await.expect("transport");
+    assert_eq!((e.error, e.occurrences), (None, Some(1)));
+    let g = sb.grep("3", Some("/tmp/verbs"), None, None).await.expect("transport");
+    assert_eq!(
+        g.matches.expect("grep: matches").iter().map(|m| (m.path.as_str(), m.line)).collect::<Vec<_>>(),
+        [("/tmp/verbs/a.txt", 3)]
+    );
+    // A write larger than one `sh -c` argument may hold (the fallback uploads it as a script).
+    let big = "x".repeat(300 << 10);
+    assert_eq!(sb.write("/tmp/verbs/big.txt", &big).await.expect("transport").error, None);
+    let back = sb.download_files(&["/tmp/verbs/big.txt".into()]).await.expect("transport");
+    assert_eq!(back[0].content.as_deref(), Some(big.as_bytes()));
+    let off = sb
+        .execute_with_offload("seq 1 20000", "/tmp/verbs/cap.txt", 1000, None, None)
+        .await
+        .expect("transport");
+    assert!(off.offloaded, "{off:?}");
+    let ls = sb.ls("/tmp/verbs").await.expect("transport");
+    let mut names: Vec<_> = ls.entries.expect("ls: entries").into_iter().map(|e| e.path).collect();
+    names.sort();
+    assert_eq!(names, ["/tmp/verbs/a.txt", "/tmp/verbs/big.txt", "/tmp/verbs/cap.txt"]);
 }
 
 /// The contract's per-file transfer codes, in order, with exact bytes next to failures, on any
@@ -479,62 +516,6 @@ pub mod stats {
     /// Milliseconds, for printing.
     pub fn ms(d: Duration) -> f64 {
         d.as_secs_f64() * 1e3
-    }
-
-    /// Median and p99 of a set of timings, and a printable summary.
-    pub struct Figure {
-        pub median: Duration,
-        pub p99: Duration,
-        pub runs: usize,
-    }
-
-    impl Figure {
-        pub fn of(mut times: Vec<Duration>) -> Self {
-            times.sort();
-            Self { median: percentile(&times, 0.5), p99: percentile(&times, 0.99), runs: times.len() }
-        }
-
-        pub fn line(&self) -> String {
-            format!("median {:.3} ms, p99 {:.3} ms ({} runs)", ms(self.median), ms(self.p99), self.runs)
-        }
-    }
-
-    /// Times `fast` and `slow` interleaved, `per_slow` calls of `fast` after each of the `slow_runs`
-    /// calls of `slow`, so drift on a noisy machine hits both alike: (fast, slow).
-    pub async fn interleaved<F, FF, S, SF>(
-        slow_runs: usize,
-        per_slow: usize,
-        fast: F,
-        slow: S,
-    ) -> (Figure, Figure)
-    where
-        F: Fn() -> FF,
-        FF: std::future::Future<Output = ()>,
-        S: Fn() -> SF,
-        SF: std::future::Future<Output = ()>,
-    {
-        let mut fast_times = Vec::with_capacity(slow_runs * per_slow);
-        let mut slow_times = Vec::with_capacity(slow_runs);
-        for _ in 0..slow_runs {
-            let start = std::time::Instant::now();
-            slow().await;
-            slow_times.push(start.elapsed());
-            for _ in 0..per_slow {
-                let start = std::time::Instant::now();
-                fast().await;
-                fast_times.push(start.elapsed());
-            }
-        }
-        (Figure::of(fast_times), Figure::of(slow_times))
-    }
-
-    /// Prints how many times faster `fast` was than `slow`, at the median and at p99.
-    pub fn ratios(what: &str, fast: &Figure, slow: &Figure, target: &str) {
-        println!(
-            "{what}: link is {:.1}x faster at the median, {:.1}x at p99{target}",
-            ms(slow.median) / ms(fast.median),
-            ms(slow.p99) / ms(fast.p99)
-        );
     }
 }
 

@@ -131,7 +131,15 @@ fn sandbox_specs_that_cannot_be_used_fail_with_the_reason() {
     let session = state.path().join("s.json");
     let stderr = fail_125(agentctl(&session).args(["--sandbox", "daytona:x", "exec", "--", "true"]));
     assert!(stderr.contains("DAYTONA_API_KEY") || stderr.contains("`daytona` feature"), "{stderr}");
-    let stderr = fail_125(agentctl(&session).args(["--sandbox", "modal:x", "exec", "--", "true"]));
+    let mut no_modal_token = agentctl(&session);
+    no_modal_token
+        .env_remove("MODAL_TOKEN_ID")
+        .env_remove("MODAL_TOKEN_SECRET")
+        .env("MODAL_CONFIG_PATH", state.path().join("no-modal.toml"))
+        .args(["--sandbox", "modal:x", "exec", "--", "true"]);
+    let stderr = fail_125(&mut no_modal_token);
+    assert!(stderr.contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"), "{stderr}");
+    let stderr = fail_125(agentctl(&session).args(["--sandbox", "fly:x", "exec", "--", "true"]));
     assert!(stderr.contains(agentd_host::provider::SPEC_FORMS), "{stderr}");
     let stderr = fail_125(agentctl(&session).args(["sandbox", "rm", "no-such-sandbox-id"]));
     assert!(stderr.contains("no-such-sandbox-id"), "{stderr}");
@@ -196,11 +204,11 @@ async fn sandbox_docker_exec_then_ls_and_rm_across_kinds() {
     assert!(!listed.iter().any(|row| row["id"] == first.as_str() || row["id"] == second.as_str()));
 }
 
-/// The standalone `fake-daytona`, killed with SIGTERM (it then removes its containers) and reaped
-/// when dropped, also when the test fails.
-struct FakeDaytonaProcess(std::process::Child);
+/// A standalone fake (`fake-daytona`, `fake-modal`), killed with SIGTERM (it then removes its
+/// containers) and reaped when dropped, also when the test fails.
+struct FakeProcess(std::process::Child);
 
-impl Drop for FakeDaytonaProcess {
+impl Drop for FakeProcess {
     fn drop(&mut self) {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.0.id()).unwrap());
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -214,27 +222,45 @@ impl Drop for FakeDaytonaProcess {
 /// afterwards.
 #[tokio::test]
 async fn sandbox_daytona_runs_the_main_job_with_only_the_two_variables() {
+    main_job_through_a_fake("fake-daytona", "daytona", &["DAYTONA_API_URL", "DAYTONA_API_KEY"]).await;
+}
+
+/// The same on `modal:IMAGE` through the `fake-modal` binary, with only `MODAL_SERVER_URL` and the
+/// two token variables.
+#[tokio::test]
+async fn sandbox_modal_runs_the_main_job_with_only_the_token_variables() {
+    main_job_through_a_fake(
+        "fake-modal",
+        "modal",
+        &["MODAL_SERVER_URL", "MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"],
+    )
+    .await;
+}
+
+/// The main job on `KIND:agentd-base-debian:latest` through the standalone fake `fake_binary`, with
+/// only the `variables` it exports (in that order), PATH and HOME set.
+async fn main_job_through_a_fake(fake_binary: &str, kind: &str, variables: &[&str]) {
     use std::io::BufRead as _;
     const BASE: &str = "agentd-base-debian:latest";
     if !agentd_tests::docker_available(BASE).await {
         return;
     }
-    let mut child = Command::new(binary("fake-daytona"))
+    let mut child = Command::new(binary(fake_binary))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let (stdout, stderr) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let _fake = FakeDaytonaProcess(child);
+    let _fake = FakeProcess(child);
     let mut lines = std::io::BufReader::new(stdout).lines();
     let mut vars = Vec::new();
-    for _ in 0..2 {
+    for _ in variables {
         let line = lines.next().unwrap().unwrap();
         let (name, value) = line.strip_prefix("export ").and_then(|s| s.split_once('=')).expect(&line);
         vars.push((name.to_owned(), value.to_owned()));
     }
     let names: Vec<&str> = vars.iter().map(|(name, _)| name.as_str()).collect();
-    assert_eq!(names, ["DAYTONA_API_URL", "DAYTONA_API_KEY"]);
+    assert_eq!(names, variables);
     // Its first stderr line names the label value of its containers; the rest is drained.
     let mut stderr = std::io::BufReader::new(stderr);
     let mut banner = String::new();
@@ -262,11 +288,8 @@ async fn sandbox_daytona_runs_the_main_job_with_only_the_two_variables() {
     let main_job = r#"echo "hello from $(uname -s)"; pwd"#;
     let started = std::time::Instant::now();
     let out =
-        agentctl().args(["--sandbox", &format!("daytona:{BASE}"), "exec", "--", main_job]).output().unwrap();
-    eprintln!(
-        "agentctl --sandbox daytona:{BASE} exec (create, inject, run, delete): {:?}",
-        started.elapsed()
-    );
+        agentctl().args(["--sandbox", &format!("{kind}:{BASE}"), "exec", "--", main_job]).output().unwrap();
+    eprintln!("agentctl --sandbox {kind}:{BASE} exec (create, inject, run, delete): {:?}", started.elapsed());
     let stderr_text = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr_text}");
     // pwd is the container's working directory (the image's), not agentctl's own.
@@ -291,8 +314,8 @@ async fn sandbox_daytona_runs_the_main_job_with_only_the_two_variables() {
     let alive: Vec<_> = listed
         .iter()
         .filter(|row| {
-            row["kind"] == "daytona" && !matches!(row["state"].as_str(), Some("destroying" | "destroyed"))
+            row["kind"] == kind && !matches!(row["state"].as_str(), Some("destroying" | "destroyed"))
         })
         .collect();
-    assert!(alive.is_empty(), "the command's Daytona sandbox was left behind: {alive:?}");
+    assert!(alive.is_empty(), "the command's {kind} sandbox was left behind: {alive:?}");
 }

@@ -16,8 +16,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
+use agentd_host::adapters::modal::{self, ModalConfig, ModalMode, ModalOptions, ModalSandbox};
 use agentd_host::{BaseSandbox, LocalSandbox};
 use agentd_tests::fake_daytona::FakeDaytona;
+use agentd_tests::fake_modal::FakeModal;
 use agentd_tests::{ExecOnly, ShellSandbox};
 use suite::{Suite, Target};
 
@@ -47,6 +49,8 @@ conformance! {
         docker_debian_injected,
         daytona_link,
         daytona_toolbox,
+        modal_link,
+        modal_router,
     ],
     cases: [
         golden_05_06_ls_one_level_links_and_errors,
@@ -199,6 +203,70 @@ async fn daytona_sandbox(fake: &FakeDaytona, mode: DaytonaMode) -> DaytonaSandbo
         .await
         .expect("create a Daytona sandbox through the fake");
     eprintln!("daytona create + inject ({mode:?}): {:?}", started.elapsed());
+    sandbox
+}
+
+/// A Modal sandbox made through the fake from `agentd-base-debian` (agentd injected) over the
+/// tunnel link; derived: the same sandbox through `execute` over that link ([`ExecOnly`]).
+async fn modal_link() -> Option<Target> {
+    let (fake, workspace, ws) = modal_fake().await?;
+    let sandbox = modal_sandbox(&fake, ModalMode::Link).await;
+    assert_eq!(sandbox.channel(), modal::Channel::Link);
+    let native: Arc<dyn BaseSandbox> = Arc::new(sandbox);
+    let derived = Box::new(ExecOnly(Arc::clone(&native)));
+    let keep = (Arc::clone(&native), fake, workspace);
+    Some(Target { native, derived, ws, keep: Box::new(keep) })
+}
+
+/// The router-exec fallback: a Modal sandbox made through the fake in [`ModalMode::RouterExec`]
+/// (verbs and offload derived through the command router's exec) is the derived side; the native
+/// side is the same sandbox attached over the tunnel link.
+async fn modal_router() -> Option<Target> {
+    let (fake, workspace, ws) = modal_fake().await?;
+    let router = modal_sandbox(&fake, ModalMode::RouterExec).await;
+    assert_eq!(router.channel(), modal::Channel::RouterExec);
+    let linked = ModalSandbox::attach(modal_config(&fake), router.id(), &modal_options(ModalMode::Link))
+        .await
+        .expect("attach over the tunnel link");
+    let native: Arc<dyn BaseSandbox> = Arc::new(linked);
+    let derived = Box::new(router);
+    let keep = (Arc::clone(&native), fake, workspace);
+    Some(Target { native, derived, ws, keep: Box::new(keep) })
+}
+
+/// A fake Modal whose containers bind-mount a fresh workspace at the same path and start in it
+/// (one per case, as [`daytona_fake`]). Skips without Docker or the image.
+async fn modal_fake() -> Option<(FakeModal, tempfile::TempDir, std::path::PathBuf)> {
+    if !agentd_tests::docker_available(DAYTONA_IMAGE).await {
+        return None;
+    }
+    let workspace = tempfile::tempdir().expect("tempdir");
+    let ws = workspace.path().canonicalize().expect("canonical");
+    let fake = FakeModal::start();
+    fake.mount(&ws);
+    Some((fake, workspace, ws))
+}
+
+fn modal_config(fake: &FakeModal) -> ModalConfig {
+    ModalConfig::new(fake.server_url(), fake.token_id(), fake.token_secret())
+}
+
+fn modal_options(mode: ModalMode) -> ModalOptions {
+    ModalOptions {
+        mode,
+        link_timeout: std::time::Duration::from_secs(20),
+        agentd_binary: Some(agentd_tests::static_agentd()),
+        ..ModalOptions::default()
+    }
+}
+
+/// A sandbox on `fake` from `agentd-base-debian` (`modal:IMAGE`).
+async fn modal_sandbox(fake: &FakeModal, mode: ModalMode) -> ModalSandbox {
+    let started = std::time::Instant::now();
+    let sandbox = ModalSandbox::create(modal_config(fake), DAYTONA_IMAGE, &modal_options(mode))
+        .await
+        .expect("create a Modal sandbox through the fake");
+    eprintln!("modal create + inject ({mode:?}): {:?}", started.elapsed());
     sandbox
 }
 

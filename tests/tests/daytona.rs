@@ -51,37 +51,6 @@ async fn transfers(sb: &DaytonaSandbox) {
     agentd_tests::check_per_file_codes(sb).await;
 }
 
-/// `execute`, a verb and the offload, whichever channel carries them.
-async fn commands_and_verbs(sb: &DaytonaSandbox) {
-    let r = sb.execute("printf a; printf b >&2; exit 3", None).await.unwrap();
-    assert_eq!((r.output.as_str(), r.exit_code), ("ab", Some(3)));
-    // Quotes, `$` and newlines reach the shell untouched.
-    let r = sb.execute("x='it''s'; echo \"$x\" \"$((6*7))\"\necho two", None).await.unwrap();
-    assert_eq!(r.output, "its 42\ntwo\n");
-    let w = sb.write("/tmp/verbs/a.txt", "one\ntwo\nthree\n").await.unwrap();
-    assert_eq!((w.error, w.path.as_deref()), (None, Some("/tmp/verbs/a.txt")));
-    let read = sb.read("/tmp/verbs/a.txt", 1, 1).await.unwrap();
-    assert_eq!(read.file_data.unwrap().content, "two");
-    let e = sb.edit("/tmp/verbs/a.txt", "three", "3", false).await.unwrap();
-    assert_eq!((e.error, e.occurrences), (None, Some(1)));
-    let g = sb.grep("3", Some("/tmp/verbs"), None, None).await.unwrap();
-    assert_eq!(
-        g.matches.unwrap().iter().map(|m| (m.path.as_str(), m.line)).collect::<Vec<_>>(),
-        [("/tmp/verbs/a.txt", 3)]
-    );
-    // A write larger than one `sh -c` argument may hold (the fallback uploads it as a script).
-    let big = "x".repeat(300 << 10);
-    assert_eq!(sb.write("/tmp/verbs/big.txt", &big).await.unwrap().error, None);
-    let back = sb.download_files(&["/tmp/verbs/big.txt".into()]).await.unwrap();
-    assert_eq!(back[0].content.as_deref(), Some(big.as_bytes()));
-    let off = sb.execute_with_offload("seq 1 20000", "/tmp/verbs/cap.txt", 1000, None, None).await.unwrap();
-    assert!(off.offloaded, "{off:?}");
-    let ls = sb.ls("/tmp/verbs").await.unwrap();
-    let mut names: Vec<_> = ls.entries.unwrap().into_iter().map(|e| e.path).collect();
-    names.sort();
-    assert_eq!(names, ["/tmp/verbs/a.txt", "/tmp/verbs/big.txt", "/tmp/verbs/cap.txt"]);
-}
-
 #[tokio::test]
 async fn injected_agentd_over_the_preview_link() {
     let Some((fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
@@ -89,7 +58,7 @@ async fn injected_agentd_over_the_preview_link() {
     assert!(sb.agentd_command().starts_with("/tmp/agentd-"), "{}", sb.agentd_command());
     let execs = || fake.requests().iter().filter(|r| r.contains("/process/execute")).count();
     let setup = execs();
-    commands_and_verbs(&sb).await;
+    agentd_tests::check_commands_and_verbs(&sb).await;
     transfers(&sb).await;
     // The link carried them: the toolbox exec saw only the injection's calls.
     assert_eq!(execs(), setup, "{:?}", fake.requests());
@@ -104,7 +73,7 @@ async fn toolbox_exec_fallback_runs_commands_and_derived_verbs() {
     let Some((fake, sb)) = sandbox(DaytonaMode::ToolboxExec).await else { return };
     assert_eq!(sb.channel(), Channel::ToolboxExec);
     assert!(sb.agentd().is_none());
-    commands_and_verbs(&sb).await;
+    agentd_tests::check_commands_and_verbs(&sb).await;
     transfers(&sb).await;
     assert!(!fake.requests().iter().any(|r| r.contains("/preview-url")), "no link was asked for");
     sb.close().await.unwrap();

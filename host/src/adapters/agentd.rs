@@ -88,6 +88,40 @@ fn wire_timeout(timeout: Option<Duration>) -> Option<f64> {
     timeout.map(|t| t.as_secs_f64())
 }
 
+/// agentd's default for commands that name no timeout; exec channels of providers use the same.
+pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// The note a timed-out command's output ends with (its exit code reads 124).
+pub fn timeout_note(secs: f64) -> String {
+    format!("[Command timed out after {secs:.1}s; its process tree was killed]")
+}
+
+/// How long a command over a provider's link may go unanswered: agentd reports its own timeout
+/// (default [`DEFAULT_EXEC_TIMEOUT`]) well within this, so only a link gone silent (a proxy that
+/// dropped it without closing) reaches it. `None`: the caller asked for no limit.
+pub fn link_deadline(timeout: Option<Duration>) -> Option<Duration> {
+    const MARGIN: Duration = Duration::from_secs(60);
+    match timeout {
+        Some(t) if t.is_zero() => None,
+        Some(t) => Some(t + MARGIN),
+        None => Some(DEFAULT_EXEC_TIMEOUT + MARGIN),
+    }
+}
+
+/// `call`, or a [`SandboxError::Timeout`] about `what` after `deadline`.
+pub async fn within<T>(
+    what: &str,
+    deadline: Option<Duration>,
+    call: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    match deadline {
+        None => call.await,
+        Some(after) => tokio::time::timeout(after, call)
+            .await
+            .map_err(|_| SandboxError::Timeout { what: what.to_owned(), after })?,
+    }
+}
+
 /// The contract's view of a native result. A timeout reads as exit code 124 with a note, the
 /// convention of `timeout(1)` that models and harnesses already know.
 pub fn execute_response(result: &ExecResult) -> Result<ExecuteResponse> {
@@ -98,10 +132,7 @@ pub fn execute_response(result: &ExecResult) -> Result<ExecuteResponse> {
         if !output.is_empty() && !output.ends_with('\n') {
             output.push('\n');
         }
-        output.push_str(&format!(
-            "[Command timed out after {:.1}s; its process tree was killed]",
-            result.duration
-        ));
+        output.push_str(&timeout_note(result.duration));
         exit_code = 124;
     }
     Ok(ExecuteResponse { output, exit_code: Some(exit_code), truncated: result.truncated })
@@ -258,3 +289,161 @@ impl<T: OverAgentd> BaseSandbox for T {
             .await
     }
 }
+
+/// The channel choice a provider's sandbox makes once, at create or attach (Daytona, Modal): with
+/// agentd in (`injected` is `Ok`) and a link `wanted`, `open` it. When it cannot be had, `required`
+/// makes that the error; otherwise the sandbox goes on with the provider's `exec` channel, and the
+/// log says why.
+#[cfg_attr(not(any(feature = "daytona", feature = "modal")), allow(dead_code))]
+pub(crate) async fn link_or_fallback(
+    sandbox: &str,
+    exec: &str,
+    injected: Result<()>,
+    wanted: bool,
+    required: bool,
+    open: impl Future<Output = Result<AgentdSandbox>>,
+) -> Result<Option<AgentdSandbox>> {
+    if let Err(err) = injected {
+        if required {
+            return Err(err);
+        }
+        tracing::warn!(sandbox, "no agentd in the sandbox ({err}): only `execute` works, through the {exec}");
+        return Ok(None);
+    }
+    if !wanted {
+        return Ok(None);
+    }
+    match open.await {
+        Ok(link) => Ok(Some(link)),
+        Err(err) if required => Err(err),
+        Err(err) => {
+            tracing::warn!(sandbox, "no link to agentd ({err}): falling back to the {exec}");
+            Ok(None)
+        }
+    }
+}
+
+/// A provider's sandbox that reaches agentd over a link when it has one, else runs commands through
+/// the provider's own exec channel (Daytona's toolbox, Modal's command router); transfers always
+/// take the provider's channel. [`link_or_exec_sandbox!`] makes it a [`BaseSandbox`]: `execute`,
+/// the verbs and the offload over the link (with [`link_deadline`]), or through the exec channel
+/// with the derived verbs and offload.
+#[async_trait]
+pub trait LinkOrExec: Send + Sync {
+    /// The link's name in errors (`agentd over …`).
+    const LINK: &'static str;
+
+    /// [`BaseSandbox::id`].
+    fn sandbox_id(&self) -> &str;
+
+    /// [`BaseSandbox::agentd_command`].
+    fn agentd_path(&self) -> &str;
+
+    /// The link, if one was made.
+    fn link(&self) -> Option<&AgentdSandbox>;
+
+    /// `execute` through the provider's exec channel.
+    async fn exec_channel(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse>;
+
+    /// [`BaseSandbox::upload_files`] through the provider's channel.
+    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>>;
+
+    /// [`BaseSandbox::download_files`] through the provider's channel.
+    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>>;
+}
+
+/// `impl BaseSandbox for $ty` from its [`LinkOrExec`] (a macro: a blanket impl would overlap
+/// [`OverAgentd`]'s). Unused only in builds without Daytona and Modal.
+#[cfg_attr(not(any(feature = "daytona", feature = "modal")), allow(unused_macros))]
+macro_rules! link_or_exec_sandbox {
+    ($ty:ty) => {
+        #[async_trait::async_trait]
+        impl $crate::sandbox::BaseSandbox for $ty {
+            fn id(&self) -> &str {
+                $crate::adapters::agentd::LinkOrExec::sandbox_id(self)
+            }
+
+            fn agentd_command(&self) -> &str {
+                $crate::adapters::agentd::LinkOrExec::agentd_path(self)
+            }
+
+            fn agentd(&self) -> Option<&$crate::adapters::agentd::AgentdSandbox> {
+                $crate::adapters::agentd::LinkOrExec::link(self)
+            }
+
+            async fn execute(
+                &self,
+                command: &str,
+                timeout: Option<std::time::Duration>,
+            ) -> $crate::error::Result<agentd_protocol::ExecuteResponse> {
+                use $crate::adapters::agentd::{LinkOrExec, link_deadline, within};
+                match self.link() {
+                    Some(link) => {
+                        within(Self::LINK, link_deadline(timeout), link.execute(command, timeout)).await
+                    }
+                    None => self.exec_channel(command, timeout).await,
+                }
+            }
+
+            async fn upload_files(
+                &self,
+                files: &[(String, Vec<u8>)],
+            ) -> $crate::error::Result<Vec<agentd_protocol::FileUploadResponse>> {
+                $crate::adapters::agentd::LinkOrExec::upload(self, files).await
+            }
+
+            async fn download_files(
+                &self,
+                paths: &[String],
+            ) -> $crate::error::Result<Vec<agentd_protocol::FileDownloadResponse>> {
+                $crate::adapters::agentd::LinkOrExec::download(self, paths).await
+            }
+
+            async fn fs(
+                &self,
+                request: agentd_protocol::FsRequest,
+            ) -> $crate::error::Result<agentd_protocol::FsResponse> {
+                match $crate::adapters::agentd::LinkOrExec::link(self) {
+                    Some(link) => link.fs(request).await,
+                    None => Ok($crate::derived::fs(self, request).await),
+                }
+            }
+
+            async fn execute_with_offload(
+                &self,
+                command: &str,
+                capture_path: &str,
+                inline_budget: u64,
+                max_capture_bytes: Option<u64>,
+                timeout: Option<std::time::Duration>,
+            ) -> $crate::error::Result<agentd_protocol::ExecuteOffloadResult> {
+                use $crate::adapters::agentd::{LinkOrExec, link_deadline, within};
+                match self.link() {
+                    Some(link) => {
+                        let call = link.execute_with_offload(
+                            command,
+                            capture_path,
+                            inline_budget,
+                            max_capture_bytes,
+                            timeout,
+                        );
+                        within(Self::LINK, link_deadline(timeout), call).await
+                    }
+                    None => {
+                        let derived = $crate::derived::execute_with_offload(
+                            self,
+                            command,
+                            capture_path,
+                            inline_budget,
+                            max_capture_bytes,
+                            timeout,
+                        );
+                        derived.await
+                    }
+                }
+            }
+        }
+    };
+}
+#[cfg_attr(not(any(feature = "daytona", feature = "modal")), allow(unused_imports))]
+pub(crate) use link_or_exec_sandbox;

@@ -27,17 +27,15 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
-use agentd_protocol::{FsRequest, FsResponse};
+use agentd_protocol::{ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use async_trait::async_trait;
 
 pub use self::api::{
     Api, DEFAULT_API_URL, DaytonaConfig, ENV_API_KEY, ENV_API_URL, ENV_TARGET, Preview, SandboxRecord,
 };
 pub use self::toolbox::Toolbox;
-use crate::adapters::agentd::{AgentdSandbox, Connector};
+use crate::adapters::agentd::{AgentdSandbox, Connector, LinkOrExec, link_or_exec_sandbox, link_or_fallback};
 use crate::adapters::inject::{random_hex, static_agentd};
-use crate::derived;
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
 use crate::provider::{Kind, Provider, SandboxInfo};
@@ -189,38 +187,28 @@ impl DaytonaSandbox {
             owned,
         };
         let injected = sandbox.put_agentd(options).await;
-        match (&injected, options.mode) {
-            (Err(_), DaytonaMode::Link) => return injected.map(|()| sandbox),
-            (Err(err), _) => tracing::warn!(
-                sandbox = %sandbox.id,
-                "no agentd in the sandbox ({err}): only `execute` works through the toolbox exec"
-            ),
-            (Ok(()), _) => {}
-        }
-        if injected.is_ok() && options.mode != DaytonaMode::ToolboxExec {
-            let port = options.port.unwrap_or_else(|| 7700 + rand::random_range(0..300));
-            let connector = PreviewConnector {
-                api: sandbox.api.clone(),
-                toolbox: sandbox.toolbox.clone(),
-                id: sandbox.id.clone(),
-                port,
-                token: random_hex(),
-                agentd: sandbox.agentd_path.clone(),
-                run_dir: sandbox.run_dir.clone(),
-                timeout: options.link_timeout,
-            };
-            match AgentdSandbox::with_connector(Box::new(connector), format!("daytona:{}", sandbox.id)).await
-            {
-                Ok(link) => sandbox.link = Some(link),
-                Err(err) if options.mode == DaytonaMode::Link => return Err(err),
-                Err(err) => tracing::warn!(
-                    sandbox = %sandbox.id,
-                    "no link to agentd ({err}): falling back to the toolbox exec"
-                ),
-            }
-        }
+        let (wanted, required) =
+            (options.mode != DaytonaMode::ToolboxExec, options.mode == DaytonaMode::Link);
+        let open = sandbox.open_link(options);
+        let link = link_or_fallback(&sandbox.id, "toolbox exec", injected, wanted, required, open).await?;
+        sandbox.link = link;
         tracing::info!(sandbox = %sandbox.id, channel = ?sandbox.channel(), agentd = %sandbox.agentd_path, "Daytona sandbox ready");
         Ok(sandbox)
+    }
+
+    /// The link to agentd through the preview URL of its port.
+    async fn open_link(&self, options: &DaytonaOptions) -> Result<AgentdSandbox> {
+        let connector = PreviewConnector {
+            api: self.api.clone(),
+            toolbox: self.toolbox.clone(),
+            id: self.id.clone(),
+            port: options.port.unwrap_or_else(|| 7700 + rand::random_range(0..300)),
+            token: random_hex(),
+            agentd: self.agentd_path.clone(),
+            run_dir: self.run_dir.clone(),
+            timeout: options.link_timeout,
+        };
+        AgentdSandbox::with_connector(Box::new(connector), format!("daytona:{}", self.id)).await
     }
 
     /// Finds agentd on the sandbox's `PATH`, or uploads the static one; makes the run directory.
@@ -462,97 +450,36 @@ fn ws_url(url: &str) -> Result<String> {
     }
 }
 
-/// How long a command over the link may go unanswered: agentd reports its own timeout (default
-/// [`toolbox::DEFAULT_EXEC_TIMEOUT`]) well within this, so only a link gone silent (a proxy that
-/// dropped it without closing) reaches it. `None`: the caller asked for no limit.
-fn link_deadline(timeout: Option<Duration>) -> Option<Duration> {
-    const MARGIN: Duration = Duration::from_secs(60);
-    match timeout {
-        Some(t) if t.is_zero() => None,
-        Some(t) => Some(t + MARGIN),
-        None => Some(toolbox::DEFAULT_EXEC_TIMEOUT + MARGIN),
-    }
-}
-
-async fn within<T>(deadline: Option<Duration>, call: impl Future<Output = Result<T>>) -> Result<T> {
-    match deadline {
-        None => call.await,
-        Some(after) => tokio::time::timeout(after, call).await.map_err(|_| SandboxError::Timeout {
-            what: "agentd over the Daytona preview link".to_owned(),
-            after,
-        })?,
-    }
-}
-
 #[async_trait]
-impl BaseSandbox for DaytonaSandbox {
-    fn id(&self) -> &str {
+impl LinkOrExec for DaytonaSandbox {
+    const LINK: &'static str = "agentd over the Daytona preview link";
+
+    fn sandbox_id(&self) -> &str {
         &self.id
     }
 
-    fn agentd_command(&self) -> &str {
+    fn agentd_path(&self) -> &str {
         &self.agentd_path
     }
 
-    fn agentd(&self) -> Option<&AgentdSandbox> {
+    fn link(&self) -> Option<&AgentdSandbox> {
         self.link.as_ref()
     }
 
-    async fn execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
-        match &self.link {
-            Some(link) => within(link_deadline(timeout), link.execute(command, timeout)).await,
-            None => self.toolbox.execute(command, timeout).await,
-        }
+    async fn exec_channel(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
+        self.toolbox.execute(command, timeout).await
     }
 
-    async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
         self.toolbox.upload(files).await
     }
 
-    async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
         self.toolbox.download(paths).await
     }
-
-    async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
-        match &self.link {
-            Some(link) => link.fs(request).await,
-            None => Ok(derived::fs(self, request).await),
-        }
-    }
-
-    async fn execute_with_offload(
-        &self,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
-        match &self.link {
-            Some(link) => {
-                let call = link.execute_with_offload(
-                    command,
-                    capture_path,
-                    inline_budget,
-                    max_capture_bytes,
-                    timeout,
-                );
-                within(link_deadline(timeout), call).await
-            }
-            None => {
-                derived::execute_with_offload(
-                    self,
-                    command,
-                    capture_path,
-                    inline_budget,
-                    max_capture_bytes,
-                    timeout,
-                )
-                .await
-            }
-        }
-    }
 }
+
+link_or_exec_sandbox!(DaytonaSandbox);
 
 /// Daytona as a [`Provider`]: `daytona:SNAPSHOT_OR_IMAGE`, `daytona-attach:ID`.
 pub struct DaytonaProvider {

@@ -78,7 +78,7 @@ enum Cmd {
 #[derive(Subcommand)]
 enum SandboxCmd {
     /// List them: KIND, ID, SOURCE, STATE (`--json`: one array of objects). Daytona is listed when
-    /// DAYTONA_API_KEY is set.
+    /// DAYTONA_API_KEY is set, Modal when its token is (MODAL_TOKEN_ID/MODAL_TOKEN_SECRET or ~/.modal.toml).
     Ls,
     /// Stop and remove the given ones: KIND:ID, or a bare ID (or unique prefix) looked up across kinds.
     Rm {
@@ -97,7 +97,8 @@ fn sandbox_long_help() -> String {
     format!(
         "Sandbox to use instead of --url or the `up` session, KIND:SPEC, one of: {SPEC_FORMS}.\n\
          local: a private local agentd for this command. docker:IMAGE: a container from an image with \
-         agentd baked in. daytona:SNAPSHOT_OR_IMAGE: a Daytona sandbox (needs DAYTONA_API_KEY). A \
+         agentd baked in. daytona:SNAPSHOT_OR_IMAGE: a Daytona sandbox (needs DAYTONA_API_KEY). modal:IMAGE: a Modal \
+         sandbox (needs MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or ~/.modal.toml). A \
          sandbox created for a command is removed when it ends; KIND-attach:ID uses an existing one \
          and leaves it (docker-attach injects the static agentd)."
     )
@@ -715,7 +716,7 @@ fn print_human(response: &FsResponse) {
 type Skipped = Vec<(Kind, String)>;
 
 /// The providers of the kinds that can be listed here: built, and configured (Daytona: its API
-/// key). The others come back with the reason.
+/// key; Modal: its token). The others come back with the reason.
 fn listable() -> (Vec<Box<dyn provider::Provider>>, Skipped) {
     let (mut providers, mut skipped) = (Vec::new(), Vec::new());
     for kind in Kind::ALL {
@@ -745,7 +746,7 @@ async fn list_all() -> Result<(Vec<SandboxInfo>, Skipped), Box<dyn std::error::E
 fn short_id(info: &SandboxInfo) -> &str {
     match info.kind {
         Kind::Docker => &info.id[..info.id.len().min(12)],
-        Kind::Local | Kind::Daytona => &info.id,
+        Kind::Local | Kind::Daytona | Kind::Modal => &info.id,
     }
 }
 

@@ -12,8 +12,7 @@ use serde::Deserialize;
 use super::api::{PROVIDER, error_chain, error_message, status_error};
 use crate::error::{Result, SandboxError};
 
-/// agentd's default for commands that name no timeout; the fallback uses the same.
-pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(1800);
+pub use crate::adapters::agentd::DEFAULT_EXEC_TIMEOUT;
 /// The HTTP call outlives the command's own timeout by this much, so the toolbox's 408 comes first.
 const EXEC_MARGIN: Duration = Duration::from_secs(5);
 /// Wrapped commands longer than this travel as an uploaded script: one `sh -c` argument is
@@ -97,10 +96,7 @@ impl Toolbox {
             }
             // The toolbox killed the process group and sends no output: say so as agentd does.
             return Ok(ExecuteResponse {
-                output: format!(
-                    "[Command timed out after {:.1}s; its process tree was killed]",
-                    timeout.as_secs_f64()
-                ),
+                output: crate::adapters::agentd::timeout_note(timeout.as_secs_f64()),
                 exit_code: Some(124),
                 truncated: false,
             });
