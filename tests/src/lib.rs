@@ -162,6 +162,23 @@ pub async fn check_commands_and_verbs(sb: &dyn agentd_host::BaseSandbox) {
     assert_eq!(names, ["/tmp/verbs/a.txt", "/tmp/verbs/big.txt", "/tmp/verbs/cap.txt"]);
 }
 
+/// 100 MiB of random bytes up to `/tmp/big/file.bin` and back with matching sha256, through the
+/// sandbox's own transfer channel (`how` names it in the printed timing), then the per-file codes.
+pub async fn check_transfers(sb: &dyn agentd_host::BaseSandbox, how: &str) {
+    use sha2::{Digest as _, Sha256};
+    let mut data = vec![0u8; 100 << 20];
+    rand::Fill::fill(&mut data[..], &mut rand::rng());
+    let digest = format!("{:x}", Sha256::digest(&data));
+    let started = std::time::Instant::now();
+    let up = sb.upload_files(&[("/tmp/big/file.bin".into(), data)]).await.unwrap();
+    assert_eq!(up[0].error, None);
+    let down = sb.download_files(&["/tmp/big/file.bin".into()]).await.unwrap();
+    assert_eq!(down[0].error, None);
+    assert_eq!(format!("{:x}", Sha256::digest(down[0].content.as_ref().unwrap())), digest);
+    eprintln!("100 MiB up and down through {how}: {:?}", started.elapsed());
+    check_per_file_codes(sb).await;
+}
+
 /// The contract's per-file transfer codes, in order, with exact bytes next to failures, on any
 /// sandbox: `/tmp/big` must be a directory there.
 pub async fn check_per_file_codes(sb: &dyn agentd_host::BaseSandbox) {

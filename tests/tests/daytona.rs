@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
 use agentd_host::{BaseSandbox, SandboxError};
 use agentd_tests::fake_daytona::{FakeDaytona, IMAGE_BUILD_FAILED};
-use sha2::{Digest as _, Sha256};
 
 const DEBIAN_BASE: &str = "agentd-base-debian:latest";
 
@@ -37,20 +36,6 @@ async fn sandbox(mode: DaytonaMode) -> Option<(FakeDaytona, DaytonaSandbox)> {
     Some((fake, sb))
 }
 
-/// 100 MiB of random bytes up and down through the bulk endpoints, then the per-file codes.
-async fn transfers(sb: &DaytonaSandbox) {
-    let mut data = vec![0u8; 100 << 20];
-    rand::Fill::fill(&mut data[..], &mut rand::rng());
-    let digest = format!("{:x}", Sha256::digest(&data));
-    let started = Instant::now();
-    let up = sb.upload_files(&[("/tmp/big/file.bin".into(), data)]).await.unwrap();
-    assert_eq!(up[0].error, None);
-    let down = sb.download_files(&["/tmp/big/file.bin".into()]).await.unwrap();
-    assert_eq!(format!("{:x}", Sha256::digest(down[0].content.as_ref().unwrap())), digest);
-    eprintln!("100 MiB up and down through the toolbox: {:?}", started.elapsed());
-    agentd_tests::check_per_file_codes(sb).await;
-}
-
 #[tokio::test]
 async fn injected_agentd_over_the_preview_link() {
     let Some((fake, sb)) = sandbox(DaytonaMode::Link).await else { return };
@@ -59,7 +44,7 @@ async fn injected_agentd_over_the_preview_link() {
     let execs = || fake.requests().iter().filter(|r| r.contains("/process/execute")).count();
     let setup = execs();
     agentd_tests::check_commands_and_verbs(&sb).await;
-    transfers(&sb).await;
+    agentd_tests::check_transfers(&sb, "the toolbox").await;
     // The link carried them: the toolbox exec saw only the injection's calls.
     assert_eq!(execs(), setup, "{:?}", fake.requests());
     let id = sb.id().to_owned();
@@ -74,7 +59,7 @@ async fn toolbox_exec_fallback_runs_commands_and_derived_verbs() {
     assert_eq!(sb.channel(), Channel::ToolboxExec);
     assert!(sb.agentd().is_none());
     agentd_tests::check_commands_and_verbs(&sb).await;
-    transfers(&sb).await;
+    agentd_tests::check_transfers(&sb, "the toolbox").await;
     assert!(!fake.requests().iter().any(|r| r.contains("/preview-url")), "no link was asked for");
     sb.close().await.unwrap();
 }

@@ -17,7 +17,6 @@ use agentd_host::adapters::modal::{
 };
 use agentd_host::{BaseSandbox, Provider, SandboxError};
 use agentd_tests::fake_modal::FakeModal;
-use sha2::{Digest as _, Sha256};
 use tonic::Code;
 
 const DEBIAN_BASE: &str = "agentd-base-debian:latest";
@@ -70,23 +69,6 @@ fn count(fake: &FakeModal, rpc: &str) -> usize {
     fake.calls().iter().filter(|c| c.rpc == rpc).count()
 }
 
-/// 100 MiB of random bytes up and down through the router exec, then the per-file codes.
-async fn transfers(sb: &ModalSandbox) {
-    let mut data = vec![0u8; 100 << 20];
-    rand::Fill::fill(&mut data[..], &mut rand::rng());
-    let digest = format!("{:x}", Sha256::digest(&data));
-    let started = Instant::now();
-    let up = sb.upload_files(&[("/tmp/big/file.bin".into(), data)]).await.unwrap();
-    assert_eq!(up[0].error, None);
-    let down = sb.download_files(&["/tmp/big/file.bin".into()]).await.unwrap();
-    assert_eq!(down[0].error, None);
-    assert_eq!(format!("{:x}", Sha256::digest(down[0].content.as_ref().unwrap())), digest);
-    eprintln!("100 MiB up and down through the router exec: {:?}", started.elapsed());
-    let started = Instant::now();
-    agentd_tests::check_per_file_codes(sb).await;
-    eprintln!("per-file codes: {:?}", started.elapsed());
-}
-
 /// The shared checks of `execute`, the verbs and the offload, and what else the router exec must
 /// get right: a command reading stdin sees its end, glob and delete.
 async fn commands_and_verbs(sb: &ModalSandbox) {
@@ -118,7 +100,7 @@ async fn injected_agentd_over_the_tunnel_link() {
     assert_eq!(sb.read("/tmp/link/a.txt", 0, 10).await.unwrap().file_data.unwrap().content, "linked");
     assert_eq!(count(&fake, "TaskExecStart"), setup, "execute and the verbs went over the link");
     commands_and_verbs(&sb).await;
-    transfers(&sb).await;
+    agentd_tests::check_transfers(&sb, "the router exec").await;
     let id = sb.id().to_owned();
     assert!(fake.container_of(&id).is_some());
     sb.close().await.unwrap();
@@ -139,7 +121,7 @@ async fn router_exec_runs_commands_and_derived_verbs() {
     assert_eq!(sb.execute("true", None).await.unwrap().exit_code, Some(0));
     eprintln!("execute(\"true\") through the router: {:?}", started.elapsed());
     commands_and_verbs(&sb).await;
-    transfers(&sb).await;
+    agentd_tests::check_transfers(&sb, "the router exec").await;
     assert_eq!(count(&fake, "SandboxGetTunnels"), 0, "no link was asked for");
     let started = Instant::now();
     sb.close().await.unwrap();
