@@ -47,7 +47,7 @@ pub mod provider;
 pub mod sandbox;
 
 pub use adapters::agentd::{AgentdSandbox, OverAgentd};
-pub use adapters::local::LocalSandbox;
+pub use adapters::local::{LocalOptions, LocalSandbox};
 pub use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 /// Re-exported so other crates can implement [`BaseSandbox`] with the same macro.
 pub use async_trait::async_trait;

@@ -2,11 +2,15 @@
 
 use crate::error::{Result, SandboxError};
 
-/// The static agentd to inject: `$AGENTD_STATIC_BIN`, else the static build of this workspace next
+/// The static agentd to inject: `$AGENTD_STATIC_BIN`, the bundled one
+/// ([`crate::adapters::local::set_bundled_agentd`]), else the static build of this workspace next
 /// to the running program (`target/x86_64-unknown-linux-gnu/release/agentd`).
 pub fn static_agentd() -> Result<std::path::PathBuf> {
     if let Some(path) = std::env::var_os("AGENTD_STATIC_BIN") {
         return Ok(path.into());
+    }
+    if let Some(path) = crate::adapters::local::bundled_agentd() {
+        return Ok(path.to_owned());
     }
     let exe = std::env::current_exe()?;
     let found = exe

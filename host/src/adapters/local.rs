@@ -58,15 +58,23 @@ pub struct DefaultProfile {
 
 impl DefaultProfile {
     pub fn create(workspace: &Path) -> Result<Self> {
+        Self::create_with(workspace, &[])
+    }
+
+    /// The default profile with `extra_roots` also writable (each must exist).
+    pub fn create_with(workspace: &Path, extra_roots: &[PathBuf]) -> Result<Self> {
         let tmp = tempfile::Builder::new().prefix("agentd-tmp-").tempdir()?;
         let config = tempfile::Builder::new().prefix("agentd-profile-").tempdir()?;
         let profile = SandboxProfile {
             name: "local-default".to_owned(),
             mode: Some(Mode::BestEffort),
-            writable_roots: Some(vec![
-                workspace.to_string_lossy().into_owned(),
-                tmp.path().to_string_lossy().into_owned(),
-            ]),
+            writable_roots: Some(
+                [workspace, tmp.path()]
+                    .into_iter()
+                    .chain(extra_roots.iter().map(PathBuf::as_path))
+                    .map(|root| root.to_string_lossy().into_owned())
+                    .collect(),
+            ),
             env: [("TMPDIR".to_owned(), tmp.path().to_string_lossy().into_owned())].into(),
             limits: Limits { processes: Some(DEFAULT_PROCESSES), ..Limits::default() },
             ..SandboxProfile::default()
@@ -95,20 +103,49 @@ pub struct Started {
     pub pid: u32,
 }
 
+/// How to start a [`LocalSandbox`]. The default is the embedded default: confined by
+/// [`DefaultProfile`], nothing writable beyond the workspace and its private tmp.
+#[derive(Debug, Clone)]
+pub struct LocalOptions {
+    /// Run commands under [`DefaultProfile`] (`false`: confined only by the machine).
+    pub confined: bool,
+    /// More directories commands may write to, beside the workspace and tmp. Each is created when
+    /// missing. Ignored when not `confined` (everything the user may write is writable then).
+    pub writable_roots: Vec<PathBuf>,
+}
+
+impl Default for LocalOptions {
+    fn default() -> Self {
+        Self { confined: true, writable_roots: Vec::new() }
+    }
+}
+
 impl LocalSandbox {
     /// Starts agentd with a fresh temporary workspace, confined by [`DefaultProfile`].
     pub async fn start() -> Result<Self> {
-        Self::start_with(true).await
+        Self::start_with(&LocalOptions::default()).await
     }
 
     /// Starts agentd without a sandbox profile (commands are confined only by the machine).
     pub async fn start_unconfined() -> Result<Self> {
-        Self::start_with(false).await
+        Self::start_with(&LocalOptions { confined: false, ..LocalOptions::default() }).await
     }
 
-    async fn start_with(confined: bool) -> Result<Self> {
+    /// Starts agentd as `options` say.
+    pub async fn start_with(options: &LocalOptions) -> Result<Self> {
         let workspace = tempfile::Builder::new().prefix("agentd-workspace-").tempdir()?;
-        let confinement = if confined { Some(DefaultProfile::create(workspace.path())?) } else { None };
+        let confinement = if options.confined {
+            let mut roots = Vec::with_capacity(options.writable_roots.len());
+            for root in &options.writable_roots {
+                std::fs::create_dir_all(root)
+                    .map_err(|e| SandboxError::Start(format!("writable root {}: {e}", root.display())))?;
+                // Landlock rules name inodes: resolve links so the rule covers what the path means.
+                roots.push(std::fs::canonicalize(root)?);
+            }
+            Some(DefaultProfile::create_with(workspace.path(), &roots)?)
+        } else {
+            None
+        };
         let profile = confinement.as_ref().map(DefaultProfile::file);
         let socket_dir = socket_dir()?;
         let (child, started) =
@@ -248,11 +285,29 @@ pub fn spawn_agentd(
     Ok((child, Started { url, pid }))
 }
 
-/// Finds the agentd executable: `$AGENTD_BIN`, next to this program (or one level up, where test
-/// binaries live), then `$PATH`.
+/// The agentd a program ships beside itself (the Python wheel carries a static one), set once.
+static BUNDLED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Names the agentd binary this program ships with (a static build): [`agentd_binary`] and
+/// [`crate::adapters::inject::static_agentd`] use it when their variables are unset. The first
+/// call wins; it returns whether this one did.
+pub fn set_bundled_agentd(path: PathBuf) -> bool {
+    BUNDLED.set(path).is_ok()
+}
+
+/// The binary [`set_bundled_agentd`] named, if any.
+pub fn bundled_agentd() -> Option<&'static Path> {
+    BUNDLED.get().map(PathBuf::as_path)
+}
+
+/// Finds the agentd executable: `$AGENTD_BIN`, the bundled one ([`set_bundled_agentd`]), next to
+/// this program (or one level up, where test binaries live), then `$PATH`.
 pub fn agentd_binary() -> Result<PathBuf> {
     if let Some(path) = std::env::var_os(AGENTD_BIN_ENV) {
         return Ok(PathBuf::from(path));
+    }
+    if let Some(path) = bundled_agentd() {
+        return Ok(path.to_owned());
     }
     let exe = std::env::current_exe()?;
     let beside = exe.parent().into_iter().flat_map(|dir| [dir.join("agentd"), dir.join("../agentd")]);

@@ -1,0 +1,415 @@
+"""agentd for Python: sandboxes for AI agents, on the deepagents ``BaseSandbox`` contract.
+
+Every sandbox here runs commands and file verbs through agentd's native requests (one websocket
+link, no helper scripts), implemented once in Rust (``agentd-host``) and shared with agentctl:
+
+- :class:`LocalSandbox`: the embedded default. Starts its own agentd (the static binary shipped in
+  this package) with a temporary workspace; commands may write only there, to a private tmp and to
+  ``writable_roots``.
+- :class:`AgentdSandbox`: any running agentd, by URL and token.
+- :class:`DockerSandbox`, :class:`DaytonaSandbox`, :class:`ModalSandbox`: a sandbox a provider makes
+  (or one it already has, by ``id``), with agentd injected into it.
+
+With deepagents installed (``pip install agentd[deepagents]``) each is a subclass of
+``deepagents.backends.sandbox.BaseSandbox`` and returns deepagents' result types, so it can be
+passed to an agent as its backend::
+
+    import agentd
+
+    with agentd.LocalSandbox() as sandbox:
+        result = sandbox.execute("echo hello; exit 3")
+        assert (result.output, result.exit_code) == ("hello\\n", 3)
+        notes = f"{sandbox.workspace}/notes.txt"
+        sandbox.write(notes, "one\\ntwo\\n")
+        assert sandbox.read(notes, offset=1).file_data["content"] == "two"
+
+Blocking methods release the GIL; each has an ``a``-prefixed coroutine twin that runs on the
+package's own tokio runtime. Failures to reach the sandbox raise :mod:`agentd.errors`; everything
+the sandbox answers, failures included, is a result value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from agentd import _agentd, errors
+from agentd.errors import (
+    AgentdError,
+    AuthenticationError,
+    ConnectionError,  # noqa: A004
+    InvalidSpecError,
+    ProtocolError,
+    ProviderError,
+    RefusedError,
+    SandboxClosedError,
+    StartError,
+    TimeoutError,  # noqa: A004
+)
+from agentd.types import (
+    HAS_DEEPAGENTS,
+    DeleteResult,
+    EditResult,
+    ExecuteOffloadResult,
+    ExecuteResponse,
+    FileDownloadResponse,
+    FileUploadResponse,
+    GlobResult,
+    GrepResult,
+    LsResult,
+    ReadResult,
+    WriteResult,
+)
+
+__all__ = [
+    "AgentdError",
+    "AgentdSandbox",
+    "AuthenticationError",
+    "ConnectionError",
+    "DaytonaSandbox",
+    "DockerSandbox",
+    "InvalidSpecError",
+    "LocalSandbox",
+    "ModalSandbox",
+    "ProtocolError",
+    "ProviderError",
+    "RefusedError",
+    "Sandbox",
+    "SandboxClosedError",
+    "StartError",
+    "TimeoutError",
+    "errors",
+    "open",
+]
+
+__version__: str = _agentd.__version__
+
+_BUNDLED = Path(__file__).with_name("bin") / "agentd"
+if _BUNDLED.is_file():
+    _agentd.set_bundled_agentd(os.fspath(_BUNDLED))
+
+if HAS_DEEPAGENTS:
+    from deepagents.backends.sandbox import BaseSandbox as _Base
+else:
+    _Base = object  # type: ignore[assignment,misc]
+
+
+def _execute(answer: tuple[str, int | None, bool]) -> ExecuteResponse:
+    output, exit_code, truncated = answer
+    return ExecuteResponse(output=output, exit_code=exit_code, truncated=truncated)
+
+
+def _offload(answer: tuple[bool, tuple[str, int | None, bool], bool]) -> ExecuteOffloadResult:
+    offloaded, response, marker = answer
+    return ExecuteOffloadResult(
+        offloaded=offloaded, response=_execute(response), preview_has_truncation_marker=marker
+    )
+
+
+def _uploads(answer: list[tuple[str, str | None]]) -> list[FileUploadResponse]:
+    return [FileUploadResponse(path=path, error=error) for path, error in answer]
+
+
+def _downloads(answer: list[tuple[str, bytes | None, str | None]]) -> list[FileDownloadResponse]:
+    return [FileDownloadResponse(path=path, content=content, error=error) for path, content, error in answer]
+
+
+def _files(files: Iterable[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    return [(path, bytes(content)) for path, content in files]
+
+
+class Sandbox(_Base):  # type: ignore[misc,valid-type]
+    """A sandbox reached through agentd. Made by the subclasses or by :func:`open`.
+
+    Use it as a context manager (``with`` / ``async with``) or call :meth:`close` when done.
+    """
+
+    #: deepagents' middleware may capture large ``execute`` output at the source: agentd does it
+    #: natively (``execute_with_offload``), whatever the sandbox's image has.
+    enable_capture_offload = True
+
+    def __init__(self, native: _agentd.Sandbox) -> None:
+        self._native = native
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r})"
+
+    @property
+    def id(self) -> str:
+        """A stable identifier, unique per sandbox."""
+        return self._native.id
+
+    # -- the four required members --------------------------------------------------------------
+
+    def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
+        """Runs ``command`` (POSIX ``sh`` text) and returns its merged output and exit code.
+
+        ``timeout`` in seconds: ``None`` is agentd's default, ``0`` no limit. A command that runs
+        out of time is killed with its whole process tree and answered with exit code 124.
+        """
+        return _execute(self._native.execute(command, timeout))
+
+    async def aexecute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:  # noqa: ASYNC109
+        """Coroutine twin of :meth:`execute`."""
+        return _execute(await self._native.aexecute(command, timeout))
+
+    def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        """Writes each ``(absolute path, bytes)``, creating parent directories; one response per
+        file, in order, with a per-file ``error`` (``invalid_path``, ``permission_denied``, …)."""
+        return _uploads(self._native.upload_files(_files(files)))
+
+    async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
+        """Coroutine twin of :meth:`upload_files`."""
+        return _uploads(await self._native.aupload_files(_files(files)))
+
+    def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        """Reads each absolute path (sha256-checked); one response per path, in order."""
+        return _downloads(self._native.download_files(list(paths)))
+
+    async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
+        """Coroutine twin of :meth:`download_files`."""
+        return _downloads(await self._native.adownload_files(list(paths)))
+
+    # -- capture at the source ------------------------------------------------------------------
+
+    def execute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        *,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: float | None = None,
+    ) -> ExecuteOffloadResult:
+        """Runs ``command`` capturing its output at ``capture_path`` in the sandbox: returned inline
+        up to ``max_inline_bytes``, else a head/tail preview with the whole output left in the
+        file (capped at ``max_capture_bytes``, 10 MiB by default, without killing the command)."""
+        answer = self._native.execute_with_offload(
+            command, capture_path, max_inline_bytes, max_capture_bytes, timeout
+        )
+        return _offload(answer)
+
+    async def aexecute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        *,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> ExecuteOffloadResult:
+        """Coroutine twin of :meth:`execute_with_offload`."""
+        answer = await self._native.aexecute_with_offload(
+            command, capture_path, max_inline_bytes, max_capture_bytes, timeout
+        )
+        return _offload(answer)
+
+    # -- the file verbs (agentd's native `fs` request) ------------------------------------------
+
+    def ls(self, path: str) -> LsResult:
+        """One directory level, unsorted; each entry's ``path`` and ``is_dir``."""
+        return LsResult(**self._native.fs({"verb": "ls", "path": path}))
+
+    async def als(self, path: str) -> LsResult:
+        """Coroutine twin of :meth:`ls`."""
+        return LsResult(**await self._native.afs({"verb": "ls", "path": path}))
+
+    def read(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        """Lines ``offset`` (0-based) to ``offset + limit`` of a text file, or a binary file whole
+        in base64 (up to 500 KiB)."""
+        return ReadResult(**self._native.fs(_read(file_path, offset, limit)))
+
+    async def aread(self, file_path: str, offset: int = 0, limit: int = 2000) -> ReadResult:
+        """Coroutine twin of :meth:`read`."""
+        return ReadResult(**await self._native.afs(_read(file_path, offset, limit)))
+
+    def write(self, file_path: str, content: str) -> WriteResult:
+        """Creates or overwrites a file with the exact UTF-8 bytes of ``content``, creating parent
+        directories."""
+        return WriteResult(**self._native.fs({"verb": "write", "path": file_path, "content": content}))
+
+    async def awrite(self, file_path: str, content: str) -> WriteResult:
+        """Coroutine twin of :meth:`write`."""
+        request = {"verb": "write", "path": file_path, "content": content}
+        return WriteResult(**await self._native.afs(request))
+
+    def edit(self, file_path: str, old_string: str, new_string: str, replace_all: bool = False) -> EditResult:  # noqa: FBT001, FBT002
+        """Replaces ``old_string`` (which must occur exactly once unless ``replace_all``)."""
+        return EditResult(**self._native.fs(_edit(file_path, old_string, new_string, replace_all)))
+
+    async def aedit(
+        self,
+        file_path: str,
+        old_string: str,
+        new_string: str,
+        replace_all: bool = False,  # noqa: FBT001, FBT002
+    ) -> EditResult:
+        """Coroutine twin of :meth:`edit`."""
+        return EditResult(**await self._native.afs(_edit(file_path, old_string, new_string, replace_all)))
+
+    def delete(self, file_path: str) -> DeleteResult:
+        """Removes a file, a link or a directory tree (links are not followed)."""
+        return DeleteResult(**self._native.fs({"verb": "delete", "path": file_path}))
+
+    async def adelete(self, file_path: str) -> DeleteResult:
+        """Coroutine twin of :meth:`delete`."""
+        return DeleteResult(**await self._native.afs({"verb": "delete", "path": file_path}))
+
+    def grep(
+        self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None
+    ) -> GrepResult:
+        """Lines containing the literal ``pattern`` under ``path``, optionally only in files
+        matching ``glob``."""
+        return _grep_result(self._native.fs(_grep(pattern, path, glob, max_count)))
+
+    async def agrep(
+        self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None
+    ) -> GrepResult:
+        """Coroutine twin of :meth:`grep` (gives up after 35 s, as the contract says)."""
+        return _grep_result(await self._native.afs(_grep(pattern, path, glob, max_count)))
+
+    def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """Files matching ``pattern`` under ``path`` (default ``/``), sorted, each as ``path`` +
+        ``/`` + its path below it."""
+        return GlobResult(**self._native.fs(_glob(pattern, path)))
+
+    async def aglob(self, pattern: str, path: str | None = None) -> GlobResult:
+        """Coroutine twin of :meth:`glob` (gives up after 30 s, as the contract says)."""
+        return GlobResult(**await self._native.afs(_glob(pattern, path)))
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Ends the sandbox: stops the embedded default's agentd, removes what a provider created
+        for this object (an attached sandbox is left running). Later calls raise
+        :class:`SandboxClosedError`; closing twice is allowed."""
+        self._native.close()
+
+    async def aclose(self) -> None:
+        """Coroutine twin of :meth:`close`."""
+        await self._native.aclose()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._native.closed
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Sandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _read(path: str, offset: int, limit: int) -> dict[str, Any]:
+    return {"verb": "read", "path": path, "offset": offset, "limit": limit}
+
+
+def _edit(path: str, old: str, new: str, replace_all: bool) -> dict[str, Any]:  # noqa: FBT001
+    return {"verb": "edit", "path": path, "old": old, "new": new, "replace_all": replace_all}
+
+
+def _grep(pattern: str, path: str | None, glob: str | None, max_count: int | None) -> dict[str, Any]:
+    request: dict[str, Any] = {"verb": "grep", "pattern": pattern}
+    for key, value in (("path", path), ("glob", glob), ("max_count", max_count)):
+        if value is not None:
+            request[key] = value
+    return request
+
+
+def _grep_result(answer: dict[str, Any]) -> GrepResult:
+    return GrepResult(**answer)
+
+
+def _glob(pattern: str, path: str | None) -> dict[str, Any]:
+    request: dict[str, Any] = {"verb": "glob", "pattern": pattern}
+    if path is not None:
+        request["path"] = path
+    return request
+
+
+class LocalSandbox(Sandbox):
+    """The embedded default: a private agentd on a Unix socket with a temporary workspace (the
+    commands' working directory), stopped with its commands' process trees on :meth:`close`.
+
+    Commands run confined (landlock, rlimits, a pids cap, where the kernel allows; each result's
+    enforcement is reported by agentd): they may read everything and write only to the workspace,
+    a private ``TMPDIR`` and ``writable_roots`` (created when missing). ``confined=False`` runs them
+    with only the machine's limits.
+    """
+
+    def __init__(self, writable_roots: Iterable[str | os.PathLike[str]] | None = None, *, confined: bool = True) -> None:
+        roots = None if writable_roots is None else [os.fspath(root) for root in writable_roots]
+        super().__init__(_agentd.Sandbox.local(roots, confined))
+
+    @property
+    def pid(self) -> int:
+        """Process id of this sandbox's agentd."""
+        return self._native.pid
+
+    @property
+    def workspace(self) -> Path:
+        """The workspace directory on this machine."""
+        return Path(self._native.workspace)
+
+
+class AgentdSandbox(Sandbox):
+    """A running agentd: ``url`` is ``ws://HOST:PORT``, ``wss://…`` or ``unix:PATH``; ``token`` the
+    one it was started with (``agentd serve --token-file``). :meth:`close` only lets go of the
+    link."""
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        super().__init__(_agentd.Sandbox.connect(url, token))
+
+
+def _spec(kind: str, source: str | None, sandbox_id: str | None, *, source_required: bool) -> str:
+    if source is not None and sandbox_id is not None:
+        msg = f"{kind}: give what to create the sandbox from or the `id=` of an existing one, not both"
+        raise InvalidSpecError(msg)
+    if sandbox_id is not None:
+        return f"{kind}-attach:{sandbox_id}"
+    if source is None and source_required:
+        msg = f"{kind}: give the image to create the sandbox from, or the `id=` of an existing one"
+        raise InvalidSpecError(msg)
+    return f"{kind}:{source or ''}"
+
+
+class DockerSandbox(Sandbox):
+    """A container from ``image`` with agentd injected (removed on :meth:`close`), or an existing
+    container by ``id`` (left running). Talks to the Docker engine ``DOCKER_HOST`` names."""
+
+    def __init__(self, image: str | None = None, *, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(_agentd.Sandbox.open(_spec("docker", image, id, source_required=True)))
+
+
+class DaytonaSandbox(Sandbox):
+    """A Daytona sandbox from a snapshot or image (``""``: Daytona's default), deleted on
+    :meth:`close`, or an existing one by ``id``. Reads ``DAYTONA_API_KEY`` (and ``DAYTONA_API_URL``,
+    ``DAYTONA_TARGET``) as Daytona's SDKs do."""
+
+    def __init__(self, source: str | None = None, *, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(_agentd.Sandbox.open(_spec("daytona", source, id, source_required=False)))
+
+
+class ModalSandbox(Sandbox):
+    """A Modal sandbox from ``image``, terminated on :meth:`close`, or an existing one by ``id``.
+    Reads Modal's token (``MODAL_TOKEN_ID``/``MODAL_TOKEN_SECRET`` or ``~/.modal.toml``) as Modal's
+    SDKs do."""
+
+    def __init__(self, image: str | None = None, *, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(_agentd.Sandbox.open(_spec("modal", image, id, source_required=True)))
+
+
+def open(spec: str) -> Sandbox:  # noqa: A001
+    """The sandbox a ``KIND:SPEC`` names, as ``agentctl --sandbox`` takes it: ``local``,
+    ``docker:IMAGE``, ``docker-attach:ID``, ``daytona:SNAPSHOT``, ``daytona-attach:ID``,
+    ``modal:IMAGE``, ``modal-attach:ID``."""
+    return Sandbox(_agentd.Sandbox.open(spec))

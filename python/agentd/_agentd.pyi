@@ -1,0 +1,62 @@
+"""The native module (Rust, ``agentd-host``): what the classes of :mod:`agentd` are built on."""
+
+from collections.abc import Awaitable, Iterable
+from pathlib import Path
+from typing import Any
+
+__version__: str
+
+def set_bundled_agentd(path: str) -> bool:
+    """Names the static agentd shipped in the wheel; the first call wins."""
+
+_Execute = tuple[str, int | None, bool]
+
+class Sandbox:
+    """One sandbox over agentd's link; every blocking call releases the GIL, every ``a``-method
+    returns an awaitable run on the module's tokio runtime."""
+
+    @staticmethod
+    def local(writable_roots: list[str] | None = None, confined: bool = True) -> Sandbox: ...
+    @staticmethod
+    def connect(url: str, token: str | None = None) -> Sandbox: ...
+    @staticmethod
+    def open(spec: str) -> Sandbox: ...
+    @property
+    def id(self) -> str: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def workspace(self) -> Path | None: ...
+    @property
+    def closed(self) -> bool: ...
+    def execute(self, command: str, timeout: float | None = None) -> _Execute:
+        """``(output, exit_code, truncated)``."""
+    def aexecute(self, command: str, timeout: float | None = None) -> Awaitable[_Execute]: ...
+    def execute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: float | None = None,
+    ) -> tuple[bool, _Execute, bool]:
+        """``(offloaded, (output, exit_code, truncated), preview_has_truncation_marker)``."""
+    def aexecute_with_offload(
+        self,
+        command: str,
+        capture_path: str,
+        max_inline_bytes: int,
+        max_capture_bytes: int | None = None,
+        timeout: float | None = None,
+    ) -> Awaitable[tuple[bool, _Execute, bool]]: ...
+    def upload_files(self, files: Iterable[tuple[str, bytes]]) -> list[tuple[str, str | None]]:
+        """``[(path, error)]``, in order."""
+    def aupload_files(self, files: Iterable[tuple[str, bytes]]) -> Awaitable[list[tuple[str, str | None]]]: ...
+    def download_files(self, paths: list[str]) -> list[tuple[str, bytes | None, str | None]]:
+        """``[(path, content, error)]``, in order."""
+    def adownload_files(self, paths: list[str]) -> Awaitable[list[tuple[str, bytes | None, str | None]]]: ...
+    def fs(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One file verb (``{"verb": "read", "path": …}``); the dict of its result type."""
+    def afs(self, request: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...
+    def close(self) -> None: ...
+    def aclose(self) -> Awaitable[None]: ...

@@ -1,0 +1,158 @@
+//! The verbs as values: what Python asked ([`Call`], built while the GIL is held), run against a
+//! sandbox without it ([`Call::run`]), and the answer ([`Answer`]) turned into plain Python values
+//! once the GIL is back. The Python layer wraps those in deepagents' result types.
+
+use std::time::Duration;
+
+use agentd_host::{
+    BaseSandbox, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
+};
+use agentd_protocol::fs::{FsRequest, FsResponse};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+
+use crate::errors;
+
+/// One request to a sandbox.
+pub enum Call {
+    Execute {
+        command: String,
+        timeout: Option<Duration>,
+    },
+    Offload {
+        command: String,
+        capture_path: String,
+        max_inline_bytes: u64,
+        max_capture_bytes: Option<u64>,
+        timeout: Option<Duration>,
+    },
+    Upload(Vec<(String, Vec<u8>)>),
+    Download(Vec<String>),
+    /// One of the seven file verbs, as `{"verb": "read", "path": …}` (the protocol's `FsRequest`).
+    Fs(FsRequest),
+}
+
+/// What a [`Call`] answered.
+pub enum Answer {
+    Execute(ExecuteResponse),
+    Offload(ExecuteOffloadResult),
+    Upload(Vec<FileUploadResponse>),
+    Download(Vec<FileDownloadResponse>),
+    Fs(FsResponse),
+}
+
+/// A timeout in seconds from Python: `None` is the sandbox's default, `0` no limit.
+pub fn timeout(seconds: Option<f64>) -> PyResult<Option<Duration>> {
+    seconds
+        .map(|s| {
+            Duration::try_from_secs_f64(s).map_err(|_| {
+                PyValueError::new_err(format!("timeout must be a finite number of seconds >= 0, got {s}"))
+            })
+        })
+        .transpose()
+}
+
+/// A file verb's request from its dict (`verb` plus the verb's arguments).
+pub fn fs_request(request: &Bound<'_, PyAny>) -> PyResult<FsRequest> {
+    pythonize::depythonize(request).map_err(|e| PyValueError::new_err(format!("bad file verb request: {e}")))
+}
+
+/// Files to upload from `[(path, bytes), …]`.
+pub fn uploads(files: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for item in files.try_iter()? {
+        let (path, content): (String, Bound<'_, PyBytes>) = item?.extract()?;
+        out.push((path, content.as_bytes().to_vec()));
+    }
+    Ok(out)
+}
+
+impl Call {
+    /// Runs the call. The file verbs go through the verb methods (not `fs` directly), so the
+    /// contract's outer timeouts on `grep` and `glob` hold here too.
+    pub async fn run(self, sandbox: &dyn BaseSandbox) -> agentd_host::Result<Answer> {
+        Ok(match self {
+            Call::Execute { command, timeout } => Answer::Execute(sandbox.execute(&command, timeout).await?),
+            Call::Offload { command, capture_path, max_inline_bytes, max_capture_bytes, timeout } => {
+                Answer::Offload(
+                    sandbox
+                        .execute_with_offload(
+                            &command,
+                            &capture_path,
+                            max_inline_bytes,
+                            max_capture_bytes,
+                            timeout,
+                        )
+                        .await?,
+                )
+            }
+            Call::Upload(files) => Answer::Upload(sandbox.upload_files(&files).await?),
+            Call::Download(paths) => Answer::Download(sandbox.download_files(&paths).await?),
+            Call::Fs(request) => Answer::Fs(match request {
+                FsRequest::Ls { path } => FsResponse::Ls(sandbox.ls(&path).await?),
+                FsRequest::Read { path, offset, limit } => {
+                    FsResponse::Read(sandbox.read(&path, offset, limit).await?)
+                }
+                FsRequest::Write { path, content } => {
+                    FsResponse::Write(sandbox.write(&path, &content).await?)
+                }
+                FsRequest::Edit { path, old, new, replace_all } => {
+                    FsResponse::Edit(sandbox.edit(&path, &old, &new, replace_all).await?)
+                }
+                FsRequest::Glob { pattern, path } => {
+                    FsResponse::Glob(sandbox.glob(&pattern, path.as_deref()).await?)
+                }
+                FsRequest::Grep { pattern, path, glob, max_count } => FsResponse::Grep(
+                    sandbox.grep(&pattern, path.as_deref(), glob.as_deref(), max_count).await?,
+                ),
+                FsRequest::Delete { path } => FsResponse::Delete(sandbox.delete(&path).await?),
+            }),
+        })
+    }
+}
+
+/// `(output, exit_code, truncated)`.
+fn execute_tuple<'py>(py: Python<'py>, r: ExecuteResponse) -> PyResult<Bound<'py, PyTuple>> {
+    (r.output, r.exit_code, r.truncated).into_pyobject(py)
+}
+
+impl Answer {
+    /// The answer as Python values: `execute` gives `(output, exit_code, truncated)`; the offload
+    /// `(offloaded, (output, exit_code, truncated), preview_has_truncation_marker)`; uploads
+    /// `[(path, error)]`; downloads `[(path, bytes or None, error)]`; a file verb the dict of its
+    /// result type, with the contract's field names.
+    pub fn into_py(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let value = match self {
+            Answer::Execute(r) => execute_tuple(py, r)?.into_any(),
+            Answer::Offload(r) => {
+                (r.offloaded, execute_tuple(py, r.response)?, r.preview_has_truncation_marker)
+                    .into_pyobject(py)?
+                    .into_any()
+            }
+            Answer::Upload(rs) => PyList::new(py, rs.into_iter().map(|r| (r.path, r.error)))?.into_any(),
+            Answer::Download(rs) => {
+                let items = rs
+                    .into_iter()
+                    .map(|r| (r.path, r.content.map(|c| PyBytes::new(py, &c)), r.error).into_pyobject(py))
+                    .collect::<PyResult<Vec<_>>>()?;
+                PyList::new(py, items)?.into_any()
+            }
+            Answer::Fs(response) => {
+                let result = match &response {
+                    FsResponse::Ls(r) => pythonize::pythonize(py, r),
+                    FsResponse::Read(r) => pythonize::pythonize(py, r),
+                    FsResponse::Write(r) => pythonize::pythonize(py, r),
+                    FsResponse::Edit(r) => pythonize::pythonize(py, r),
+                    FsResponse::Glob(r) => pythonize::pythonize(py, r),
+                    FsResponse::Grep(r) => pythonize::pythonize(py, r),
+                    FsResponse::Delete(r) => pythonize::pythonize(py, r),
+                };
+                result.map_err(|e| {
+                    errors::named(py, "ProtocolError", format!("cannot convert the result: {e}"))
+                })?
+            }
+        };
+        Ok(value.unbind())
+    }
+}

@@ -1,0 +1,39 @@
+//! # agentd-python
+//!
+//! The native module `agentd._agentd` of the `agentd` Python package: `agentd-host` for Python, so
+//! Python gets the same link, the same embedded default and the same providers as Rust, with one
+//! implementation of the protocol. The package's Python layer (`python/agentd/`) turns what this
+//! module returns into deepagents' result types and is what users import.
+//!
+//! ## Layout
+//! - [`sandbox`]: [`sandbox::Sandbox`], one class over any `agentd_host::BaseSandbox`: how it is
+//!   made (the embedded default, a running agentd by URL, a provider spec), every verb as a
+//!   blocking call that releases the GIL and as a coroutine on the module's tokio runtime, `close`.
+//! - [`calls`]: the verbs as values ([`calls::Call`]), run against a sandbox, and their answers
+//!   turned into plain Python values (tuples, bytes, dicts with the contract's field names).
+//! - [`errors`]: `SandboxError` to the exceptions of `agentd.errors`.
+//!
+//! Build it with maturin (`python/install.sh`, README "Python"); `cargo build` builds it too, as a
+//! library linked to the machine's libpython, which is only good for checking that it compiles.
+
+mod calls;
+mod errors;
+mod sandbox;
+
+use pyo3::prelude::*;
+
+/// The module: the sandbox class and where the bundled agentd is.
+#[pymodule]
+fn _agentd(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<sandbox::Sandbox>()?;
+    m.add_function(wrap_pyfunction!(set_bundled_agentd, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
+
+/// Names the static agentd shipped in the wheel: the embedded default runs it and providers inject
+/// it, unless `AGENTD_BIN` / `AGENTD_STATIC_BIN` say otherwise. The first call wins.
+#[pyfunction]
+fn set_bundled_agentd(path: std::path::PathBuf) -> bool {
+    agentd_host::adapters::local::set_bundled_agentd(path)
+}

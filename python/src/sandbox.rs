@@ -1,0 +1,282 @@
+//! [`Sandbox`]: one Python class over any `agentd_host::BaseSandbox`.
+//!
+//! Every call runs on the module's tokio runtime (pyo3-async-runtimes' multi-threaded one): the
+//! blocking form releases the GIL and waits for it; the `a`-prefixed form returns an asyncio
+//! awaitable driven by that runtime (no thread per call). `close()` waits for calls in flight, then
+//! ends the sandbox; later calls raise `SandboxClosedError`.
+
+use std::path::PathBuf;
+use std::str::FromStr as _;
+use std::sync::Arc;
+
+use agentd_host::provider::{self, Opened};
+use agentd_host::{AgentdSandbox, BaseSandbox, LocalOptions, LocalSandbox, SandboxSpec};
+use pyo3::prelude::*;
+use tokio::sync::RwLock;
+
+use crate::calls::{self, Answer, Call};
+use crate::errors;
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    pyo3_async_runtimes::tokio::get_runtime()
+}
+
+/// What a [`Sandbox`] holds until it is closed.
+enum Held {
+    /// Made or attached through a provider: closing removes what it created.
+    Opened(Opened),
+    /// A link or a local agentd: dropping it is closing it.
+    Own(Box<dyn BaseSandbox>),
+}
+
+impl Held {
+    fn sandbox(&self) -> &dyn BaseSandbox {
+        match self {
+            Held::Opened(opened) => opened.sandbox.as_ref(),
+            Held::Own(sandbox) => sandbox.as_ref(),
+        }
+    }
+
+    async fn close(self) -> agentd_host::Result<()> {
+        match self {
+            Held::Opened(opened) => opened.close().await,
+            Held::Own(sandbox) => {
+                drop(sandbox);
+                Ok(())
+            }
+        }
+    }
+}
+
+type State = Arc<RwLock<Option<Held>>>;
+
+/// Why a call did not answer.
+enum Failure {
+    Closed,
+    Sandbox(agentd_host::SandboxError),
+}
+
+impl From<Failure> for PyErr {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Closed => errors::closed(),
+            Failure::Sandbox(error) => errors::to_py(error),
+        }
+    }
+}
+
+async fn run(state: State, call: Call) -> Result<Answer, Failure> {
+    let held = state.read_owned().await;
+    let sandbox = held.as_ref().ok_or(Failure::Closed)?.sandbox();
+    call.run(sandbox).await.map_err(Failure::Sandbox)
+}
+
+/// A sandbox: the embedded default, a running agentd, or one a provider made or attached to.
+#[pyclass(module = "agentd._agentd", frozen)]
+pub struct Sandbox {
+    state: State,
+    id: String,
+    /// The local agentd's process id and workspace (embedded default only).
+    local: Option<(u32, PathBuf)>,
+}
+
+impl Sandbox {
+    fn new(held: Held, local: Option<(u32, PathBuf)>) -> Self {
+        let id = held.sandbox().id().to_owned();
+        Self { state: Arc::new(RwLock::new(Some(held))), id, local }
+    }
+
+    /// Runs `call` to its end with the GIL released.
+    fn blocking(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
+        let state = Arc::clone(&self.state);
+        let answer = py.detach(|| runtime().block_on(run(state, call)))?;
+        answer.into_py(py)
+    }
+
+    /// An awaitable that runs `call` on the runtime.
+    fn spawn<'py>(&self, py: Python<'py>, call: Call) -> PyResult<Bound<'py, PyAny>> {
+        let state = Arc::clone(&self.state);
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            let answer = run(state, call).await?;
+            Python::attach(|py| answer.into_py(py))
+        })
+    }
+}
+
+/// A value made while the GIL was released.
+fn made<T>(
+    py: Python<'_>,
+    make: impl std::future::Future<Output = agentd_host::Result<T>> + Send,
+) -> PyResult<T>
+where
+    T: Send,
+{
+    py.detach(|| runtime().block_on(make)).map_err(errors::to_py)
+}
+
+#[pymethods]
+impl Sandbox {
+    /// Starts the embedded default: a private agentd on a Unix socket with a temporary workspace,
+    /// confined by the default profile (`confined=False`: by the machine only) with
+    /// `writable_roots` also writable (created when missing).
+    #[staticmethod]
+    #[pyo3(signature = (writable_roots = None, confined = true))]
+    fn local(py: Python<'_>, writable_roots: Option<Vec<PathBuf>>, confined: bool) -> PyResult<Self> {
+        let options = LocalOptions { confined, writable_roots: writable_roots.unwrap_or_default() };
+        let local = made(py, async { LocalSandbox::start_with(&options).await })?;
+        let about = (local.pid(), local.workspace().to_owned());
+        Ok(Self::new(Held::Own(Box::new(local)), Some(about)))
+    }
+
+    /// Links to a running agentd: `ws://HOST:PORT`, `wss://…` or `unix:PATH`, with its token.
+    #[staticmethod]
+    #[pyo3(signature = (url, token = None))]
+    fn connect(py: Python<'_>, url: String, token: Option<String>) -> PyResult<Self> {
+        let sandbox = made(py, async { AgentdSandbox::connect(&url, token.as_deref()).await })?;
+        Ok(Self::new(Held::Own(Box::new(sandbox)), None))
+    }
+
+    /// Creates or attaches the sandbox a `KIND:SPEC` names (`docker:IMAGE`, `docker-attach:ID`,
+    /// `daytona:SNAPSHOT`, `modal:IMAGE`, …); `close()` removes it if it was created here.
+    #[staticmethod]
+    fn open(py: Python<'_>, spec: &str) -> PyResult<Self> {
+        let spec = SandboxSpec::from_str(spec).map_err(errors::to_py)?;
+        let opened = made(py, async { provider::open(&spec).await })?;
+        Ok(Self::new(Held::Opened(opened), None))
+    }
+
+    /// The sandbox's stable identifier.
+    #[getter]
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Process id of the embedded default's agentd (`None` for other kinds).
+    #[getter]
+    fn pid(&self) -> Option<u32> {
+        self.local.as_ref().map(|(pid, _)| *pid)
+    }
+
+    /// The embedded default's workspace directory (`None` for other kinds).
+    #[getter]
+    fn workspace(&self) -> Option<PathBuf> {
+        self.local.as_ref().map(|(_, dir)| dir.clone())
+    }
+
+    /// `(output, exit_code, truncated)` of `command` run by `sh -c`.
+    #[pyo3(signature = (command, timeout = None))]
+    fn execute(&self, py: Python<'_>, command: String, timeout: Option<f64>) -> PyResult<Py<PyAny>> {
+        self.blocking(py, Call::Execute { command, timeout: calls::timeout(timeout)? })
+    }
+
+    #[pyo3(signature = (command, timeout = None))]
+    fn aexecute<'py>(
+        &self,
+        py: Python<'py>,
+        command: String,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.spawn(py, Call::Execute { command, timeout: calls::timeout(timeout)? })
+    }
+
+    /// `(offloaded, (output, exit_code, truncated), preview_has_truncation_marker)`.
+    #[pyo3(signature = (command, capture_path, max_inline_bytes, max_capture_bytes = None, timeout = None))]
+    fn execute_with_offload(
+        &self,
+        py: Python<'_>,
+        command: String,
+        capture_path: String,
+        max_inline_bytes: u64,
+        max_capture_bytes: Option<u64>,
+        timeout: Option<f64>,
+    ) -> PyResult<Py<PyAny>> {
+        let timeout = calls::timeout(timeout)?;
+        self.blocking(
+            py,
+            Call::Offload { command, capture_path, max_inline_bytes, max_capture_bytes, timeout },
+        )
+    }
+
+    #[pyo3(signature = (command, capture_path, max_inline_bytes, max_capture_bytes = None, timeout = None))]
+    fn aexecute_with_offload<'py>(
+        &self,
+        py: Python<'py>,
+        command: String,
+        capture_path: String,
+        max_inline_bytes: u64,
+        max_capture_bytes: Option<u64>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let timeout = calls::timeout(timeout)?;
+        self.spawn(py, Call::Offload { command, capture_path, max_inline_bytes, max_capture_bytes, timeout })
+    }
+
+    /// `[(path, error)]` for `[(path, bytes)]`, in order.
+    fn upload_files(&self, py: Python<'_>, files: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.blocking(py, Call::Upload(calls::uploads(files)?))
+    }
+
+    fn aupload_files<'py>(&self, py: Python<'py>, files: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.spawn(py, Call::Upload(calls::uploads(files)?))
+    }
+
+    /// `[(path, content, error)]` for `[path]`, in order.
+    fn download_files(&self, py: Python<'_>, paths: Vec<String>) -> PyResult<Py<PyAny>> {
+        self.blocking(py, Call::Download(paths))
+    }
+
+    fn adownload_files<'py>(&self, py: Python<'py>, paths: Vec<String>) -> PyResult<Bound<'py, PyAny>> {
+        self.spawn(py, Call::Download(paths))
+    }
+
+    /// One file verb: `request` is `{"verb": "ls" | "read" | …, …arguments}`; the answer is the dict
+    /// of the verb's result type.
+    fn fs(&self, py: Python<'_>, request: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.blocking(py, Call::Fs(calls::fs_request(request)?))
+    }
+
+    fn afs<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.spawn(py, Call::Fs(calls::fs_request(request)?))
+    }
+
+    /// Ends the sandbox (stops the local agentd; removes what a provider created here). Waits for
+    /// calls in flight. Closing twice is allowed.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let state = Arc::clone(&self.state);
+        made(py, close(state))
+    }
+
+    fn aclose<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let state = Arc::clone(&self.state);
+        pyo3_async_runtimes::tokio::future_into_py(
+            py,
+            async move { close(state).await.map_err(errors::to_py) },
+        )
+    }
+
+    /// Whether `close()` has run.
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        let state = Arc::clone(&self.state);
+        py.detach(|| runtime().block_on(async move { state.read().await.is_none() }))
+    }
+}
+
+async fn close(state: State) -> agentd_host::Result<()> {
+    let held = state.write().await.take();
+    match held {
+        Some(held) => held.close().await,
+        None => Ok(()),
+    }
+}
+
+impl Drop for Sandbox {
+    /// Garbage collected without `close()`: the link's tasks live on the runtime, so let go of it
+    /// there. A local agentd stops; a provider's sandbox is left as it is.
+    fn drop(&mut self) {
+        let _entered = runtime().enter();
+        if let Ok(mut held) = self.state.try_write() {
+            drop(held.take());
+        }
+    }
+}

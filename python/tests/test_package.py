@@ -1,0 +1,232 @@
+"""The package's own behaviour: failure paths, transfers, the contract's strings, GIL and asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import hashlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from conftest import processes_with
+
+import agentd
+from agentd import types
+
+@pytest.fixture
+def sandbox() -> Iterator[agentd.LocalSandbox]:
+    with agentd.LocalSandbox() as sb:
+        yield sb
+
+
+def test_results_are_deepagents_types(sandbox: agentd.LocalSandbox) -> None:
+    from deepagents.backends import protocol
+    from deepagents.backends.sandbox import BaseSandbox
+
+    assert types.HAS_DEEPAGENTS
+    assert isinstance(sandbox, BaseSandbox)
+    result = sandbox.execute("echo hello; exit 3")
+    assert result == protocol.ExecuteResponse(output="hello\n", exit_code=3, truncated=False)
+    assert type(sandbox.ls("/")) is protocol.LsResult
+    assert type(sandbox.read("/etc/hostname")) is protocol.ReadResult
+
+
+def test_verb_errors_are_the_contracts_strings(sandbox: agentd.LocalSandbox) -> None:
+    missing = f"{sandbox.workspace}/missing.txt"
+    assert sandbox.read(missing).error == f"File '{missing}': file_not_found"
+    assert sandbox.ls(missing).error == f"Path '{missing}': path_not_found"
+    assert sandbox.read("/").error == "File '/': not_a_file"
+    three = f"{sandbox.workspace}/three.txt"
+    assert sandbox.write(three, "a\nb\nc").error is None
+    assert sandbox.read(three, offset=3).error == f"File '{three}': Line offset 3 exceeds file length (3 lines)"
+    # Relative paths: the verbs resolve them in the workspace, the transfers refuse them.
+    assert sandbox.read("three.txt", limit=1).file_data == {"content": "a", "encoding": "utf-8"}
+    assert sandbox.write("relative.txt", "x").error == "Failed to write file 'relative.txt': invalid_path"
+    assert sandbox.download_files(["relative.txt"])[0].error == "invalid_path"
+    assert sandbox.download_files([missing])[0].error == "file_not_found"
+    assert sandbox.upload_files([(f"{sandbox.workspace}", b"x")])[0].error == "is_directory"
+
+
+def test_wrong_token_is_an_authentication_error(served: tuple[str, str]) -> None:
+    url, token = served
+    with pytest.raises(agentd.AuthenticationError, match="refused the token"):
+        agentd.AgentdSandbox(url, token="not-" + token)
+    with pytest.raises(agentd.AuthenticationError):
+        agentd.AgentdSandbox(url)
+    with agentd.AgentdSandbox(url, token=token) as sandbox:
+        assert sandbox.execute("echo ok").output == "ok\n"
+
+
+def test_nothing_listening_is_a_connection_error(tmp_path: os.PathLike[str]) -> None:
+    with pytest.raises(agentd.ConnectionError) as raised:
+        agentd.AgentdSandbox(f"unix:{tmp_path}/nobody.sock")
+    assert isinstance(raised.value, builtins.ConnectionError)
+
+
+def test_daemon_gone_mid_call_raises_connection_error() -> None:
+    marker = f"agentd-py-gone-{os.getpid()}-{time.monotonic_ns()}"
+    sandbox = agentd.LocalSandbox()
+    outcome: list[BaseException | object] = []
+
+    def call() -> None:
+        try:
+            outcome.append(sandbox.execute(f"sleep 30 # {marker}"))
+        except BaseException as error:  # noqa: BLE001
+            outcome.append(error)
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert processes_with(marker), "the command never started"
+        os.kill(sandbox.pid, signal.SIGKILL)
+        worker.join(timeout=10)
+        assert not worker.is_alive(), "the call did not return after agentd died"
+        assert isinstance(outcome[0], agentd.ConnectionError), outcome
+        with pytest.raises(agentd.ConnectionError):
+            sandbox.execute("true")
+    finally:
+        # agentd killed by SIGKILL could not end its command: do it here.
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+        sandbox.close()
+
+
+async def test_daemon_gone_mid_async_call_raises_connection_error() -> None:
+    marker = f"agentd-py-agone-{os.getpid()}-{time.monotonic_ns()}"
+    sandbox = agentd.LocalSandbox()
+    try:
+        call = asyncio.ensure_future(sandbox.aexecute(f"sleep 30 # {marker}"))
+        for _ in range(500):
+            if processes_with(marker):
+                break
+            await asyncio.sleep(0.02)
+        os.kill(sandbox.pid, signal.SIGKILL)
+        with pytest.raises(agentd.ConnectionError):
+            await asyncio.wait_for(call, timeout=10)
+    finally:
+        for pid in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+        await sandbox.aclose()
+
+
+def test_timeout_kills_the_whole_tree(sandbox: agentd.LocalSandbox) -> None:
+    marker = f"agentd-py-timeout-{os.getpid()}-{time.monotonic_ns()}"
+    started = time.monotonic()
+    result = sandbox.execute(f"sh -c 'sleep 60 # {marker}' & sleep 60 # {marker}", timeout=1)
+    assert time.monotonic() - started < 30
+    assert result.exit_code == 124, result
+    deadline = time.monotonic() + 5
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert processes_with(marker) == [], "a process of the timed-out command survived"
+
+
+async def test_async_timeout(sandbox: agentd.LocalSandbox) -> None:
+    result = await sandbox.aexecute("sleep 60", timeout=1)
+    assert result.exit_code == 124
+
+
+def test_bad_timeouts_are_value_errors(sandbox: agentd.LocalSandbox) -> None:
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout"):
+            sandbox.execute("true", timeout=bad)
+    assert sandbox.execute("echo still here").output == "still here\n"
+
+
+def test_large_transfers_keep_every_byte(sandbox: agentd.LocalSandbox) -> None:
+    payload = os.urandom(64 * 1024 * 1024) + bytes(range(256))
+    digest = hashlib.sha256(payload).hexdigest()
+    path = f"{sandbox.workspace}/big/blob.bin"
+    assert sandbox.upload_files([(path, payload)]) == [types.FileUploadResponse(path=path, error=None)]
+    inside = sandbox.execute(f"sha256sum {path}")
+    assert inside.output.split()[0] == digest
+    [download] = sandbox.download_files([path])
+    assert download.error is None
+    assert download.content is not None
+    assert hashlib.sha256(download.content).hexdigest() == digest
+
+
+def test_a_closed_sandbox_refuses_calls_and_its_agentd_is_gone() -> None:
+    sandbox = agentd.LocalSandbox()
+    pid = sandbox.pid
+    with sandbox:
+        assert sandbox.execute("true").exit_code == 0
+    assert sandbox.closed
+    with pytest.raises(agentd.SandboxClosedError):
+        sandbox.execute("true")
+    sandbox.close()  # twice is allowed
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_blocking_calls_release_the_gil(sandbox: agentd.LocalSandbox) -> None:
+    ticks = 0
+    done = threading.Event()
+
+    def count() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        sandbox.execute("sleep 1")
+    finally:
+        done.set()
+        counter.join()
+    # Holding the GIL for the second would have left the counter at a handful of ticks.
+    assert ticks > 100, ticks
+
+
+async def test_async_calls_run_concurrently_on_no_new_threads(sandbox: agentd.LocalSandbox) -> None:
+    await sandbox.aexecute("true")  # the runtime's threads exist from here on
+    threads = threading.active_count()
+    started = time.monotonic()
+    results = await asyncio.gather(*(sandbox.aexecute("sleep 1; echo done") for _ in range(16)))
+    elapsed = time.monotonic() - started
+    assert [r.output for r in results] == ["done\n"] * 16
+    assert threading.active_count() == threads, "an async call started a thread"
+    # One after another they would take 16 s.
+    assert elapsed < 8, elapsed
+
+
+async def test_async_file_verbs(sandbox: agentd.LocalSandbox) -> None:
+    path = f"{sandbox.workspace}/a/notes.txt"
+    assert (await sandbox.awrite(path, "one\ntwo\nthree\n")).path == path
+    assert (await sandbox.aedit(path, "two", "2")).occurrences == 1
+    page = await sandbox.aread(path, offset=1, limit=1)
+    assert page.file_data == {"content": "2", "encoding": "utf-8"}
+    assert (page.start_line, page.end_line, page.next_offset) == (2, 2, 2)
+    assert [m["line"] for m in (await sandbox.agrep("three", f"{sandbox.workspace}/a")).matches] == [3]
+    assert [m["path"] for m in (await sandbox.aglob("**/*.txt", f"{sandbox.workspace}")).matches] == [path]
+    assert [e["path"] for e in (await sandbox.als(f"{sandbox.workspace}/a")).entries] == [path]
+    assert (await sandbox.adelete(path)).path == path
+
+
+def test_offload_leaves_big_output_in_the_capture_file(sandbox: agentd.LocalSandbox) -> None:
+    capture = f"{sandbox.workspace}/out.log"
+    result = sandbox.execute_with_offload("seq 1 100000", capture, max_inline_bytes=1000)
+    assert result.offloaded
+    assert result.response.exit_code == 0
+    assert len(result.response.output) < 20000
+    [download] = sandbox.download_files([capture])
+    assert download.content == "".join(f"{i}\n" for i in range(1, 100001)).encode()
+
+
+def test_specs_that_do_not_parse_are_value_errors() -> None:
+    with pytest.raises(agentd.InvalidSpecError) as raised:
+        agentd.open("nowhere:thing")
+    assert isinstance(raised.value, ValueError)
+    with pytest.raises(agentd.InvalidSpecError):
+        agentd.DockerSandbox()
+    with pytest.raises(agentd.InvalidSpecError):
+        agentd.DockerSandbox("image", id="abc")
