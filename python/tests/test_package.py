@@ -230,3 +230,31 @@ def test_specs_that_do_not_parse_are_value_errors() -> None:
         agentd.DockerSandbox()
     with pytest.raises(agentd.InvalidSpecError):
         agentd.DockerSandbox("image", id="abc")
+
+
+def landlock_enabled() -> bool:
+    """Whether the kernel enforces landlock: its ABI version, asked as agentd asks it."""
+    import ctypes
+
+    landlock_create_ruleset = 444  # x86_64
+    version = ctypes.CDLL(None, use_errno=True).syscall(landlock_create_ruleset, None, 0, 1)
+    return version >= 1
+
+
+def test_writable_roots_are_the_only_places_commands_write(tmp_path: os.PathLike[str]) -> None:
+    if not landlock_enabled():
+        if os.environ.get("AGENTD_REQUIRE_LANDLOCK"):
+            pytest.fail("landlock is not enabled (AGENTD_REQUIRE_LANDLOCK is set)")
+        pytest.skip("landlock is not enabled in this kernel")
+    allowed, outside = f"{tmp_path}/allowed/deeper", f"{tmp_path}/outside"
+    os.mkdir(outside)
+    with agentd.LocalSandbox(writable_roots=[allowed]) as sandbox:
+        assert os.path.isdir(allowed), "a missing writable root is created"
+        inside = sandbox.execute(f"echo in > {allowed}/f && cat {allowed}/f")
+        assert (inside.output, inside.exit_code) == ("in\n", 0)
+        escape = sandbox.execute(f"echo out > {outside}/f; ln -s {outside} {allowed}/link; echo out > {allowed}/link/g")
+        assert escape.exit_code != 0
+        assert "Permission denied" in escape.output, escape.output
+        assert os.listdir(outside) == []
+    with agentd.LocalSandbox(confined=False) as sandbox:
+        assert sandbox.execute(f"echo out > {outside}/f").exit_code == 0

@@ -1,0 +1,112 @@
+"""The providers from Python: Docker on the machine's engine, Daytona and Modal through the
+workspace's fakes (``target/debug/fake-daytona``, ``fake-modal``: their documented wire APIs over
+containers of the same engine). Each sandbox is made from the bare Debian base image, so agentd is
+the one this package ships, injected.
+
+Needs the Docker engine, the images (``images/build.sh``) and ``cargo build --workspace``; without
+them each test skips, unless ``AGENTD_REQUIRE_DOCKER`` is set (CI), when it fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import agentd
+
+IMAGE = "agentd-base-debian:latest"
+TARGET = Path(__file__).resolve().parents[2] / "target" / "debug"
+
+
+def need(ready: bool, why: str) -> None:
+    if ready:
+        return
+    if os.environ.get("AGENTD_REQUIRE_DOCKER"):
+        pytest.fail(f"{why} (AGENTD_REQUIRE_DOCKER is set)")
+    pytest.skip(why)
+
+
+def containers() -> set[str]:
+    listed = subprocess.run(["docker", "ps", "-aq", "--no-trunc"], check=True, capture_output=True, text=True)
+    return set(listed.stdout.split())
+
+
+@pytest.fixture(scope="module")
+def docker() -> None:
+    have = shutil.which("docker") is not None and subprocess.run(
+        ["docker", "image", "inspect", IMAGE], capture_output=True, check=False
+    ).returncode == 0
+    need(have, f"no Docker engine or no {IMAGE} (images/build.sh)")
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Starts ``target/debug/fake-NAME`` and puts the variables it prints in the environment."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(name: str) -> None:
+        binary = TARGET / f"fake-{name}"
+        need(binary.is_file(), f"no {binary} (cargo build --workspace)")
+        child = subprocess.Popen([os.fspath(binary)], stdout=subprocess.PIPE, text=True)
+        started.append(child)
+        assert child.stdout is not None
+        wanted = {"daytona": 2, "modal": 3}[name]
+        for _ in range(wanted):
+            line = child.stdout.readline().strip()
+            assert line.startswith("export "), f"fake-{name} printed {line!r}"
+            key, _, value = line.removeprefix("export ").partition("=")
+            monkeypatch.setenv(key, value.strip("'\""))
+
+    yield start
+    for child in started:
+        child.terminate()  # it removes its containers on SIGTERM
+        child.wait(timeout=30)
+
+
+MAKERS: dict[str, Callable[[], agentd.Sandbox]] = {
+    "docker": lambda: agentd.DockerSandbox(IMAGE),
+    "daytona": lambda: agentd.DaytonaSandbox(IMAGE),
+    "modal": lambda: agentd.ModalSandbox(IMAGE),
+}
+
+
+@pytest.mark.parametrize("kind", list(MAKERS))
+def test_provider_sandbox_works_and_close_removes_it(
+    kind: str, docker: None, fake: Callable[[str], None]
+) -> None:
+    if kind != "docker":
+        fake(kind)
+    before = containers()
+    sandbox = MAKERS[kind]()
+    try:
+        assert containers() - before, "no container was made"
+        result = sandbox.execute("cat /etc/debian_version && id -u")
+        assert result.exit_code == 0, result
+        assert sandbox.write("/work/notes.txt", "one\ntwo\n").error is None
+        assert sandbox.read("/work/notes.txt", offset=1).file_data == {"content": "two", "encoding": "utf-8"}
+        payload = os.urandom(8 * 1024 * 1024)
+        assert sandbox.upload_files([("/work/blob.bin", payload)])[0].error is None
+        assert sandbox.execute("sha256sum /work/blob.bin").output.split()[0] == hashlib.sha256(payload).hexdigest()
+        [download] = sandbox.download_files(["/work/blob.bin"])
+        assert download.content == payload
+        offload = sandbox.execute_with_offload("seq 1 50000", "/work/out.log", max_inline_bytes=1000)
+        assert offload.offloaded and offload.response.exit_code == 0
+    finally:
+        sandbox.close()
+    assert containers() - before == set(), "close() left the sandbox's container behind"
+    with pytest.raises(agentd.SandboxClosedError):
+        sandbox.execute("true")
+
+
+async def test_provider_sandbox_async(docker: None) -> None:
+    async with agentd.DockerSandbox(IMAGE) as sandbox:
+        results = [await sandbox.aexecute(f"echo {i}") for i in range(3)]
+        assert [r.output for r in results] == ["0\n", "1\n", "2\n"]
+        assert (await sandbox.awrite("/tmp/a.txt", "x")).error is None
+        assert (await sandbox.aread("/tmp/a.txt")).file_data == {"content": "x", "encoding": "utf-8"}
