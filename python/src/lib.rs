@@ -13,8 +13,8 @@
 //!   turned into plain Python values (tuples, bytes, dicts with the contract's field names).
 //! - [`errors`]: `SandboxError` to the exceptions of `agentd.errors`.
 //!
-//! Build it with maturin (`python/install.sh`, README "Python"); `cargo build` builds it too, as a
-//! library linked to the machine's libpython, which is only good for checking that it compiles.
+//! Build it with maturin (`python/install.sh`, README "From Python"); `cargo build` builds the same
+//! shared object (never linked to libpython: the interpreter that imports it provides the symbols).
 
 mod calls;
 mod errors;

@@ -1,7 +1,8 @@
 """The providers from Python: Docker on the machine's engine, Daytona and Modal through the
 workspace's fakes (``target/debug/fake-daytona``, ``fake-modal``: their documented wire APIs over
-containers of the same engine). Each sandbox is made from the bare Debian base image, so agentd is
-the one this package ships, injected.
+containers of the same engine). Daytona, Modal and an attached Docker container start from the bare
+Debian base image, so agentd is the one this package ships, injected; a created Docker sandbox runs
+the image with agentd baked in.
 
 Needs the Docker engine, the images (``images/build.sh``) and ``cargo build --workspace``; without
 them each test skips, unless ``AGENTD_REQUIRE_DOCKER`` is set (CI), when it fails.
@@ -21,6 +22,7 @@ import pytest
 import agentd
 
 IMAGE = "agentd-base-debian:latest"
+BAKED = "agentd-debian:latest"
 TARGET = Path(__file__).resolve().parents[2] / "target" / "debug"
 
 
@@ -40,9 +42,9 @@ def containers() -> set[str]:
 @pytest.fixture(scope="module")
 def docker() -> None:
     have = shutil.which("docker") is not None and subprocess.run(
-        ["docker", "image", "inspect", IMAGE], capture_output=True, check=False
+        ["docker", "image", "inspect", IMAGE, BAKED], capture_output=True, check=False
     ).returncode == 0
-    need(have, f"no Docker engine or no {IMAGE} (images/build.sh)")
+    need(have, f"no Docker engine or no {IMAGE} and {BAKED} (images/build.sh)")
 
 
 @pytest.fixture
@@ -70,7 +72,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
 
 
 MAKERS: dict[str, Callable[[], agentd.Sandbox]] = {
-    "docker": lambda: agentd.DockerSandbox(IMAGE),
+    "docker": lambda: agentd.DockerSandbox(BAKED),
     "daytona": lambda: agentd.DaytonaSandbox(IMAGE),
     "modal": lambda: agentd.ModalSandbox(IMAGE),
 }
@@ -104,8 +106,27 @@ def test_provider_sandbox_works_and_close_removes_it(
         sandbox.execute("true")
 
 
+def test_docker_attach_injects_the_packaged_agentd(docker: None) -> None:
+    container = subprocess.run(
+        ["docker", "run", "-d", "--rm", "--label", "dev.agentd.python-test", IMAGE, "sleep", "infinity"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    try:
+        with agentd.DockerSandbox(id=container) as sandbox:
+            assert sandbox.execute("echo $((6 * 7))").output == "42\n"
+            assert sandbox.write("/tmp/w.txt", "w").error is None
+            assert sandbox.ls("/tmp").entries is not None
+        # An attached container is left running.
+        state = subprocess.run(
+            ["docker", "inspect", "-f", "{{.State.Running}}", container], check=True, capture_output=True, text=True
+        )
+        assert state.stdout.strip() == "true"
+    finally:
+        subprocess.run(["docker", "rm", "-f", container], capture_output=True, check=False)
+
+
 async def test_provider_sandbox_async(docker: None) -> None:
-    async with agentd.DockerSandbox(IMAGE) as sandbox:
+    async with agentd.DockerSandbox(BAKED) as sandbox:
         results = [await sandbox.aexecute(f"echo {i}") for i in range(3)]
         assert [r.output for r in results] == ["0\n", "1\n", "2\n"]
         assert (await sandbox.awrite("/tmp/a.txt", "x")).error is None
