@@ -1,8 +1,9 @@
 //! [`Sandbox`]: one Python class over any `agentd_host::BaseSandbox`.
 //!
 //! Every call runs on the module's tokio runtime (pyo3-async-runtimes' multi-threaded one): the
-//! blocking form releases the GIL and waits for it; the `a`-prefixed form returns an asyncio
-//! awaitable driven by that runtime (no thread per call). `close()` waits for calls in flight, then
+//! blocking form releases the GIL and waits for it (still answering Ctrl-C); the `a`-prefixed form
+//! returns an asyncio awaitable driven by that runtime (no thread per call). Giving up on a call
+//! (Ctrl-C, a cancelled task) drops it, which cancels it in agentd. `close()` waits for calls in flight, then
 //! ends the sandbox; later calls raise `SandboxClosedError`.
 
 use std::path::PathBuf;
@@ -16,6 +17,9 @@ use tokio::sync::RwLock;
 
 use crate::calls::{self, Answer, Call};
 use crate::errors;
+
+/// How often a blocking call looks for a Python signal (Ctrl-C).
+const SIGNAL_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     pyo3_async_runtimes::tokio::get_runtime()
@@ -86,11 +90,20 @@ impl Sandbox {
         Self { state: Arc::new(RwLock::new(Some(held))), id, local }
     }
 
-    /// Runs `call` to its end with the GIL released.
+    /// Runs `call` to its end with the GIL released, looking up every [`SIGNAL_CHECK`] for a
+    /// Python signal: Ctrl-C raises `KeyboardInterrupt` in the caller, and dropping the call
+    /// cancels it in agentd (a command is killed with its tree).
     fn blocking(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
-        let state = Arc::clone(&self.state);
-        let answer = py.detach(|| runtime().block_on(run(state, call)))?;
-        answer.into_py(py)
+        let mut call = Box::pin(run(Arc::clone(&self.state), call));
+        loop {
+            // The timer is made inside the runtime, which owns it.
+            let step = py
+                .detach(|| runtime().block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut call).await }));
+            match step {
+                Ok(answer) => return answer?.into_py(py),
+                Err(_) => py.check_signals()?,
+            }
+        }
     }
 
     /// An awaitable that runs `call` on the runtime.

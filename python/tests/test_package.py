@@ -258,3 +258,36 @@ def test_writable_roots_are_the_only_places_commands_write(tmp_path: os.PathLike
         assert os.listdir(outside) == []
     with agentd.LocalSandbox(confined=False) as sandbox:
         assert sandbox.execute(f"echo out > {outside}/f").exit_code == 0
+
+
+def wait_gone(marker: str) -> list[int]:
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return processes_with(marker)
+
+
+def test_ctrl_c_interrupts_a_blocking_call_and_kills_its_command(sandbox: agentd.LocalSandbox) -> None:
+    marker = f"agentd-py-sigint-{os.getpid()}-{time.monotonic_ns()}"
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 10
+        while not processes_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        sandbox.execute(f"sleep 60 # {marker}")
+    assert time.monotonic() - started < 30
+    assert wait_gone(marker) == [], "the interrupted command is still running"
+    assert sandbox.execute("echo still here").output == "still here\n"
+
+
+async def test_cancelling_an_async_call_kills_its_command(sandbox: agentd.LocalSandbox) -> None:
+    marker = f"agentd-py-cancel-{os.getpid()}-{time.monotonic_ns()}"
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(sandbox.aexecute(f"sleep 60 # {marker}"), timeout=1)
+    assert wait_gone(marker) == [], "the cancelled command is still running"
+    assert (await sandbox.aexecute("echo still here")).output == "still here\n"
