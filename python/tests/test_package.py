@@ -291,3 +291,15 @@ async def test_cancelling_an_async_call_kills_its_command(sandbox: agentd.LocalS
         await asyncio.wait_for(sandbox.aexecute(f"sleep 60 # {marker}"), timeout=1)
     assert wait_gone(marker) == [], "the cancelled command is still running"
     assert (await sandbox.aexecute("echo still here")).output == "still here\n"
+
+
+def test_a_sandbox_garbage_collected_without_close_stops_its_agentd() -> None:
+    import gc
+
+    sandbox = agentd.LocalSandbox()
+    pid = sandbox.pid
+    assert sandbox.execute("true").exit_code == 0
+    del sandbox
+    gc.collect()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
