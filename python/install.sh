@@ -9,9 +9,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-$root/target/python-venv}
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+venv=$(cd "$venv" && pwd)
 cd "$root"
 
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check "maturin==1.16.0"
 
 target=x86_64-unknown-linux-gnu
