@@ -1,4 +1,4 @@
-//! Confinement: a [`SandboxProfile`] applied to each command's own process, after fork and before
+//! Confinement: a [`SandboxProfile`] applied to each command's own process, after clone and before
 //! exec, so agentd itself stays unconfined and can still serve, kill and clean up.
 //!
 //! Order in the child ([`ChildSteps::enter`]), each step before the next for a reason:
@@ -9,8 +9,9 @@
 //!    `no_new_privs` for an unprivileged caller, and once it is in force the child could no longer
 //!    open what it needs for the steps above;
 //! 5. the seccomp filter of `network = "deny"` ([`seccomp`]) last, so no step above meets it;
-//! 6. what landlock and seccomp reported goes back to the parent through a pipe, and a strict
-//!    profile that got less than it asked for stops here: `spawn` fails and nothing runs.
+//! 6. what landlock and seccomp reported goes back to the parent through the memory they share until
+//!    the exec ([`ChildStatus`]), and a strict profile that got less than it asked for stops here:
+//!    `spawn` fails and nothing runs.
 //!
 //! Everything that allocates or opens files (the landlock ruleset, the seccomp program, the cgroup,
 //! the environment) is prepared in the parent by [`Confiner::plan`]; the child only makes system
@@ -34,7 +35,7 @@ pub use carve::{Withheld, agentd_withheld};
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,6 +44,7 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible as _, Ruleset, RulesetAttr as _,
     RulesetCreated, RulesetStatus, Scope,
 };
+use nix::errno::Errno;
 use rlimit::Resource;
 use seccompiler::BpfProgram;
 use thiserror::Error;
@@ -169,11 +171,7 @@ impl Confiner {
             Some(cgroup) => Some(cgroup.procs.try_clone().map_err(|e| prepare(e.to_string()))?),
             None => None,
         };
-        Ok(Plan {
-            report,
-            child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs, status: None },
-            cgroup,
-        })
+        Ok(Plan { report, child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs }, cgroup })
     }
 
     /// The landlock ruleset for `profile`: a copy of one built before when nothing it was built from
@@ -429,7 +427,11 @@ impl Cleanup {
     }
 }
 
-/// What the child applies to itself between fork and exec; prepared by the parent.
+/// What the child applies to itself between `clone` and `exec`; prepared by the parent.
+///
+/// The child shares the parent's memory until it execs (`clone(CLONE_VM | CLONE_VFORK)`, see
+/// [`crate::exec::spawn::spawn_confined`]), so [`ChildSteps::enter`] takes `&self`: whatever the child
+/// changed here, the parent would see as its own.
 pub struct ChildSteps {
     ruleset: Option<RulesetCreated>,
     filter: Option<Arc<BpfProgram>>,
@@ -438,8 +440,13 @@ pub struct ChildSteps {
     rlimits: Vec<(Resource, u64, u64)>,
     /// A duplicate of the command's `cgroup.procs`.
     cgroup_procs: Option<OwnedFd>,
-    /// Write end of the status pipe, see [`ChildSteps::status_channel`].
-    status: Option<OwnedFd>,
+}
+
+/// What the child measured, written by the child into the parent's memory (they share it until the
+/// exec) and read by the parent once the child exec'd or exited. All zeros: nothing was written.
+#[derive(Debug, Default)]
+pub struct ChildStatus {
+    bytes: [u8; STATUS_LEN],
 }
 
 impl ChildSteps {
@@ -447,52 +454,74 @@ impl ChildSteps {
         Expect { landlock: self.ruleset.is_some(), seccomp: self.filter.is_some() }
     }
 
-    /// The pipe through which the child tells what it got (call before spawning; the write end is
-    /// close-on-exec, so the parent sees it closed once the command runs).
-    pub fn status_channel(&mut self) -> io::Result<StatusReader> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(io::Error::from)?;
-        self.status = Some(write);
-        Ok(StatusReader { read, expect: self.expect(), strict: self.strict })
-    }
-
-    /// Runs in the child: system calls only, nothing allocated.
-    pub fn enter(&mut self) -> io::Result<()> {
-        nix::unistd::setsid().map_err(io::Error::from)?;
+    /// Runs in the child: system calls only, nothing allocated, nothing of `self` changed. What
+    /// landlock and seccomp gave goes to `status`; a strict profile that got less fails with `EPERM`.
+    pub fn enter(&self, status: &mut ChildStatus) -> Result<(), Errno> {
+        nix::unistd::setsid()?;
         if let Some(procs) = &self.cgroup_procs {
             join_cgroup(procs)?;
         }
         for (resource, soft, hard) in &self.rlimits {
-            resource.set(*soft, *hard)?;
+            resource.set(*soft, *hard).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
         }
-        nix::sys::prctl::set_no_new_privs().map_err(io::Error::from)?;
+        nix::sys::prctl::set_no_new_privs()?;
         let expect = self.expect();
-        let landlock = match self.ruleset.take() {
+        let landlock = match &self.ruleset {
             None => Applied::NotAsked,
-            Some(ruleset) => match ruleset.restrict_self() {
-                Ok(status) => match status.ruleset {
-                    RulesetStatus::FullyEnforced => Applied::Full,
-                    RulesetStatus::PartiallyEnforced => Applied::Partial,
-                    RulesetStatus::NotEnforced => Applied::NotEnforced,
-                },
-                Err(_) => Applied::Failed,
-            },
+            Some(ruleset) => {
+                // SAFETY: a bitwise copy for the child to consume: it holds no heap memory, only the
+                // ruleset's descriptor, which `restrict_self` closes in the child's own descriptor
+                // table (no CLONE_FILES). The parent's value and descriptor are left as they were.
+                let copy = unsafe { std::ptr::read(ruleset) };
+                match copy.restrict_self() {
+                    Ok(status) => match status.ruleset {
+                        RulesetStatus::FullyEnforced => Applied::Full,
+                        RulesetStatus::PartiallyEnforced => Applied::Partial,
+                        RulesetStatus::NotEnforced => Applied::NotEnforced,
+                    },
+                    Err(_) => Applied::Failed,
+                }
+            }
         };
         // `apply_filter` is a prctl and a seccomp call on the prepared program: no allocation.
         let seccomp =
             self.filter.as_deref().is_some_and(|program| seccompiler::apply_filter(program).is_ok());
         let no_new_privs = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
         let measured = Measured { landlock, no_new_privs, seccomp };
-        if let Some(status) = &self.status {
-            let bytes = measured.encode();
-            if nix::unistd::write(status.as_fd(), &bytes).map_err(io::Error::from)? != bytes.len() {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-        }
+        status.bytes = measured.encode();
         if self.strict && measured.short_of(expect) {
-            return Err(io::Error::from_raw_os_error(libc::EPERM));
+            return Err(Errno::EPERM);
         }
         Ok(())
+    }
+
+    /// In the parent, after the child exec'd or exited (`spawned`, with what it wrote to `status`):
+    /// `report` gets what the child measured. A strict child that refused to exec becomes
+    /// [`ConfineError::NotEnforceable`] (inside the `io::Error`).
+    pub fn conclude(
+        &self,
+        status: &ChildStatus,
+        spawned: io::Result<u32>,
+        report: &mut Enforcement,
+    ) -> io::Result<u32> {
+        let (expect, measured) = (self.expect(), Measured::decode(status.bytes));
+        match spawned {
+            Ok(pid) => {
+                record(report, expect, measured);
+                Ok(pid)
+            }
+            Err(err) => match measured {
+                Some(measured) if self.strict && measured.short_of(expect) => {
+                    let mut seen = report.clone();
+                    record(&mut seen, expect, Some(measured));
+                    Err(io::Error::other(ConfineError::NotEnforceable {
+                        profile: report.profile.clone(),
+                        notes: reasons(&seen),
+                    }))
+                }
+                _ => Err(err),
+            },
+        }
     }
 }
 
@@ -552,43 +581,6 @@ impl Measured {
     }
 }
 
-/// The parent's end of the child's status pipe.
-pub struct StatusReader {
-    read: OwnedFd,
-    expect: Expect,
-    strict: bool,
-}
-
-impl StatusReader {
-    /// After `spawn` (whose outcome is `spawned`): `report` gets what the child measured. A strict
-    /// child that refused to exec becomes [`ConfineError::NotEnforceable`] (inside the `io::Error`).
-    pub fn conclude(self, spawned: io::Result<u32>, report: &mut Enforcement) -> io::Result<u32> {
-        // The child wrote before exec (or before failing), and `spawn` returned after that.
-        let mut bytes = [0u8; STATUS_LEN];
-        let measured = match nix::unistd::read(&self.read, &mut bytes) {
-            Ok(STATUS_LEN) => Measured::decode(bytes),
-            _ => None,
-        };
-        match spawned {
-            Ok(pid) => {
-                record(report, self.expect, measured);
-                Ok(pid)
-            }
-            Err(err) => match measured {
-                Some(measured) if self.strict && measured.short_of(self.expect) => {
-                    let mut seen = report.clone();
-                    record(&mut seen, self.expect, Some(measured));
-                    Err(io::Error::other(ConfineError::NotEnforceable {
-                        profile: report.profile.clone(),
-                        notes: reasons(&seen),
-                    }))
-                }
-                _ => Err(err),
-            },
-        }
-    }
-}
-
 /// Corrects the planned report with what the child measured.
 fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) {
     let Some(measured) = measured else {
@@ -641,7 +633,7 @@ fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) 
 }
 
 /// `write(procs, getpid())`, the number formatted on the stack.
-fn join_cgroup(procs: &OwnedFd) -> io::Result<()> {
+fn join_cgroup(procs: &OwnedFd) -> Result<(), Errno> {
     let mut digits = [0u8; 20];
     let mut pid = std::process::id();
     let mut at = digits.len();
@@ -653,8 +645,8 @@ fn join_cgroup(procs: &OwnedFd) -> io::Result<()> {
             break;
         }
     }
-    let written = nix::unistd::write(procs, &digits[at..]).map_err(io::Error::from)?;
-    if written == digits.len() - at { Ok(()) } else { Err(io::ErrorKind::WriteZero.into()) }
+    let written = nix::unistd::write(procs, &digits[at..])?;
+    if written == digits.len() - at { Ok(()) } else { Err(Errno::EIO) }
 }
 
 fn has_fs_rules(profile: &SandboxProfile) -> bool {

@@ -253,7 +253,7 @@ impl Executor {
             let (spawned, cgroup) = match plan {
                 Some(plan) => {
                     let (mut report, steps, cleanup) = plan.into_parts();
-                    let spawned = self.reaper.spawn(|| spawn::spawn_confined(&shell, steps, &mut report));
+                    let spawned = self.reaper.spawn(|| spawn::spawn_confined(&shell, &steps, &mut report));
                     let cgroup = cleanup.cgroup().map(Path::to_owned);
                     confinement = Some((report, cleanup));
                     (spawned, cgroup)
