@@ -82,6 +82,9 @@ pub struct Confiner {
     /// Parent of the per-command pids cgroups, when agentd can create them; made on first need (a
     /// profile with `limits.processes`), so an agentd that never needs one leaves no trace.
     cgroups: std::sync::OnceLock<Option<PathBuf>>,
+    /// Per-command cgroups that held a finished command and are empty again, kept for the next
+    /// commands: making and removing a cgroup per command cost more than everything else planned.
+    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
 }
 
 impl Confiner {
@@ -120,6 +123,7 @@ impl Confiner {
             withheld,
             rulesets: Default::default(),
             cgroups: Default::default(),
+            idle_cgroups: Default::default(),
         }
     }
 
@@ -151,7 +155,7 @@ impl Confiner {
         let filter = if want.seccomp { self.network_filter.clone() } else { None };
         let cgroup = match profile.limits.processes.and_then(|max| Some((max, self.cgroup_parent()?))) {
             Some((max, parent)) => {
-                Some(PidsCgroup::create(parent, seq, max).map_err(|e| prepare(e.to_string()))?)
+                Some(self.pids_cgroup(parent, seq, max).map_err(|e| prepare(e.to_string()))?)
             }
             None => None,
         };
@@ -171,7 +175,25 @@ impl Confiner {
             Some(cgroup) => Some(cgroup.procs.try_clone().map_err(|e| prepare(e.to_string()))?),
             None => None,
         };
-        Ok(Plan { report, child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs }, cgroup })
+        Ok(Plan {
+            report,
+            child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs },
+            cgroup,
+            idle_cgroups: Arc::clone(&self.idle_cgroups),
+        })
+    }
+
+    /// A per-command pids cgroup allowing `max` tasks: an idle one (its limit set again: the kill
+    /// ladder sets it to 0), else a new one.
+    fn pids_cgroup(&self, parent: &Path, seq: u64, max: u64) -> io::Result<PidsCgroup> {
+        let idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+        match idle {
+            Some(cgroup) => {
+                cgroup.set_max(max)?;
+                Ok(cgroup)
+            }
+            None => PidsCgroup::create(parent, seq, max),
+        }
     }
 
     /// The landlock ruleset for `profile`: a copy of one built before when nothing it was built from
@@ -394,25 +416,27 @@ pub struct Plan {
     pub report: Enforcement,
     child: ChildSteps,
     cgroup: Option<PidsCgroup>,
+    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
 }
 
 impl Plan {
     pub fn into_parts(self) -> (Enforcement, ChildSteps, Cleanup) {
-        (self.report, self.child, Cleanup { _cgroup: self.cgroup })
+        (self.report, self.child, Cleanup { cgroup: self.cgroup, idle_cgroups: self.idle_cgroups })
     }
 }
 
 /// What remains to undo once the command ended.
 pub struct Cleanup {
-    /// Held for its `Drop`.
-    _cgroup: Option<PidsCgroup>,
+    /// Removed on drop, unless [`Cleanup::finish`] keeps it for another command.
+    cgroup: Option<PidsCgroup>,
+    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
 }
 
 impl Cleanup {
     /// The command's pids cgroup directory, when it has one: the kill ladder ends the command
     /// through it ([`crate::exec::tree::end_cgroups`]).
     pub fn cgroup(&self) -> Option<&Path> {
-        self._cgroup.as_ref().map(|cgroup| cgroup.dir.as_path())
+        self.cgroup.as_ref().map(|cgroup| cgroup.dir.as_path())
     }
 
     /// Processes still in the command's pids cgroup (`None` without one).
@@ -421,9 +445,19 @@ impl Cleanup {
         Some(u32::try_from(procs.len()).unwrap_or(u32::MAX))
     }
 
-    /// Removes the command's cgroup (its tree is gone by now).
-    pub fn finish(self) {
-        drop(self);
+    /// Done with the command's cgroup (its tree is gone by now): kept for another command when
+    /// `left` (from [`Cleanup::processes_left`]) says it is empty, else removed (which fails,
+    /// harmlessly, while a stray lives in it; shutdown sweeps what is left). Only agentd can put a
+    /// process into an idle cgroup: confined commands cannot write to the cgroup tree.
+    pub fn finish(mut self, left: Option<u32>) {
+        if left != Some(0) {
+            return;
+        }
+        let Some(cgroup) = self.cgroup.take() else { return };
+        let mut idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if idle.len() < IDLE_CGROUPS {
+            idle.push(cgroup);
+        }
     }
 }
 
@@ -834,20 +868,37 @@ impl Confiner {
     }
 }
 
+/// How many empty per-command cgroups are kept for reuse (more are removed).
+const IDLE_CGROUPS: usize = 8;
+
 /// One command's pids cgroup.
 struct PidsCgroup {
     dir: PathBuf,
     /// `cgroup.procs`, opened by the parent: the child writes its own pid there.
     procs: OwnedFd,
+    /// `pids.max`, open for the next command's limit.
+    max: File,
 }
 
 impl PidsCgroup {
     fn create(parent: &Path, seq: u64, max: u64) -> io::Result<Self> {
         let dir = parent.join(seq.to_string());
         std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("pids.max"), max.to_string())?;
-        let procs = File::options().write(true).open(dir.join("cgroup.procs"))?;
-        Ok(Self { dir, procs: procs.into() })
+        let cgroup = Self {
+            max: File::options().write(true).open(dir.join("pids.max"))?,
+            procs: File::options().write(true).open(dir.join("cgroup.procs"))?.into(),
+            dir,
+        };
+        cgroup.set_max(max)?;
+        Ok(cgroup)
+    }
+
+    fn set_max(&self, max: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        let max = max.to_string();
+        // A cgroup file takes each write whole, wherever it is written.
+        let written = self.max.write_at(max.as_bytes(), 0)?;
+        if written == max.len() { Ok(()) } else { Err(io::ErrorKind::WriteZero.into()) }
     }
 }
 

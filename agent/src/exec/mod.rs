@@ -350,7 +350,7 @@ impl Executor {
             if let Some((report, cleanup)) = confinement {
                 result.enforcement = Some(report);
                 result.stray_processes = cleanup.processes_left();
-                cleanup.finish();
+                cleanup.finish(result.stray_processes);
             }
             if result.stray_processes.is_none() && pipe_held {
                 // No cgroup to ask: a `/proc` scan, only when a process is known to be left.
