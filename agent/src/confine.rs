@@ -1,4 +1,4 @@
-//! Confinement: a [`SandboxProfile`] applied to each command's own process, after fork and before
+//! Confinement: a [`SandboxProfile`] applied to each command's own process, after clone and before
 //! exec, so agentd itself stays unconfined and can still serve, kill and clean up.
 //!
 //! Order in the child ([`ChildSteps::enter`]), each step before the next for a reason:
@@ -9,8 +9,9 @@
 //!    `no_new_privs` for an unprivileged caller, and once it is in force the child could no longer
 //!    open what it needs for the steps above;
 //! 5. the seccomp filter of `network = "deny"` ([`seccomp`]) last, so no step above meets it;
-//! 6. what landlock and seccomp reported goes back to the parent through a pipe, and a strict
-//!    profile that got less than it asked for stops here: `spawn` fails and nothing runs.
+//! 6. what landlock and seccomp reported goes back to the parent through the memory they share until
+//!    the exec ([`ChildStatus`]), and a strict profile that got less than it asked for stops here:
+//!    `spawn` fails and nothing runs.
 //!
 //! Everything that allocates or opens files (the landlock ruleset, the seccomp program, the cgroup,
 //! the environment) is prepared in the parent by [`Confiner::plan`]; the child only makes system
@@ -34,7 +35,7 @@ pub use carve::{Withheld, agentd_withheld};
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd as _, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -43,6 +44,7 @@ use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible as _, Ruleset, RulesetAttr as _,
     RulesetCreated, RulesetStatus, Scope,
 };
+use nix::errno::Errno;
 use rlimit::Resource;
 use seccompiler::BpfProgram;
 use thiserror::Error;
@@ -80,6 +82,9 @@ pub struct Confiner {
     /// Parent of the per-command pids cgroups, when agentd can create them; made on first need (a
     /// profile with `limits.processes`), so an agentd that never needs one leaves no trace.
     cgroups: std::sync::OnceLock<Option<PathBuf>>,
+    /// Per-command cgroups that held a finished command and are empty again, kept for the next
+    /// commands: making and removing a cgroup per command cost more than everything else planned.
+    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
 }
 
 impl Confiner {
@@ -118,6 +123,7 @@ impl Confiner {
             withheld,
             rulesets: Default::default(),
             cgroups: Default::default(),
+            idle_cgroups: Default::default(),
         }
     }
 
@@ -149,7 +155,7 @@ impl Confiner {
         let filter = if want.seccomp { self.network_filter.clone() } else { None };
         let cgroup = match profile.limits.processes.and_then(|max| Some((max, self.cgroup_parent()?))) {
             Some((max, parent)) => {
-                Some(PidsCgroup::create(parent, seq, max).map_err(|e| prepare(e.to_string()))?)
+                Some(self.pids_cgroup(parent, seq, max).map_err(|e| prepare(e.to_string()))?)
             }
             None => None,
         };
@@ -171,9 +177,23 @@ impl Confiner {
         };
         Ok(Plan {
             report,
-            child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs, status: None },
+            child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs },
             cgroup,
+            idle_cgroups: Arc::clone(&self.idle_cgroups),
         })
+    }
+
+    /// A per-command pids cgroup allowing `max` tasks: an idle one (its limit set again: the kill
+    /// ladder sets it to 0), else a new one.
+    fn pids_cgroup(&self, parent: &Path, seq: u64, max: u64) -> io::Result<PidsCgroup> {
+        let idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+        match idle {
+            Some(cgroup) => {
+                cgroup.set_max(max)?;
+                Ok(cgroup)
+            }
+            None => PidsCgroup::create(parent, seq, max),
+        }
     }
 
     /// The landlock ruleset for `profile`: a copy of one built before when nothing it was built from
@@ -396,25 +416,27 @@ pub struct Plan {
     pub report: Enforcement,
     child: ChildSteps,
     cgroup: Option<PidsCgroup>,
+    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
 }
 
 impl Plan {
     pub fn into_parts(self) -> (Enforcement, ChildSteps, Cleanup) {
-        (self.report, self.child, Cleanup { _cgroup: self.cgroup })
+        (self.report, self.child, Cleanup { cgroup: self.cgroup, idle_cgroups: self.idle_cgroups })
     }
 }
 
 /// What remains to undo once the command ended.
 pub struct Cleanup {
-    /// Held for its `Drop`.
-    _cgroup: Option<PidsCgroup>,
+    /// Removed on drop, unless [`Cleanup::finish`] keeps it for another command.
+    cgroup: Option<PidsCgroup>,
+    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
 }
 
 impl Cleanup {
     /// The command's pids cgroup directory, when it has one: the kill ladder ends the command
     /// through it ([`crate::exec::tree::end_cgroups`]).
     pub fn cgroup(&self) -> Option<&Path> {
-        self._cgroup.as_ref().map(|cgroup| cgroup.dir.as_path())
+        self.cgroup.as_ref().map(|cgroup| cgroup.dir.as_path())
     }
 
     /// Processes still in the command's pids cgroup (`None` without one).
@@ -423,13 +445,27 @@ impl Cleanup {
         Some(u32::try_from(procs.len()).unwrap_or(u32::MAX))
     }
 
-    /// Removes the command's cgroup (its tree is gone by now).
-    pub fn finish(self) {
-        drop(self);
+    /// Done with the command's cgroup (its tree is gone by now): kept for another command when
+    /// `left` (from [`Cleanup::processes_left`]) says it is empty, else removed (which fails,
+    /// harmlessly, while a stray lives in it; shutdown sweeps what is left). Only agentd can put a
+    /// process into an idle cgroup: confined commands cannot write to the cgroup tree.
+    pub fn finish(mut self, left: Option<u32>) {
+        if left != Some(0) {
+            return;
+        }
+        let Some(cgroup) = self.cgroup.take() else { return };
+        let mut idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if idle.len() < IDLE_CGROUPS {
+            idle.push(cgroup);
+        }
     }
 }
 
-/// What the child applies to itself between fork and exec; prepared by the parent.
+/// What the child applies to itself between `clone` and `exec`; prepared by the parent.
+///
+/// The child shares the parent's memory until it execs (`clone(CLONE_VM | CLONE_VFORK)`, see
+/// [`crate::exec::spawn::spawn_confined`]), so [`ChildSteps::enter`] takes `&self`: whatever the child
+/// changed here, the parent would see as its own.
 pub struct ChildSteps {
     ruleset: Option<RulesetCreated>,
     filter: Option<Arc<BpfProgram>>,
@@ -438,8 +474,13 @@ pub struct ChildSteps {
     rlimits: Vec<(Resource, u64, u64)>,
     /// A duplicate of the command's `cgroup.procs`.
     cgroup_procs: Option<OwnedFd>,
-    /// Write end of the status pipe, see [`ChildSteps::status_channel`].
-    status: Option<OwnedFd>,
+}
+
+/// What the child measured, written by the child into the parent's memory (they share it until the
+/// exec) and read by the parent once the child exec'd or exited. All zeros: nothing was written.
+#[derive(Debug, Default)]
+pub struct ChildStatus {
+    bytes: [u8; STATUS_LEN],
 }
 
 impl ChildSteps {
@@ -447,52 +488,74 @@ impl ChildSteps {
         Expect { landlock: self.ruleset.is_some(), seccomp: self.filter.is_some() }
     }
 
-    /// The pipe through which the child tells what it got (call before spawning; the write end is
-    /// close-on-exec, so the parent sees it closed once the command runs).
-    pub fn status_channel(&mut self) -> io::Result<StatusReader> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-            .map_err(io::Error::from)?;
-        self.status = Some(write);
-        Ok(StatusReader { read, expect: self.expect(), strict: self.strict })
-    }
-
-    /// Runs in the child: system calls only, nothing allocated.
-    pub fn enter(&mut self) -> io::Result<()> {
-        nix::unistd::setsid().map_err(io::Error::from)?;
+    /// Runs in the child: system calls only, nothing allocated, nothing of `self` changed. What
+    /// landlock and seccomp gave goes to `status`; a strict profile that got less fails with `EPERM`.
+    pub fn enter(&self, status: &mut ChildStatus) -> Result<(), Errno> {
+        nix::unistd::setsid()?;
         if let Some(procs) = &self.cgroup_procs {
             join_cgroup(procs)?;
         }
         for (resource, soft, hard) in &self.rlimits {
-            resource.set(*soft, *hard)?;
+            resource.set(*soft, *hard).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
         }
-        nix::sys::prctl::set_no_new_privs().map_err(io::Error::from)?;
+        nix::sys::prctl::set_no_new_privs()?;
         let expect = self.expect();
-        let landlock = match self.ruleset.take() {
+        let landlock = match &self.ruleset {
             None => Applied::NotAsked,
-            Some(ruleset) => match ruleset.restrict_self() {
-                Ok(status) => match status.ruleset {
-                    RulesetStatus::FullyEnforced => Applied::Full,
-                    RulesetStatus::PartiallyEnforced => Applied::Partial,
-                    RulesetStatus::NotEnforced => Applied::NotEnforced,
-                },
-                Err(_) => Applied::Failed,
-            },
+            Some(ruleset) => {
+                // SAFETY: a bitwise copy for the child to consume: it holds no heap memory, only the
+                // ruleset's descriptor, which `restrict_self` closes in the child's own descriptor
+                // table (no CLONE_FILES). The parent's value and descriptor are left as they were.
+                let copy = unsafe { std::ptr::read(ruleset) };
+                match copy.restrict_self() {
+                    Ok(status) => match status.ruleset {
+                        RulesetStatus::FullyEnforced => Applied::Full,
+                        RulesetStatus::PartiallyEnforced => Applied::Partial,
+                        RulesetStatus::NotEnforced => Applied::NotEnforced,
+                    },
+                    Err(_) => Applied::Failed,
+                }
+            }
         };
         // `apply_filter` is a prctl and a seccomp call on the prepared program: no allocation.
         let seccomp =
             self.filter.as_deref().is_some_and(|program| seccompiler::apply_filter(program).is_ok());
         let no_new_privs = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
         let measured = Measured { landlock, no_new_privs, seccomp };
-        if let Some(status) = &self.status {
-            let bytes = measured.encode();
-            if nix::unistd::write(status.as_fd(), &bytes).map_err(io::Error::from)? != bytes.len() {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-        }
+        status.bytes = measured.encode();
         if self.strict && measured.short_of(expect) {
-            return Err(io::Error::from_raw_os_error(libc::EPERM));
+            return Err(Errno::EPERM);
         }
         Ok(())
+    }
+
+    /// In the parent, after the child exec'd or exited (`spawned`, with what it wrote to `status`):
+    /// `report` gets what the child measured. A strict child that refused to exec becomes
+    /// [`ConfineError::NotEnforceable`] (inside the `io::Error`).
+    pub fn conclude(
+        &self,
+        status: &ChildStatus,
+        spawned: io::Result<u32>,
+        report: &mut Enforcement,
+    ) -> io::Result<u32> {
+        let (expect, measured) = (self.expect(), Measured::decode(status.bytes));
+        match spawned {
+            Ok(pid) => {
+                record(report, expect, measured);
+                Ok(pid)
+            }
+            Err(err) => match measured {
+                Some(measured) if self.strict && measured.short_of(expect) => {
+                    let mut seen = report.clone();
+                    record(&mut seen, expect, Some(measured));
+                    Err(io::Error::other(ConfineError::NotEnforceable {
+                        profile: report.profile.clone(),
+                        notes: reasons(&seen),
+                    }))
+                }
+                _ => Err(err),
+            },
+        }
     }
 }
 
@@ -552,43 +615,6 @@ impl Measured {
     }
 }
 
-/// The parent's end of the child's status pipe.
-pub struct StatusReader {
-    read: OwnedFd,
-    expect: Expect,
-    strict: bool,
-}
-
-impl StatusReader {
-    /// After `spawn` (whose outcome is `spawned`): `report` gets what the child measured. A strict
-    /// child that refused to exec becomes [`ConfineError::NotEnforceable`] (inside the `io::Error`).
-    pub fn conclude(self, spawned: io::Result<u32>, report: &mut Enforcement) -> io::Result<u32> {
-        // The child wrote before exec (or before failing), and `spawn` returned after that.
-        let mut bytes = [0u8; STATUS_LEN];
-        let measured = match nix::unistd::read(&self.read, &mut bytes) {
-            Ok(STATUS_LEN) => Measured::decode(bytes),
-            _ => None,
-        };
-        match spawned {
-            Ok(pid) => {
-                record(report, self.expect, measured);
-                Ok(pid)
-            }
-            Err(err) => match measured {
-                Some(measured) if self.strict && measured.short_of(self.expect) => {
-                    let mut seen = report.clone();
-                    record(&mut seen, self.expect, Some(measured));
-                    Err(io::Error::other(ConfineError::NotEnforceable {
-                        profile: report.profile.clone(),
-                        notes: reasons(&seen),
-                    }))
-                }
-                _ => Err(err),
-            },
-        }
-    }
-}
-
 /// Corrects the planned report with what the child measured.
 fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) {
     let Some(measured) = measured else {
@@ -641,7 +667,7 @@ fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) 
 }
 
 /// `write(procs, getpid())`, the number formatted on the stack.
-fn join_cgroup(procs: &OwnedFd) -> io::Result<()> {
+fn join_cgroup(procs: &OwnedFd) -> Result<(), Errno> {
     let mut digits = [0u8; 20];
     let mut pid = std::process::id();
     let mut at = digits.len();
@@ -653,8 +679,8 @@ fn join_cgroup(procs: &OwnedFd) -> io::Result<()> {
             break;
         }
     }
-    let written = nix::unistd::write(procs, &digits[at..]).map_err(io::Error::from)?;
-    if written == digits.len() - at { Ok(()) } else { Err(io::ErrorKind::WriteZero.into()) }
+    let written = nix::unistd::write(procs, &digits[at..])?;
+    if written == digits.len() - at { Ok(()) } else { Err(Errno::EIO) }
 }
 
 fn has_fs_rules(profile: &SandboxProfile) -> bool {
@@ -842,20 +868,37 @@ impl Confiner {
     }
 }
 
+/// How many empty per-command cgroups are kept for reuse (more are removed).
+const IDLE_CGROUPS: usize = 8;
+
 /// One command's pids cgroup.
 struct PidsCgroup {
     dir: PathBuf,
     /// `cgroup.procs`, opened by the parent: the child writes its own pid there.
     procs: OwnedFd,
+    /// `pids.max`, open for the next command's limit.
+    max: File,
 }
 
 impl PidsCgroup {
     fn create(parent: &Path, seq: u64, max: u64) -> io::Result<Self> {
         let dir = parent.join(seq.to_string());
         std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("pids.max"), max.to_string())?;
-        let procs = File::options().write(true).open(dir.join("cgroup.procs"))?;
-        Ok(Self { dir, procs: procs.into() })
+        let cgroup = Self {
+            max: File::options().write(true).open(dir.join("pids.max"))?,
+            procs: File::options().write(true).open(dir.join("cgroup.procs"))?.into(),
+            dir,
+        };
+        cgroup.set_max(max)?;
+        Ok(cgroup)
+    }
+
+    fn set_max(&self, max: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        let max = max.to_string();
+        // A cgroup file takes each write whole, wherever it is written.
+        let written = self.max.write_at(max.as_bytes(), 0)?;
+        if written == max.len() { Ok(()) } else { Err(io::ErrorKind::WriteZero.into()) }
     }
 }
 

@@ -282,6 +282,47 @@ async fn commands_get_no_more_processes_than_agentd_itself() {
     assert!(!Path::new(&format!("/sys/fs/cgroup/pids/agentd-{}", daemon.pid())).exists());
 }
 
+/// Per-command cgroups are reused once empty: the limit holds for the next command, also after the
+/// kill ladder set it to 0 to end a timed-out one.
+#[tokio::test]
+async fn a_reused_command_cgroup_gets_its_limit_back() {
+    const CEILING: u32 = 64;
+    let Some(cap) = PidsCap::or_skip(CEILING) else { return };
+    let config = tempfile::tempdir().unwrap();
+    let profile = config.path().join("p.toml");
+    std::fs::write(&profile, "name = \"few\"\n[limits]\nprocesses = 8\n").unwrap();
+    let enter = cap.enter();
+    let daemon = Daemon::launch(
+        &["sh", "-c", &enter, "sh"],
+        tempfile::tempdir().unwrap(),
+        &["--profile", profile.to_str().unwrap(), "--kill-grace", "0.2"],
+        None,
+    );
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    // SIGTERM ignored: the ladder ends it through the cgroup (`pids.max` 0, then SIGKILL).
+    let request = ExecRequest {
+        command: "trap '' TERM; sleep 30 & wait".to_owned(),
+        timeout: Some(0.3),
+        ..ExecRequest::default()
+    };
+    let r = sb.exec(request, None).await.unwrap();
+    assert!(r.timed_out, "{r:?}");
+    assert_eq!(r.stray_processes, Some(0), "{r:?}");
+    for _ in 0..3 {
+        let forks = "for i in 1 2 3 4 5; do sleep 0 & done; wait; echo forked";
+        assert_eq!(output(&sb, forks).await, "forked\n");
+    }
+    let cgroups: Vec<_> = std::fs::read_dir(cap.dir.join(format!("agentd-{}", daemon.pid())))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(cgroups.len(), 1, "one cgroup, reused: {cgroups:?}");
+    // The profile's limit, which the kernel enforces (the storm tests show it binding).
+    assert_eq!(std::fs::read_to_string(cgroups[0].join("pids.max")).unwrap().trim(), "8");
+}
+
 #[tokio::test]
 async fn a_root_swapped_for_a_link_after_admission_grants_nothing_outside() {
     const MIN_SWAPS: u64 = 1000;

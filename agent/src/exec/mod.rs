@@ -253,7 +253,7 @@ impl Executor {
             let (spawned, cgroup) = match plan {
                 Some(plan) => {
                     let (mut report, steps, cleanup) = plan.into_parts();
-                    let spawned = self.reaper.spawn(|| spawn::spawn_confined(&shell, steps, &mut report));
+                    let spawned = self.reaper.spawn(|| spawn::spawn_confined(&shell, &steps, &mut report));
                     let cgroup = cleanup.cgroup().map(Path::to_owned);
                     confinement = Some((report, cleanup));
                     (spawned, cgroup)
@@ -350,7 +350,7 @@ impl Executor {
             if let Some((report, cleanup)) = confinement {
                 result.enforcement = Some(report);
                 result.stray_processes = cleanup.processes_left();
-                cleanup.finish();
+                cleanup.finish(result.stray_processes);
             }
             if result.stray_processes.is_none() && pipe_held {
                 // No cgroup to ask: a `/proc` scan, only when a process is known to be left.

@@ -6,17 +6,23 @@
 //! `posix_spawn_file_actions_addchdir_np`). Everything the child needs is set up declaratively: new
 //! session, default signal dispositions (Rust ignores SIGPIPE, and ignored signals survive `exec`),
 //! an empty signal mask, stdio, working directory and environment.
+//!
+//! A command under a profile needs steps `posix_spawn` cannot express (cgroup, rlimits, landlock,
+//! seccomp), so [`spawn_confined`] makes the same `clone(CLONE_VM | CLONE_VFORK)` itself and runs
+//! them in the child, on data prepared before the clone.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd as _, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 
 use agentd_protocol::profile::Enforcement;
 
-use crate::confine::ChildSteps;
+use nix::errno::Errno;
+
+use crate::confine::{ChildStatus, ChildSteps};
 
 /// agentd's environment as `KEY=VALUE` C strings, built once: it does not change after start-up
 /// (the token was removed before), and every exec starts from it.
@@ -156,42 +162,267 @@ pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
     }
 }
 
-/// Starts the shell confined: `fork`, then `steps` in the child before `exec` (new session, cgroup,
-/// rlimits, landlock, seccomp). Slower than [`spawn`] (a `fork` copies page tables), so it is used
-/// only when a profile is in force. `report` is corrected with what the child measured; a strict
-/// child that got less than it asked for does not exec, and the error holds a
-/// [`crate::confine::ConfineError::NotEnforceable`].
-pub fn spawn_confined(shell: &Shell<'_>, mut steps: ChildSteps, report: &mut Enforcement) -> io::Result<u32> {
-    let mut command = std::process::Command::new("/bin/sh");
-    // The child's own view of the cwd fd (inherited until exec): no path is looked up again.
-    let cwd = format!("/proc/self/fd/{}", shell.cwd.as_raw_fd());
-    command.arg("-c").arg(shell.command).current_dir(cwd).env_clear();
+/// Starts the shell confined: `clone(CLONE_VM | CLONE_VFORK)` (what glibc's `posix_spawn` does), then
+/// `steps` in the child before `exec` (new session, cgroup, rlimits, landlock, seccomp). The child
+/// borrows the parent's memory, page tables included, until it execs, so nothing is copied, and it
+/// hands back what it measured through that memory: no pipe. `report` is corrected with what the
+/// child measured; a strict child that got less than it asked for does not exec, and the error holds
+/// a [`crate::confine::ConfineError::NotEnforceable`].
+///
+/// Call with the reaper's lock held ([`super::reaper::Reaper::spawn`]): a child that fails before
+/// its exec is reaped here.
+pub fn spawn_confined(shell: &Shell<'_>, steps: &ChildSteps, report: &mut Enforcement) -> io::Result<u32> {
+    let program = cstring("/bin/sh")?;
+    let argv_owned = [cstring("/bin/sh")?, cstring("-c")?, cstring(shell.command)?];
+    let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let env_owned = confined_env(shell)?;
+    let mut envp: Vec<*const libc::c_char> = env_owned.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let dev_null;
+    let stdin = match shell.stdin {
+        Some(stdin) => stdin.as_raw_fd(),
+        None => {
+            dev_null = std::fs::File::open("/dev/null")?;
+            dev_null.as_raw_fd()
+        }
+    };
+    let stack = ChildStack::new()?;
+    let mut context = Context {
+        program: program.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        stdin,
+        output: shell.output.as_raw_fd(),
+        cwd: shell.cwd.as_raw_fd(),
+        steps,
+        status: ChildStatus::default(),
+        errno: 0,
+    };
+    let pid = {
+        // Every signal blocked across the clone: the child runs on our memory with our handlers until
+        // it has reset them, and a handler must not run there. Restored right after.
+        let _blocked = BlockedSignals::all()?;
+        // SAFETY: `child` runs on its own stack (`stack`, mapped for it), gets `context`, which lives
+        // until `clone` returns, and calls only async-signal-safe functions on data prepared above.
+        // With CLONE_VFORK this thread waits until the child exec'd or exited, so nothing here is
+        // touched meanwhile; no other thread knows `context` or the stack.
+        unsafe {
+            libc::clone(
+                child,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                std::ptr::from_mut(&mut context).cast(),
+            )
+        }
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let spawned = if context.errno == 0 {
+        Ok(pid as u32)
+    } else {
+        // The child failed before its exec and exited: reaped here (the reaper's lock is held), so its
+        // pid is not left a zombie nor reported to anyone.
+        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+        Err(io::Error::from_raw_os_error(context.errno))
+    };
+    steps.conclude(&context.status, spawned, report)
+}
+
+/// The confined command's environment: `base_env` less what the allowlist leaves out, the profile's
+/// fixed variables, the request's, and the exec tag, each replacing the same names before it.
+fn confined_env(shell: &Shell<'_>) -> io::Result<Vec<CString>> {
+    let name = |entry: &[u8]| -> Vec<u8> { entry.split(|b| *b == b'=').next().unwrap_or_default().to_vec() };
+    let replaced = |key: &[u8]| {
+        let key = std::str::from_utf8(key).unwrap_or_default();
+        shell.fixed_env.contains_key(key) || shell.env.contains_key(key) || key == shell.tag.0
+    };
+    let mut entries = Vec::with_capacity(shell.base_env.entries.len() + shell.env.len() + 2);
     for entry in &shell.base_env.entries {
-        let entry = entry.as_bytes();
-        let (key, value) = match entry.iter().position(|b| *b == b'=') {
-            Some(eq) => (&entry[..eq], &entry[eq + 1..]),
-            None => continue,
-        };
+        let bytes = entry.as_bytes();
+        // Only `KEY=VALUE` entries are passed on.
+        if !bytes.contains(&b'=') {
+            continue;
+        }
+        let key = name(bytes);
         let allowed = shell.env_allowlist.is_none_or(|names| names.iter().any(|n| n.as_bytes() == key));
-        if allowed {
-            command.env(std::ffi::OsStr::from_bytes(key), std::ffi::OsStr::from_bytes(value));
+        if allowed && !replaced(&key) {
+            entries.push(entry.clone());
         }
     }
-    command.envs(shell.fixed_env).envs(shell.env).env(shell.tag.0, shell.tag.1);
-    command.stdin(match shell.stdin {
-        Some(stdin) => std::process::Stdio::from(stdin.try_clone()?),
-        None => std::process::Stdio::null(),
-    });
-    command.stdout(std::process::Stdio::from(shell.output.try_clone()?));
-    command.stderr(std::process::Stdio::from(shell.output.try_clone()?));
-    let status = steps.status_channel()?;
-    // SAFETY: `enter` only makes system calls (setsid, write, setrlimit, prctl, landlock, seccomp)
-    // on data prepared before the fork; it neither allocates nor takes locks.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, move || steps.enter());
+    let fixed =
+        shell.fixed_env.iter().filter(|(key, _)| !shell.env.contains_key(*key) && *key != shell.tag.0);
+    let own = shell.env.iter().filter(|(key, _)| *key != shell.tag.0);
+    for (key, value) in
+        fixed.chain(own).map(|(k, v)| (k.as_str(), v.as_str())).chain(std::iter::once(shell.tag))
+    {
+        entries.push(cstring(format!("{key}={value}"))?);
     }
-    let spawned = command.spawn().map(|child| child.id());
-    // Our copy of the status pipe's write end goes with the command.
-    drop(command);
-    status.conclude(spawned, report)
+    Ok(entries)
+}
+
+/// What the confined child needs, prepared before the clone; the child writes `status` and `errno`.
+struct Context<'a> {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    stdin: RawFd,
+    output: RawFd,
+    cwd: RawFd,
+    steps: &'a ChildSteps,
+    status: ChildStatus,
+    /// 0: the child reached its exec (which then succeeded, or the child would have set this).
+    errno: libc::c_int,
+}
+
+/// The confined child, between clone and exec: system calls only, on `Context`.
+extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Context` `spawn_confined` passed, alive and untouched by the parent
+    // (which waits) until this child exec'd or exited.
+    let context = unsafe { &mut *arg.cast::<Context<'_>>() };
+    let errno = match prepare(context) {
+        // SAFETY: the paths, argv and envp are NUL-terminated C strings and null-terminated arrays
+        // owned by the parent, alive until the exec.
+        Ok(()) => unsafe {
+            libc::execve(context.program, context.argv, context.envp);
+            Errno::last_raw()
+        },
+        Err(errno) => errno as libc::c_int,
+    };
+    // Never 0: the parent takes 0 for a successful exec.
+    context.errno = if errno == 0 { libc::EIO } else { errno };
+    // SAFETY: `_exit` ends the child without running anything of the parent's (no atexit handlers, no
+    // stdio flush on the shared memory).
+    unsafe { libc::_exit(127) }
+}
+
+/// The child's steps before its exec.
+fn prepare(context: &mut Context<'_>) -> Result<(), Errno> {
+    default_signal_dispositions();
+    dup_onto(context.stdin, 0)?;
+    dup_onto(context.output, 1)?;
+    dup_onto(context.output, 2)?;
+    // SAFETY: fchdir on a descriptor the parent holds open.
+    Errno::result(unsafe { libc::fchdir(context.cwd) })?;
+    context.steps.enter(&mut context.status)?;
+    // The last step: a signal pending now takes its default action, as it would after the exec.
+    let mut none = MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: `sigemptyset` initialises the set before `sigprocmask` reads it.
+    unsafe {
+        libc::sigemptyset(none.as_mut_ptr());
+        Errno::result(libc::sigprocmask(libc::SIG_SETMASK, none.as_ptr(), std::ptr::null_mut()))?;
+    }
+    Ok(())
+}
+
+/// `dup2(from, to)`, and when they are the same descriptor, clears its close-on-exec flag instead.
+fn dup_onto(from: RawFd, to: RawFd) -> Result<(), Errno> {
+    // SAFETY: plain descriptor system calls.
+    unsafe {
+        if from == to {
+            let flags = Errno::result(libc::fcntl(to, libc::F_GETFD))?;
+            Errno::result(libc::fcntl(to, libc::F_SETFD, flags & !libc::FD_CLOEXEC))?;
+        } else {
+            Errno::result(libc::dup2(from, to))?;
+        }
+    }
+    Ok(())
+}
+
+/// Every signal back to its default action: no handler of agentd may run in the child (it would run
+/// on agentd's memory), and ignored signals would stay ignored across the exec (Rust ignores SIGPIPE).
+fn default_signal_dispositions() {
+    // SAFETY: `sigaction` with a zeroed action (SIG_DFL, empty mask, no flags); the signals it
+    // refuses (SIGKILL, SIGSTOP, glibc's own) are left as they are.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        for signal in 1..=libc::SIGRTMAX() {
+            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                libc::sigaction(signal, &action, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// Every signal blocked on this thread while it lives; the previous mask comes back on drop.
+struct BlockedSignals {
+    previous: libc::sigset_t,
+}
+
+impl BlockedSignals {
+    fn all() -> io::Result<Self> {
+        let mut all = MaybeUninit::<libc::sigset_t>::uninit();
+        let mut previous = MaybeUninit::<libc::sigset_t>::uninit();
+        // SAFETY: `sigfillset` initialises `all`; `pthread_sigmask` initialises `previous` when it
+        // succeeds, and only then is it read.
+        unsafe {
+            libc::sigfillset(all.as_mut_ptr());
+            check(libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), previous.as_mut_ptr()))?;
+            Ok(Self { previous: previous.assume_init() })
+        }
+    }
+}
+
+impl Drop for BlockedSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores a mask `pthread_sigmask` returned.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.previous, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The confined child's stack: mapped for one spawn, with a guard page below it so an overflow
+/// faults instead of writing over agentd's memory.
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+/// Far more than the child's steps use (a few KiB); only the pages touched are ever allocated.
+const CHILD_STACK: usize = 256 * 1024;
+
+impl ChildStack {
+    fn new() -> io::Result<Self> {
+        // SAFETY: `sysconf` has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = CHILD_STACK + page;
+        // SAFETY: a new anonymous private mapping; nothing else refers to it.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = Self { base, len };
+        // SAFETY: the lowest page of the mapping just made.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The stack grows down from here (the mapping's end, page aligned).
+    fn top(&self) -> *mut libc::c_void {
+        self.base.cast::<u8>().wrapping_add(self.len).cast()
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `new` made; the child no longer runs on it (it exec'd
+        // or exited before `clone` returned).
+        unsafe {
+            libc::munmap(self.base, self.len);
+        }
+    }
 }
