@@ -34,9 +34,18 @@ def need(ready: bool, why: str) -> None:
     pytest.skip(why)
 
 
-def containers() -> set[str]:
-    listed = subprocess.run(["docker", "ps", "-aq", "--no-trunc"], check=True, capture_output=True, text=True)
-    return set(listed.stdout.split())
+def its_containers(kind: str, sandbox_id: str) -> list[str]:
+    """The containers behind one sandbox: a Docker sandbox's id is its container's; the fakes label
+    each container with the sandbox it stands for."""
+    filters = {
+        "docker": f"id={sandbox_id}",
+        "daytona": f"label=dev.agentd.fake-daytona.sandbox={sandbox_id}",
+        "modal": f"label=dev.agentd.fake-modal.sandbox={sandbox_id}",
+    }
+    listed = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", filters[kind]], check=True, capture_output=True, text=True
+    )
+    return listed.stdout.split()
 
 
 @pytest.fixture(scope="module")
@@ -84,10 +93,9 @@ def test_provider_sandbox_works_and_close_removes_it(
 ) -> None:
     if kind != "docker":
         fake(kind)
-    before = containers()
     sandbox = MAKERS[kind]()
     try:
-        assert containers() - before, "no container was made"
+        assert its_containers(kind, sandbox.id), "no container behind the sandbox"
         result = sandbox.execute("cat /etc/debian_version && id -u")
         assert result.exit_code == 0, result
         assert sandbox.write("/work/notes.txt", "one\ntwo\n").error is None
@@ -101,7 +109,7 @@ def test_provider_sandbox_works_and_close_removes_it(
         assert offload.offloaded and offload.response.exit_code == 0
     finally:
         sandbox.close()
-    assert containers() - before == set(), "close() left the sandbox's container behind"
+    assert its_containers(kind, sandbox.id) == [], "close() left the sandbox's container behind"
     with pytest.raises(agentd.SandboxClosedError):
         sandbox.execute("true")
 
