@@ -7,6 +7,8 @@
    Target: median ≤ 1.3× subprocess.
 2. ``read`` of a 2000-line file: agentd's native ``fs`` request next to deepagents' derived ``read``
    (its helper script run through the same sandbox's ``execute``). Target: native ≥ 20× faster.
+3. ``execute("true")`` after 100 ms without commands (as between an agent's steps), confined and
+   not: what a confined command's setup costs when the machine's cgroup code has gone cold.
 
 The three kinds of call take turns in blocks of 50, so a slow moment of this machine falls on all
 of them alike.
@@ -53,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1000, help="calls of each kind (default 1000)")
     parser.add_argument("--reads", type=int, default=50, help="reads of each kind (default 50)")
+    parser.add_argument("--idle", type=int, default=50, help="calls after a pause, of each kind (default 50)")
     args = parser.parse_args()
 
     loop = asyncio.new_event_loop()
@@ -100,7 +103,25 @@ def main() -> None:
         print(line("native (agentd fs request)", native))
         speedup = statistics.median(derived) / statistics.median(native)
         print(f"  native is {speedup:.1f}x faster than derived (median)")
+
+        idle = [timed_after_idle(sandbox) for _ in range(args.idle)]
+    with agentd.LocalSandbox(confined=False) as unconfined:
+        for _ in range(20):
+            unconfined.execute("true")
+        idle_unconfined = [timed_after_idle(unconfined) for _ in range(args.idle)]
+    print(f"execute(\"true\") after {IDLE * 1e3:.0f} ms without commands, {args.idle} calls each:")
+    print(line("LocalSandbox(confined=False)", idle_unconfined))
+    print(line("LocalSandbox() (confined)", idle, idle_unconfined))
     loop.close()
+
+
+#: The pause before each call of the "after idle" figure, as between an agent's commands.
+IDLE = 0.1
+
+
+def timed_after_idle(sandbox: agentd.Sandbox) -> float:
+    time.sleep(IDLE)
+    return timed(lambda: sandbox.execute("true"))
 
 
 if __name__ == "__main__":
