@@ -303,3 +303,14 @@ def test_a_sandbox_garbage_collected_without_close_stops_its_agentd() -> None:
     gc.collect()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_sandbox_made_on_a_thread_that_ended_still_works() -> None:
+    made: list[agentd.LocalSandbox] = []
+    starter = threading.Thread(target=lambda: made.append(agentd.LocalSandbox()))
+    starter.start()
+    starter.join()
+    [sandbox] = made
+    with sandbox:
+        time.sleep(0.3)
+        assert sandbox.execute("echo alive").output == "alive\n"
