@@ -136,7 +136,16 @@ impl Sandbox {
     #[pyo3(signature = (writable_roots = None, confined = true))]
     fn local(py: Python<'_>, writable_roots: Option<Vec<PathBuf>>, confined: bool) -> PyResult<Self> {
         let options = LocalOptions { confined, writable_roots: writable_roots.unwrap_or_default() };
-        let local = made(py, async { LocalSandbox::start_with(&options).await })?;
+        // Started on a runtime worker, not on the calling thread: agentd gets SIGTERM when the thread
+        // that forked it ends (`PR_SET_PDEATHSIG` follows the thread), and a Python thread (a thread
+        // pool's, a `threading.Thread`) may end long before the sandbox. The workers live as long as
+        // the module's runtime, which is the process.
+        let starting = runtime().spawn(async move { LocalSandbox::start_with(&options).await });
+        let local = made(py, async move {
+            starting
+                .await
+                .map_err(|e| agentd_host::SandboxError::Start(format!("the start was lost: {e}")))?
+        })?;
         let about = (local.pid(), local.workspace().to_owned());
         Ok(Self::new(Held::Own(Box::new(local)), Some(about)))
     }

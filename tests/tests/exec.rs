@@ -337,33 +337,3 @@ async fn dropping_the_local_sandbox_leaves_no_process() {
 fn status_is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status")).map(|s| s.contains("State:\tZ")).unwrap_or(true)
 }
-
-/// agentd dies with the process that started it (`PR_SET_PDEATHSIG`), but that signal follows the
-/// forking *thread*: started from a thread that then ends (here a blocking-pool thread with a 10 ms
-/// keep-alive), it must still be there.
-#[test]
-fn a_local_sandbox_outlives_the_thread_that_started_it() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .max_blocking_threads(1)
-        .thread_keep_alive(Duration::from_millis(10))
-        .enable_all()
-        .build()
-        .unwrap();
-    let handle = runtime.handle().clone();
-    let started = runtime.block_on(async move {
-        tokio::task::spawn_blocking(move || {
-            (handle.block_on(LocalSandbox::start()).unwrap(), std::thread::current().id())
-        })
-        .await
-    });
-    let (sb, starter) = started.unwrap();
-    runtime.block_on(async move {
-        // A later blocking task runs on a new thread once the starter has gone.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let later = tokio::task::spawn_blocking(|| std::thread::current().id()).await.unwrap();
-        assert_ne!(later, starter, "the starting thread is still alive: the test proves nothing");
-        let r = sb.execute("echo alive", None).await.unwrap();
-        assert_eq!((r.output.as_str(), r.exit_code), ("alive\n", Some(0)));
-    });
-}

@@ -206,7 +206,9 @@ fn stop(child: &mut Child) {
 /// How long a started agentd lives.
 #[derive(Debug)]
 pub enum Lifetime {
-    /// Until its owner drops it; the kernel sends it SIGTERM if this process dies first.
+    /// Until its owner drops it; the kernel sends it SIGTERM if the thread that started it ends
+    /// first (`PR_SET_PDEATHSIG` follows the forking thread, not the process): start it from a
+    /// thread that lives as long as it should, e.g. a runtime worker.
     TiedToParent,
     /// Until it is stopped explicitly (`agentctl up`); its log goes to `log`, not to our terminal
     /// (an inherited pipe would keep a caller that reads our output waiting forever).
@@ -253,8 +255,8 @@ pub fn spawn_agentd(
             command.stderr(Stdio::from(log)).process_group(0);
         }
     }
-    let mut child = on_lasting_thread(move || command.spawn())?
-        .map_err(|e| SandboxError::Start(format!("cannot run {}: {e}", binary.display())))?;
+    let mut child =
+        command.spawn().map_err(|e| SandboxError::Start(format!("cannot run {}: {e}", binary.display())))?;
     let Some(stdout) = child.stdout.take() else {
         return Err(SandboxError::Start("agentd's stdout is not piped".to_owned()));
     };
@@ -298,36 +300,6 @@ pub fn set_bundled_agentd(path: PathBuf) -> bool {
 /// The binary [`set_bundled_agentd`] named, if any.
 pub fn bundled_agentd() -> Option<&'static Path> {
     BUNDLED.get().map(PathBuf::as_path)
-}
-
-/// Runs `job` on a thread that lives as long as this process and returns its result.
-///
-/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child ends, not the process: an agentd
-/// started from a short-lived thread (a blocking-pool thread, a Python `threading.Thread` or a
-/// thread pool's worker) would get SIGTERM as soon as that thread is done with it. Forking from one
-/// lasting thread keeps the signal for what it is meant for, this process's death.
-fn on_lasting_thread<T: Send + 'static>(job: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    type Job = Box<dyn FnOnce() + Send>;
-    static SPAWNER: std::sync::OnceLock<Option<std::sync::mpsc::Sender<Job>>> = std::sync::OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        let thread = std::thread::Builder::new().name("agentd-spawner".to_owned()).spawn(move || {
-            for job in queue {
-                job();
-            }
-        });
-        thread.ok().map(|_| jobs)
-    });
-    let unavailable = || SandboxError::Start("the thread that starts agentd is not running".to_owned());
-    let (done, answer) = std::sync::mpsc::channel();
-    spawner
-        .as_ref()
-        .ok_or_else(unavailable)?
-        .send(Box::new(move || {
-            let _ = done.send(job());
-        }))
-        .map_err(|_| unavailable())?;
-    answer.recv().map_err(|_| unavailable())
 }
 
 /// Finds the agentd executable: `$AGENTD_BIN`, the bundled one ([`set_bundled_agentd`]), next to
