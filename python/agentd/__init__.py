@@ -262,13 +262,13 @@ class Sandbox(_Base):  # type: ignore[misc,valid-type]
     ) -> GrepResult:
         """Lines containing the literal ``pattern`` under ``path``, optionally only in files
         matching ``glob``."""
-        return _grep_result(self._native.fs(_grep(pattern, path, glob, max_count)))
+        return GrepResult(**self._native.fs(_grep(pattern, path, glob, max_count)))
 
     async def agrep(
         self, pattern: str, path: str | None = None, glob: str | None = None, *, max_count: int | None = None
     ) -> GrepResult:
         """Coroutine twin of :meth:`grep` (gives up after 35 s, as the contract says)."""
-        return _grep_result(await self._native.afs(_grep(pattern, path, glob, max_count)))
+        return GrepResult(**await self._native.afs(_grep(pattern, path, glob, max_count)))
 
     def glob(self, pattern: str, path: str | None = None) -> GlobResult:
         """Files matching ``pattern`` under ``path`` (default ``/``), sorted, each as ``path`` +
@@ -323,10 +323,6 @@ def _grep(pattern: str, path: str | None, glob: str | None, max_count: int | Non
         if value is not None:
             request[key] = value
     return request
-
-
-def _grep_result(answer: dict[str, Any]) -> GrepResult:
-    return GrepResult(**answer)
 
 
 def _glob(pattern: str, path: str | None) -> dict[str, Any]:
