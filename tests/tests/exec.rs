@@ -275,6 +275,50 @@ async fn live_output_arrives_as_it_is_written() {
 }
 
 #[tokio::test]
+async fn a_large_streamed_output_arrives_whole_and_in_order() {
+    // Past its first 64 KiB an output is drained on a thread of its own: its live chunks too.
+    let sb = sandbox().await;
+    let expected: String = (1..=300_000).map(|i| format!("{i}\n")).collect();
+    let mut streamed = Vec::new();
+    let mut on_output = |data: &[u8]| streamed.extend_from_slice(data);
+    let r = sb.agentd().exec(exec("seq 1 300000"), Some(&mut on_output)).await.unwrap();
+    assert_eq!((r.exit_code, r.total_bytes, r.truncated), (0, expected.len() as u64, false));
+    assert!(r.output.as_deref() == Some(expected.as_str()), "the result's output differs");
+    assert!(streamed == expected.as_bytes(), "the streamed output differs ({} bytes)", streamed.len());
+}
+
+#[tokio::test]
+async fn a_flooding_background_process_neither_holds_the_result_nor_loses_its_pipe() {
+    // The shell ends while a background pipeline is still writing gigabytes: the result comes 100 ms
+    // after the shell, and the rest is drained to nowhere, so the writer finishes normally (no EPIPE).
+    let sb = sandbox().await;
+    let marker = sb.workspace().join("flood-status");
+    let command =
+        format!("(yes | head -c 6000000000; echo $? > '{}') & sleep 0.5; echo started", marker.display());
+    // A small offloaded capture: the reply is a preview, quick to build in any build of agentd.
+    let capture = sb.workspace().join("flood.txt").to_string_lossy().into_owned();
+    let request = ExecRequest {
+        max_capture_bytes: Some(100_000),
+        offload: Some(Offload { capture_path: capture, inline_budget: 1000 }),
+        ..exec(&command)
+    };
+    let start = Instant::now();
+    let r = sb.agentd().exec(request, None).await.unwrap();
+    let took = start.elapsed();
+    assert_eq!((r.exit_code, r.truncated), (0, true), "{r:?}");
+    assert!(took < Duration::from_secs(2), "the result waited for the flood: {took:?}");
+    assert!(!marker.exists(), "the flood ended before the shell: the test proves nothing");
+    // `head` exits 0 only if it could write everything: the pipe was drained, not closed.
+    let finished = eventually(Duration::from_secs(60), || marker.exists()).await;
+    assert!(finished, "the flood never finished");
+    let status = eventually(Duration::from_secs(5), || {
+        std::fs::read_to_string(&marker).is_ok_and(|text| text.trim() == "0")
+    })
+    .await;
+    assert!(status, "the flood's status: {:?}", std::fs::read_to_string(&marker));
+}
+
+#[tokio::test]
 async fn spawn_failures_are_typed_errors_not_exit_codes() {
     let sb = sandbox().await;
     let err = sb

@@ -4,6 +4,13 @@
 //! Small outputs stay in memory (most commands print little, and a file per exec would cost a create
 //! and an unlink); past [`SPILL_BYTES`] they move to the file. So output is never held whole in memory,
 //! and what is held is bounded by the cap.
+//!
+//! Small output is read on the runtime. Once a capture outgrows memory or is full, the rest of its
+//! pipe is drained by a thread of its own ([`Bulk`]): the capture file is never touched on the
+//! runtime (creating it may truncate a large old file), and a
+//! command writing gigabytes does not take the runtime thread from every other request. That thread
+//! reads in batches: after a read that found the pipe far from full, it gives the writer
+//! [`BATCH_WAIT`] to fill it, instead of waking for each of the writer's small writes.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -12,9 +19,11 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, openat, splice};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::stat::Mode;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use tokio::net::unix::pipe::Receiver;
@@ -34,6 +43,13 @@ const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 
 /// Pipe capacity for commands that fill the default one (the kernel's default maximum).
 const PIPE_BYTES: i32 = 1 << 20;
+
+/// How long a draining thread waits after a read that found less than half of what it asked for: a
+/// fast writer fills a 1 MiB pipe in about 0.3 ms, so the next read takes a batch, not one write.
+const BATCH_WAIT: Duration = Duration::from_micros(200);
+
+/// Stack of a draining thread: it calls no deep code.
+const DRAIN_STACK_BYTES: usize = 256 * 1024;
 
 /// Where a capture file lives: a name in a directory fd, resolved once. The file is created there
 /// (`O_NOFOLLOW`) and removed there (`unlinkat`), so both reach the same place whatever happens to
@@ -106,6 +122,16 @@ impl CaptureFile {
     /// The capture reached its cap: more output is only counted.
     pub fn is_full(&self) -> bool {
         self.captured >= self.cap
+    }
+
+    /// Bytes that still fit in memory before the capture must spill to its file.
+    fn memory_room(&self) -> usize {
+        if self.file.is_some() { 0 } else { SPILL_BYTES.saturating_sub(self.memory.len()) }
+    }
+
+    /// More output would be written to the file or only counted: the bulk of a large output.
+    fn past_memory(&self) -> bool {
+        self.memory_room() == 0 || self.is_full()
     }
 
     /// The capture file's path as the client named it (absolute).
@@ -213,37 +239,56 @@ pub enum DrainEnd {
     Stopped,
 }
 
+/// The capture, how the drain ended, and a read error that ended it early (the capture holds what
+/// came before).
+pub type Drained = (CaptureFile, DrainEnd, io::Result<()>);
+
 /// Reads the command's output pipe into `capture` until EOF or until `stop` fires, sending each
 /// stored chunk to `live` as well. After `stop`, any writer still holding the pipe (a background
-/// grandchild) keeps being drained to nowhere, so it never blocks or gets SIGPIPE.
+/// grandchild) keeps being drained to nowhere, so it never blocks or gets SIGPIPE. `Err`: the
+/// draining thread was lost, and the capture with it.
 pub async fn drain(
     pipe: OwnedFd,
     mut capture: CaptureFile,
-    live: Option<mpsc::Sender<Vec<u8>>>,
+    mut live: Option<mpsc::Sender<Vec<u8>>>,
     mut stop: oneshot::Receiver<()>,
-) -> (CaptureFile, DrainEnd, io::Result<()>) {
-    let pipe = match Receiver::from_owned_fd(pipe) {
+) -> io::Result<Drained> {
+    let mut pipe = match Receiver::from_owned_fd(pipe) {
         Ok(pipe) => pipe,
-        Err(err) => return (capture, DrainEnd::Eof, Err(err)),
+        Err(err) => return Ok((capture, DrainEnd::Eof, Err(err))),
     };
     // Small until the command writes more than a trickle: thousands of quiet execs in flight then
     // hold a few KiB each, not a 256 KiB buffer each.
     let mut buf = vec![0u8; FIRST_READ_BYTES];
     let mut widened = false;
+    let mut bulk_tried = false;
     loop {
+        if capture.past_memory() && !bulk_tried {
+            bulk_tried = true;
+            match Bulk::start(pipe, capture, live) {
+                Ok(running) => return running.finish(stop).await,
+                // No thread to be had: the runtime goes on draining.
+                Err(Unstarted::Parts(parts)) => (pipe, capture, live) = *parts,
+                Err(Unstarted::Lost(err)) => return Err(err),
+            }
+        }
+        // The runtime reads no more than fits in memory: spilling to the file is the thread's work.
+        let room = buf.len().min(capture.memory_room());
         let step = tokio::select! {
             biased;
-            step = read_step(&pipe, &mut capture, &mut buf, live.as_ref()) => step,
+            step = read_step(&pipe, &mut capture, &mut buf[..room], live.as_ref()) => step,
             _ = &mut stop => {
-                tokio::spawn(discard_rest(pipe));
-                return (capture, DrainEnd::Stopped, Ok(()));
+                if let Ok(pipe) = pipe.into_nonblocking_fd() {
+                    discard_rest(pipe);
+                }
+                return Ok((capture, DrainEnd::Stopped, Ok(())));
             }
         };
         match step {
             Ok(Some(moved)) => {
                 // Only a command that fills the default pipe gets the bigger one (fewer wakeups per
                 // megabyte); a command that prints a line does not pay for it.
-                if buf.len() < READ_BYTES && moved >= buf.len() {
+                if buf.len() < READ_BYTES && moved >= room {
                     buf.resize(READ_BYTES, 0);
                 }
                 if !widened && moved >= DEFAULT_PIPE_BYTES {
@@ -251,8 +296,8 @@ pub async fn drain(
                     let _ = fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
                 }
             }
-            Ok(None) => return (capture, DrainEnd::Eof, Ok(())),
-            Err(err) => return (capture, DrainEnd::Eof, Err(err)),
+            Ok(None) => return Ok((capture, DrainEnd::Eof, Ok(()))),
+            Err(err) => return Ok((capture, DrainEnd::Eof, Err(err))),
         }
     }
 }
@@ -265,21 +310,10 @@ async fn read_step(
     live: Option<&mpsc::Sender<Vec<u8>>>,
 ) -> io::Result<Option<usize>> {
     pipe.readable().await?;
-    if capture.is_full() {
-        return match pipe.try_io(|| splice_to_null(pipe)) {
-            Ok(0) => Ok(None),
-            Ok(n) => {
-                capture.count_dropped(n as u64);
-                Ok(Some(n))
-            }
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(Some(0)),
-            Err(err) => Err(err),
-        };
-    }
-    match pipe.try_read(buf) {
-        Ok(0) => Ok(None),
-        Ok(n) => {
-            capture.accept(&buf[..n]);
+    match pipe.try_io(|| step(pipe, capture, buf)) {
+        Ok(Moved::Eof) => Ok(None),
+        Ok(Moved::Dropped(n)) => Ok(Some(n)),
+        Ok(Moved::Read(n)) => {
             if let Some(live) = live {
                 // A client that went away must not stop the capture.
                 let _ = live.send(buf[..n].to_vec()).await;
@@ -293,10 +327,158 @@ async fn read_step(
     }
 }
 
+/// What one [`step`] moved.
+enum Moved {
+    /// Bytes read into the capture; they are in `buf[..n]`.
+    Read(usize),
+    /// Bytes dropped (the capture is full): only counted.
+    Dropped(usize),
+    Eof,
+}
+
+/// Moves what the pipe holds: into the capture, or once it is full, to /dev/null inside the kernel.
+fn step(pipe: &impl AsFd, capture: &mut CaptureFile, buf: &mut [u8]) -> io::Result<Moved> {
+    if capture.is_full() {
+        let n = splice_to_null(pipe)?;
+        capture.count_dropped(n as u64);
+        return Ok(if n == 0 { Moved::Eof } else { Moved::Dropped(n) });
+    }
+    let n = match nix::unistd::read(pipe, buf) {
+        Ok(n) => n,
+        Err(Errno::EAGAIN) => return Err(io::ErrorKind::WouldBlock.into()),
+        Err(err) => return Err(err.into()),
+    };
+    capture.accept(&buf[..n]);
+    Ok(if n == 0 { Moved::Eof } else { Moved::Read(n) })
+}
+
+/// The bulk of a large output, drained on a thread of its own.
+struct Bulk {
+    /// The read end (non-blocking).
+    pipe: OwnedFd,
+    capture: CaptureFile,
+    live: Option<mpsc::Sender<Vec<u8>>>,
+    /// Hangs up when the exec stops waiting for EOF: the capture goes back then.
+    stop: OwnedFd,
+    done: oneshot::Sender<Drained>,
+    /// The pipe's capacity.
+    capacity: usize,
+}
+
+/// A started [`Bulk`]: dropping `stop` asks for the capture back.
+struct BulkRunning {
+    stop: OwnedFd,
+    done: oneshot::Receiver<Drained>,
+}
+
+/// Where live output goes, chunk by chunk.
+type LiveSender = mpsc::Sender<Vec<u8>>;
+
+/// Why a [`Bulk`] did not start.
+enum Unstarted {
+    /// No thread (or stop pipe) could be made: the parts come back to the runtime.
+    Parts(Box<(Receiver, CaptureFile, Option<LiveSender>)>),
+    /// The pipe could not be taken off the runtime after the thread started.
+    Lost(io::Error),
+}
+
+impl Bulk {
+    /// Hands the pipe to a new thread.
+    fn start(
+        pipe: Receiver,
+        capture: CaptureFile,
+        live: Option<mpsc::Sender<Vec<u8>>>,
+    ) -> Result<BulkRunning, Unstarted> {
+        let (stop_read, stop_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
+            Ok(ends) => ends,
+            Err(err) => {
+                tracing::warn!("no stop pipe for a large output, the runtime drains it: {err}");
+                return Err(Unstarted::Parts(Box::new((pipe, capture, live))));
+            }
+        };
+        let (done, done_rx) = oneshot::channel();
+        let (hand, taken) = std::sync::mpsc::sync_channel::<Bulk>(1);
+        let spawned = std::thread::Builder::new()
+            .name("agentd-drain".to_owned())
+            .stack_size(DRAIN_STACK_BYTES)
+            .spawn(move || {
+                if let Ok(bulk) = taken.recv() {
+                    bulk.run();
+                }
+            });
+        if let Err(err) = spawned {
+            tracing::warn!("no thread for a large output, the runtime drains it: {err}");
+            return Err(Unstarted::Parts(Box::new((pipe, capture, live))));
+        }
+        let pipe = pipe.into_nonblocking_fd().map_err(Unstarted::Lost)?;
+        // A large output gets the large pipe (fewer, larger batches), or what the system allows.
+        let capacity = fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES))
+            .or_else(|_| fcntl(pipe.as_fd(), FcntlArg::F_GETPIPE_SZ))
+            .map_or(DEFAULT_PIPE_BYTES, |bytes| usize::try_from(bytes).unwrap_or(DEFAULT_PIPE_BYTES));
+        // The thread waits for exactly this message.
+        let _ = hand.send(Bulk { pipe, capture, live, stop: stop_read, done, capacity });
+        Ok(BulkRunning { stop: stop_write, done: done_rx })
+    }
+
+    fn run(self) {
+        let Bulk { pipe, mut capture, live, stop, done, capacity } = self;
+        let mut buf = vec![0u8; READ_BYTES];
+        let (end, result) = loop {
+            let mut fds =
+                [PollFd::new(pipe.as_fd(), PollFlags::POLLIN), PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(err) => break (DrainEnd::Eof, Err(err.into())),
+            }
+            if fds[1].any().unwrap_or(true) {
+                let _ = done.send((capture, DrainEnd::Stopped, Ok(())));
+                discard(&pipe);
+                return;
+            }
+            let asked = if capture.is_full() { capacity } else { buf.len().min(capacity) };
+            let moved = match step(&pipe, &mut capture, &mut buf) {
+                Ok(Moved::Eof) => break (DrainEnd::Eof, Ok(())),
+                Ok(Moved::Dropped(n)) => n,
+                Ok(Moved::Read(n)) => {
+                    if let Some(live) = &live {
+                        // A client that went away must not stop the capture.
+                        let _ = live.blocking_send(buf[..n].to_vec());
+                    }
+                    n
+                }
+                Err(err) if matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
+                    continue;
+                }
+                Err(err) => break (DrainEnd::Eof, Err(err)),
+            };
+            if moved < asked / 2 {
+                std::thread::sleep(BATCH_WAIT);
+            }
+        };
+        let _ = done.send((capture, end, result));
+    }
+}
+
+impl BulkRunning {
+    /// The drained capture: at EOF, or as soon as `stop` fires (the thread then discards the rest).
+    async fn finish(self, stop: oneshot::Receiver<()>) -> io::Result<Drained> {
+        let BulkRunning { stop: hang_up, mut done } = self;
+        let lost = |_| io::Error::other("the thread draining the output ended without its capture");
+        tokio::select! {
+            drained = &mut done => drained.map_err(lost),
+            _ = stop => {
+                drop(hang_up);
+                done.await.map_err(lost)
+            }
+        }
+    }
+}
+
 /// Moves up to 1 MiB from the pipe to /dev/null inside the kernel.
 fn splice_to_null(pipe: &impl AsFd) -> io::Result<usize> {
     let null = dev_null()?;
-    match splice(pipe.as_fd(), None, null.as_fd(), None, 1 << 20, SpliceFFlags::SPLICE_F_NONBLOCK) {
+    match splice(pipe.as_fd(), None, null.as_fd(), None, PIPE_BYTES as usize, SpliceFFlags::SPLICE_F_NONBLOCK)
+    {
         Ok(n) => Ok(n),
         Err(Errno::EAGAIN) => Err(io::ErrorKind::WouldBlock.into()),
         Err(Errno::EINVAL) => read_to_nowhere(pipe),
@@ -323,15 +505,31 @@ fn dev_null() -> io::Result<&'static File> {
     Ok(NULL.get_or_init(|| file))
 }
 
-async fn discard_rest(pipe: Receiver) {
+/// Drains the pipe to nowhere until its last writer is gone, on a thread of its own. With no thread
+/// to be had the pipe is closed: a writer left then gets EPIPE.
+fn discard_rest(pipe: OwnedFd) {
+    let spawned = std::thread::Builder::new()
+        .name("agentd-discard".to_owned())
+        .stack_size(DRAIN_STACK_BYTES)
+        .spawn(move || discard(&pipe));
+    if let Err(err) = spawned {
+        tracing::warn!("no thread to drain a background process's output, its pipe is closed: {err}");
+    }
+}
+
+/// Splices the pipe to /dev/null in batches until EOF (or an error).
+fn discard(pipe: &OwnedFd) {
     loop {
-        if pipe.readable().await.is_err() {
-            return;
+        let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return,
         }
-        match pipe.try_io(|| splice_to_null(&pipe)) {
+        match splice_to_null(pipe) {
             Ok(0) => return,
-            Ok(_) => continue,
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => continue,
+            Ok(n) if n < PIPE_BYTES as usize / 2 => std::thread::sleep(BATCH_WAIT),
+            Ok(_) => {}
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
             Err(_) => return,
         }
     }

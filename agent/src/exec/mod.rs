@@ -311,10 +311,10 @@ impl Executor {
                 drain.await
             }
         };
-        let (capture, end, read_result) = drained.map_err(|e| ExecError::Capture {
-            path: PathBuf::from("(output pipe)"),
-            source: io::Error::other(e),
-        })?;
+        let (capture, end, read_result) = drained
+            .map_err(io::Error::other)
+            .and_then(|drained| drained)
+            .map_err(|source| ExecError::Capture { path: PathBuf::from("(output pipe)"), source })?;
         if let Err(err) = read_result {
             tracing::warn!(pid, "reading exec output failed: {err}");
         }

@@ -31,6 +31,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// A private agentd on loopback, alive as long as this value.
 pub struct LocalSandbox {
     sandbox: AgentdSandbox,
+    /// `unix:PATH` of agentd's socket.
+    url: String,
     child: Child,
     workspace: tempfile::TempDir,
     /// Holds agentd's socket; mode 0700.
@@ -153,7 +155,14 @@ impl LocalSandbox {
         let mut guard = ChildGuard(Some(child));
         let sandbox = AgentdSandbox::connect(&started.url, None).await?;
         let child = guard.0.take().ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
-        Ok(Self { sandbox, child, workspace, _socket_dir: socket_dir, _confinement: confinement })
+        Ok(Self {
+            sandbox,
+            url: started.url,
+            child,
+            workspace,
+            _socket_dir: socket_dir,
+            _confinement: confinement,
+        })
     }
 
     /// The workspace directory on this machine (the default cwd of commands).
@@ -164,6 +173,12 @@ impl LocalSandbox {
     /// The underlying link, for the protocol's full exec options.
     pub fn agentd(&self) -> &AgentdSandbox {
         &self.sandbox
+    }
+
+    /// `unix:PATH` of agentd's socket: more links to the same agentd
+    /// ([`AgentdSandbox::connect`]`(url, None)`) while this value lives.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// Process id of the agentd child.
