@@ -90,13 +90,18 @@ async fn run(agentd: PathBuf) {
     println!("agentd peak RSS after the captures: {:.2} MiB", peak as f64 / 1024.0);
 }
 
-/// One `true` over the link, checked.
-async fn exec_true(sb: &AgentdSandbox) -> Duration {
+/// One `true` over the link, checked: the round trip, and agentd's own spawn-to-reap time.
+async fn timed_true(sb: &AgentdSandbox) -> (Duration, Duration) {
     let start = Instant::now();
     let r = sb.exec(ExecRequest { command: "true".into(), ..ExecRequest::default() }, None).await.unwrap();
     let took = start.elapsed();
     assert_eq!(r.exit_code, 0, "{r:?}");
-    took
+    (took, Duration::from_secs_f64(r.duration))
+}
+
+/// The round trip of one `true` over the link.
+async fn exec_true(sb: &AgentdSandbox) -> Duration {
+    timed_true(sb).await.0
 }
 
 /// One raw spawn of `/bin/sh -c true` with its output captured, as agentd captures it.
@@ -121,22 +126,21 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
     let mut link = Vec::with_capacity(ROUND_TRIPS);
     let mut inside = Vec::with_capacity(ROUND_TRIPS);
     let mut profiled = Vec::with_capacity(ROUND_TRIPS);
+    let mut profiled_inside = Vec::with_capacity(ROUND_TRIPS);
     let mut raw = Vec::with_capacity(ROUND_TRIPS);
     for _ in 0..ROUND_TRIPS {
-        let start = Instant::now();
-        let r = unconfined
-            .agentd()
-            .exec(ExecRequest { command: "true".into(), ..ExecRequest::default() }, None)
-            .await
-            .unwrap();
-        link.push(start.elapsed());
-        inside.push(Duration::from_secs_f64(r.duration));
-        profiled.push(exec_true(confined.agentd()).await);
+        let (took, within) = timed_true(unconfined.agentd()).await;
+        link.push(took);
+        inside.push(within);
+        let (took, within) = timed_true(confined.agentd()).await;
+        profiled.push(took);
+        profiled_inside.push(within);
         raw.push(raw_spawn());
     }
     let (lm, lp) = summary(&mut link);
     let (im, _) = summary(&mut inside);
     let (pm, pp) = summary(&mut profiled);
+    let (pim, _) = summary(&mut profiled_inside);
     let (rm, rp) = summary(&mut raw);
     println!("round trip of `true` ({ROUND_TRIPS} runs each, interleaved):");
     println!("  raw spawn of /bin/sh -c true:  median {rm:.0} µs, p99 {rp:.0} µs");
@@ -146,7 +150,8 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
         lm / rm
     );
     println!(
-        "  under the default profile:     median {pm:.0} µs, p99 {pp:.0} µs ({:.2}x raw, target <= 1.15x)",
+        "  under the default profile:     median {pm:.0} µs, p99 {pp:.0} µs ({:.2}x raw, target <= 1.15x; \
+         spawn to reap inside agentd: median {pim:.0} µs)",
         pm / rm
     );
 }

@@ -124,6 +124,11 @@ impl CaptureFile {
         self.captured >= self.cap
     }
 
+    /// Nothing was written to the file: every stored byte is in memory.
+    pub fn in_memory(&self) -> bool {
+        self.file.is_none()
+    }
+
     /// Bytes that still fit in memory before the capture must spill to its file.
     fn memory_room(&self) -> usize {
         if self.file.is_some() { 0 } else { SPILL_BYTES.saturating_sub(self.memory.len()) }

@@ -342,10 +342,17 @@ impl Executor {
             Some(room) => room.reserve(reply_size(&capture, &spec.mode)).await,
             None => None,
         };
+        let mode = spec.mode;
+        // Output held in memory, nothing to clean up and nothing left running: no file system work,
+        // so no trip to the blocking pool (most commands end this way).
+        if confinement.is_none() && !pipe_held && capture.in_memory() && matches!(mode, CaptureMode::Inline) {
+            return finish_capture(capture, &mode, &mut result)
+                .map(|()| (result, reserved))
+                .map_err(|source| ExecError::Capture { path, source });
+        }
         // Reading back up to 12 MiB (and writing the preview), counting strays (a `/proc` scan without
         // a cgroup) and removing the cgroup are blocking work: off the runtime thread, so other
         // connections' requests do not wait for it.
-        let mode = spec.mode;
         let finished = tokio::task::spawn_blocking(move || {
             if let Some((report, cleanup)) = confinement {
                 result.enforcement = Some(report);
