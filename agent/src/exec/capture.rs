@@ -283,9 +283,7 @@ pub async fn drain(
             biased;
             step = read_step(&pipe, &mut capture, &mut buf[..room], live.as_ref()) => step,
             _ = &mut stop => {
-                if let Ok(pipe) = pipe.into_nonblocking_fd() {
-                    discard_rest(pipe);
-                }
+                tokio::spawn(discard_rest(pipe));
                 return Ok((capture, DrainEnd::Stopped, Ok(())));
             }
         };
@@ -416,10 +414,7 @@ impl Bulk {
             return Err(Unstarted::Parts(Box::new((pipe, capture, live))));
         }
         let pipe = pipe.into_nonblocking_fd().map_err(Unstarted::Lost)?;
-        // A large output gets the large pipe (fewer, larger batches), or what the system allows.
-        let capacity = fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES))
-            .or_else(|_| fcntl(pipe.as_fd(), FcntlArg::F_GETPIPE_SZ))
-            .map_or(DEFAULT_PIPE_BYTES, |bytes| usize::try_from(bytes).unwrap_or(DEFAULT_PIPE_BYTES));
+        let capacity = widen(&pipe);
         // The thread waits for exactly this message.
         let _ = hand.send(Bulk { pipe, capture, live, stop: stop_read, done, capacity });
         Ok(BulkRunning { stop: stop_write, done: done_rx })
@@ -437,7 +432,7 @@ impl Bulk {
             }
             if fds[1].any().unwrap_or(true) {
                 let _ = done.send((capture, DrainEnd::Stopped, Ok(())));
-                discard(&pipe);
+                discard(&pipe, capacity);
                 return;
             }
             let asked = if capture.is_full() { capacity } else { buf.len().min(capacity) };
@@ -510,20 +505,51 @@ fn dev_null() -> io::Result<&'static File> {
     Ok(NULL.get_or_init(|| file))
 }
 
+/// Drains the pipe to nowhere until its last writer is gone: on the runtime while the writer (a
+/// background process left by a finished command) trickles, on a thread of its own once it floods.
+async fn discard_rest(pipe: Receiver) {
+    let mut moved = 0;
+    while moved <= SPILL_BYTES {
+        if pipe.readable().await.is_err() {
+            return;
+        }
+        match pipe.try_io(|| splice_to_null(&pipe)) {
+            Ok(0) => return,
+            Ok(n) => moved += n,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+    if let Ok(pipe) = pipe.into_nonblocking_fd() {
+        discard_on_thread(pipe);
+    }
+}
+
 /// Drains the pipe to nowhere until its last writer is gone, on a thread of its own. With no thread
 /// to be had the pipe is closed: a writer left then gets EPIPE.
-fn discard_rest(pipe: OwnedFd) {
+fn discard_on_thread(pipe: OwnedFd) {
     let spawned = std::thread::Builder::new()
         .name("agentd-discard".to_owned())
         .stack_size(DRAIN_STACK_BYTES)
-        .spawn(move || discard(&pipe));
+        .spawn(move || {
+            let capacity = widen(&pipe);
+            discard(&pipe, capacity);
+        });
     if let Err(err) = spawned {
         tracing::warn!("no thread to drain a background process's output, its pipe is closed: {err}");
     }
 }
 
-/// Splices the pipe to /dev/null in batches until EOF (or an error).
-fn discard(pipe: &OwnedFd) {
+/// Gives a large output the large pipe (fewer, larger batches), or what the system allows: the
+/// pipe's capacity.
+fn widen(pipe: &OwnedFd) -> usize {
+    fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES))
+        .or_else(|_| fcntl(pipe.as_fd(), FcntlArg::F_GETPIPE_SZ))
+        .map_or(DEFAULT_PIPE_BYTES, |bytes| usize::try_from(bytes).unwrap_or(DEFAULT_PIPE_BYTES))
+}
+
+/// Splices the pipe (of `capacity` bytes) to /dev/null in batches until EOF (or an error).
+fn discard(pipe: &OwnedFd, capacity: usize) {
     loop {
         let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::NONE) {
@@ -532,7 +558,7 @@ fn discard(pipe: &OwnedFd) {
         }
         match splice_to_null(pipe) {
             Ok(0) => return,
-            Ok(n) if n < PIPE_BYTES as usize / 2 => std::thread::sleep(BATCH_WAIT),
+            Ok(n) if n < capacity / 2 => std::thread::sleep(BATCH_WAIT),
             Ok(_) => {}
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
             Err(_) => return,
