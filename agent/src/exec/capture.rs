@@ -277,8 +277,9 @@ pub async fn drain(
                 Err(Unstarted::Lost(err)) => return Err(err),
             }
         }
-        // The runtime reads no more than fits in memory: spilling to the file is the thread's work.
-        let room = buf.len().min(capture.memory_room());
+        // Until the thread has the pipe, the runtime reads no more than fits in memory (spilling to
+        // the file is the thread's work); when no thread could be had, it reads on.
+        let room = if bulk_tried { buf.len() } else { buf.len().min(capture.memory_room()) };
         let step = tokio::select! {
             biased;
             step = read_step(&pipe, &mut capture, &mut buf[..room], live.as_ref()) => step,
