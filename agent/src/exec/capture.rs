@@ -244,6 +244,9 @@ pub enum DrainEnd {
     Stopped,
 }
 
+/// Where live output goes, chunk by chunk.
+type LiveSender = mpsc::Sender<Vec<u8>>;
+
 /// The capture, how the drain ended, and a read error that ended it early (the capture holds what
 /// came before).
 pub type Drained = (CaptureFile, DrainEnd, io::Result<()>);
@@ -255,7 +258,7 @@ pub type Drained = (CaptureFile, DrainEnd, io::Result<()>);
 pub async fn drain(
     pipe: OwnedFd,
     mut capture: CaptureFile,
-    mut live: Option<mpsc::Sender<Vec<u8>>>,
+    mut live: Option<LiveSender>,
     mut stop: oneshot::Receiver<()>,
 ) -> io::Result<Drained> {
     let mut pipe = match Receiver::from_owned_fd(pipe) {
@@ -297,7 +300,7 @@ pub async fn drain(
                 }
                 if !widened && moved >= DEFAULT_PIPE_BYTES {
                     widened = true;
-                    let _ = fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
+                    widen(&pipe);
                 }
             }
             Ok(None) => return Ok((capture, DrainEnd::Eof, Ok(()))),
@@ -311,7 +314,7 @@ async fn read_step(
     pipe: &Receiver,
     capture: &mut CaptureFile,
     buf: &mut [u8],
-    live: Option<&mpsc::Sender<Vec<u8>>>,
+    live: Option<&LiveSender>,
 ) -> io::Result<Option<usize>> {
     pipe.readable().await?;
     match pipe.try_io(|| step(pipe, capture, buf)) {
@@ -361,7 +364,7 @@ struct Bulk {
     /// The read end (non-blocking).
     pipe: OwnedFd,
     capture: CaptureFile,
-    live: Option<mpsc::Sender<Vec<u8>>>,
+    live: Option<LiveSender>,
     /// Hangs up when the exec stops waiting for EOF: the capture goes back then.
     stop: OwnedFd,
     done: oneshot::Sender<Drained>,
@@ -374,9 +377,6 @@ struct BulkRunning {
     stop: OwnedFd,
     done: oneshot::Receiver<Drained>,
 }
-
-/// Where live output goes, chunk by chunk.
-type LiveSender = mpsc::Sender<Vec<u8>>;
 
 /// Why a [`Bulk`] did not start.
 enum Unstarted {
@@ -391,7 +391,7 @@ impl Bulk {
     fn start(
         pipe: Receiver,
         capture: CaptureFile,
-        live: Option<mpsc::Sender<Vec<u8>>>,
+        live: Option<LiveSender>,
     ) -> Result<BulkRunning, Unstarted> {
         let (stop_read, stop_write) = match nix::unistd::pipe2(OFlag::O_CLOEXEC) {
             Ok(ends) => ends,
@@ -452,9 +452,7 @@ impl Bulk {
                 }
                 Err(err) => break (DrainEnd::Eof, Err(err)),
             };
-            if moved < asked / 2 {
-                std::thread::sleep(BATCH_WAIT);
-            }
+            pause_unless_full(moved, asked);
         };
         let _ = done.send((capture, end, result));
     }
@@ -543,10 +541,18 @@ fn discard_on_thread(pipe: OwnedFd) {
 
 /// Gives a large output the large pipe (fewer, larger batches), or what the system allows: the
 /// pipe's capacity.
-fn widen(pipe: &OwnedFd) -> usize {
+fn widen(pipe: &impl AsFd) -> usize {
     fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES))
         .or_else(|_| fcntl(pipe.as_fd(), FcntlArg::F_GETPIPE_SZ))
         .map_or(DEFAULT_PIPE_BYTES, |bytes| usize::try_from(bytes).unwrap_or(DEFAULT_PIPE_BYTES))
+}
+
+/// Gives a fast writer [`BATCH_WAIT`] to fill the pipe when a read of up to `asked` bytes found
+/// less than half of that: the next read then takes a batch, not one write.
+fn pause_unless_full(moved: usize, asked: usize) {
+    if moved < asked / 2 {
+        std::thread::sleep(BATCH_WAIT);
+    }
 }
 
 /// Splices the pipe (of `capacity` bytes) to /dev/null in batches until EOF (or an error).
@@ -559,8 +565,7 @@ fn discard(pipe: &OwnedFd, capacity: usize) {
         }
         match splice_to_null(pipe) {
             Ok(0) => return,
-            Ok(n) if n < capacity / 2 => std::thread::sleep(BATCH_WAIT),
-            Ok(_) => {}
+            Ok(n) => pause_unless_full(n, capacity),
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
             Err(_) => return,
         }
