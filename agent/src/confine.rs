@@ -30,6 +30,7 @@ mod carve;
 #[cfg(test)]
 mod report_tests;
 mod seccomp;
+mod watch;
 
 pub use carve::{Withheld, agentd_withheld};
 
@@ -79,6 +80,11 @@ pub struct Confiner {
     withheld: Vec<Withheld>,
     /// Rulesets built for earlier commands, reused while unchanged (a few, oldest dropped first).
     rulesets: std::sync::Mutex<Vec<CachedRuleset>>,
+    /// Tells that what the cached rulesets and link notes were built from is unchanged, without
+    /// looking at it; `None` where inotify is missing (everything is then looked at again).
+    watch: Option<watch::Watch>,
+    /// The withheld files' link notes, with the generation of `watch` they were taken at.
+    link_notes: std::sync::Mutex<Option<(u64, Vec<String>)>>,
     /// Parent of the per-command pids cgroups, when agentd can create them; made on first need (a
     /// profile with `limits.processes`), so an agentd that never needs one leaves no trace.
     cgroups: std::sync::OnceLock<Option<PathBuf>>,
@@ -122,6 +128,8 @@ impl Confiner {
             network_filter,
             withheld,
             rulesets: Default::default(),
+            watch: watch::Watch::new(),
+            link_notes: Default::default(),
             cgroups: Default::default(),
             idle_cgroups: Default::default(),
         }
@@ -138,27 +146,50 @@ impl Confiner {
     }
 
     /// Prepares everything the child will apply, and the report of it. A strict profile whose rules
-    /// cannot all be enforced is refused here, before anything runs.
+    /// cannot all be enforced is refused here, before anything runs. Looks at the file system and
+    /// the cgroup tree: off the runtime.
     pub fn plan(&self, profile: &SandboxProfile) -> Result<Plan, ConfineError> {
-        let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let report = self.report(profile);
+        self.make_plan(profile, true).unwrap_or_else(|| {
+            Err(ConfineError::Prepare { profile: profile.name.clone(), message: "nothing was prepared".into() })
+        })
+    }
+
+    /// The plan [`Confiner::plan`] would make, assembled from what earlier plans prepared and what
+    /// has not changed since ([`watch`]): a cached ruleset, the link notes, an idle pids cgroup. No
+    /// path is looked up and nothing waits, so it runs on the runtime. `None`: something is missing
+    /// or may be stale, and [`Confiner::plan`] must run (off the runtime).
+    pub fn plan_ready(&self, profile: &SandboxProfile) -> Option<Result<Plan, ConfineError>> {
+        self.make_plan(profile, false)
+    }
+
+    /// `build`: make what is missing (blocking work); else `None` when anything is.
+    fn make_plan(&self, profile: &SandboxProfile, build: bool) -> Option<Result<Plan, ConfineError>> {
+        let links = if build { self.links() } else { self.links_ready()? };
+        // Made on first need only.
+        let cgroups = match (profile.limits.processes, build) {
+            (None, _) => None,
+            (Some(_), true) => self.cgroup_parent(),
+            (Some(_), false) => self.cgroups.get()?.as_ref(),
+        };
+        let report = self.report_with(profile, links, cgroups.is_some());
         let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
         let strict = report.mode == Mode::Strict;
         if strict && report.level != Level::Full && report.level != Level::NotRequested {
-            return Err(ConfineError::NotEnforceable {
+            return Some(Err(ConfineError::NotEnforceable {
                 profile: profile.name.clone(),
                 notes: reasons(&report),
-            });
+            }));
         }
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
-        let ruleset = if want.landlock { Some(self.ruleset(profile, want).map_err(prepare)?) } else { None };
-        let filter = if want.seccomp { self.network_filter.clone() } else { None };
-        let cgroup = match profile.limits.processes.and_then(|max| Some((max, self.cgroup_parent()?))) {
-            Some((max, parent)) => {
-                Some(self.pids_cgroup(parent, seq, max).map_err(|e| prepare(e.to_string()))?)
-            }
-            None => None,
+        let ruleset = match (want.landlock, build) {
+            (false, _) => None,
+            (true, true) => match self.ruleset(profile, want) {
+                Ok(ruleset) => Some(ruleset),
+                Err(err) => return Some(Err(prepare(err))),
+            },
+            (true, false) => Some(self.ruleset_ready(profile, want)?),
         };
+        let filter = if want.seccomp { self.network_filter.clone() } else { None };
         let mut rlimits = vec![(Resource::CORE, 0, 0)];
         let limits = &profile.limits;
         // A hard CPU limit one second above the soft one: the command gets SIGXCPU (which the
@@ -167,20 +198,53 @@ impl Confiner {
         rlimits.extend(limits.address_space.map(|v| (Resource::AS, v, v)));
         rlimits.extend(limits.file_size.map(|v| (Resource::FSIZE, v, v)));
         rlimits.extend(limits.open_files.map(|v| (Resource::NOFILE, v, v)));
+        // Last: the one step that takes something (an idle cgroup), so nothing is left to give back
+        // when an earlier step was not ready.
+        let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cgroup = match profile.limits.processes.zip(cgroups) {
+            Some((max, parent)) => {
+                let made = if build { self.pids_cgroup(parent, seq, max) } else { self.idle_cgroup(max)? };
+                match made {
+                    Ok(cgroup) => Some(cgroup),
+                    Err(err) => return Some(Err(prepare(err.to_string()))),
+                }
+            }
+            None => None,
+        };
         // Without a cgroup, the per-user process limit is the fallback (it does not bind uid 0).
         if cgroup.is_none() {
             rlimits.extend(limits.processes.map(|v| (Resource::NPROC, v, v)));
         }
         let cgroup_procs = match &cgroup {
-            Some(cgroup) => Some(cgroup.procs.try_clone().map_err(|e| prepare(e.to_string()))?),
+            Some(cgroup) => match cgroup.procs.try_clone() {
+                Ok(procs) => Some(procs),
+                Err(err) => return Some(Err(prepare(err.to_string()))),
+            },
             None => None,
         };
-        Ok(Plan {
+        Some(Ok(Plan {
             report,
             child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs },
             cgroup,
             idle_cgroups: Arc::clone(&self.idle_cgroups),
-        })
+        }))
+    }
+
+    /// An idle per-command cgroup with its limit set to `max` (a write to a file it holds open, no
+    /// path looked up); `None` when there is none to take at once.
+    fn idle_cgroup(&self, max: u64) -> Option<io::Result<PidsCgroup>> {
+        let cgroup = self.idle_cgroups.try_lock().ok()?.pop()?;
+        match cgroup.set_max(max) {
+            Ok(()) => Some(Ok(cgroup)),
+            Err(_) => {
+                // Given back: removing it is path work, and `plan` will try it again.
+                if let Ok(mut idle) = self.idle_cgroups.try_lock() {
+                    idle.push(cgroup);
+                    return None;
+                }
+                Some(Err(io::Error::other("an idle cgroup's limit could not be set")))
+            }
+        }
     }
 
     /// A per-command pids cgroup allowing `max` tasks: an idle one (its limit set again: the kill
@@ -197,40 +261,107 @@ impl Confiner {
     }
 
     /// The landlock ruleset for `profile`: a copy of one built before when nothing it was built from
-    /// changed (building lists the directories around withheld paths: tens of system calls).
+    /// changed (building lists the directories around withheld paths: tens of system calls), else a
+    /// new one. Either way it is watched afterwards, for [`Confiner::ruleset_ready`].
     fn ruleset(&self, profile: &SandboxProfile, want: Intent) -> Result<RulesetCreated, String> {
-        let key = RulesetKey {
-            writable_roots: profile.writable_roots.clone(),
-            readable_roots: profile.readable_roots.clone(),
-            want,
-        };
         let mut cache = self.rulesets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(at) = cache.iter().position(|c| c.key == key) {
-            if carve::unchanged(&cache[at].seen) {
-                // A second descriptor of the same kernel ruleset; nothing adds rules to it any more.
-                return cache[at].ruleset.try_clone().map_err(|e| e.to_string());
+        let found = cache.iter().position(|c| c.key.is(profile, want));
+        let at = match found {
+            Some(at) if self.fresh(cache[at].watched) || carve::unchanged(&cache[at].seen) => at,
+            found => {
+                if let Some(at) = found {
+                    cache.remove(at);
+                }
+                let mut seen = Vec::new();
+                let ruleset = build_ruleset(profile, &want, self.abi, &self.withheld, &mut seen)?;
+                if cache.len() >= CACHED_RULESETS {
+                    cache.remove(0);
+                }
+                let key = RulesetKey {
+                    writable_roots: profile.writable_roots.clone(),
+                    readable_roots: profile.readable_roots.clone(),
+                    want,
+                };
+                cache.push(CachedRuleset { key, seen, ruleset, watched: None });
+                cache.len() - 1
             }
-            cache.remove(at);
+        };
+        let cached = &mut cache[at];
+        if !self.fresh(cached.watched) {
+            cached.watched = self.watch_ruleset(&cached.seen);
         }
-        let mut seen = Vec::new();
-        let ruleset = build_ruleset(profile, &want, self.abi, &self.withheld, &mut seen)?;
-        let copy = ruleset.try_clone().map_err(|e| e.to_string())?;
-        if cache.len() >= CACHED_RULESETS {
-            cache.remove(0);
+        // A second descriptor of the same kernel ruleset; nothing adds rules to it any more.
+        cached.ruleset.try_clone().map_err(|e| e.to_string())
+    }
+
+    /// A copy of the cached ruleset for `profile`, if it is watched and nothing it was built from
+    /// changed since: no path looked up, no waiting for a lock.
+    fn ruleset_ready(&self, profile: &SandboxProfile, want: Intent) -> Option<RulesetCreated> {
+        let cache = self.rulesets.try_lock().ok()?;
+        let cached = cache.iter().find(|c| c.key.is(profile, want))?;
+        if !self.fresh(cached.watched) {
+            return None;
         }
-        cache.push(CachedRuleset { key, seen, ruleset });
-        Ok(copy)
+        cached.ruleset.try_clone().ok()
+    }
+
+    /// Watches what a ruleset was built from; the generation at which it is known unchanged, when
+    /// all of it could be watched and nothing changed between the listing and the watching.
+    fn watch_ruleset(&self, seen: &[carve::Seen]) -> Option<u64> {
+        let watch = self.watch.as_ref()?;
+        let all = seen.iter().all(|s| {
+            watch.add(s.path(), if s.listed() { watch::Watched::Listed } else { watch::Watched::Identity })
+        });
+        let generation = watch.settle();
+        (all && carve::unchanged(seen)).then_some(generation)
+    }
+
+    /// Nothing watched at `generation` has changed since.
+    fn fresh(&self, generation: Option<u64>) -> bool {
+        match (&self.watch, generation) {
+            (Some(watch), Some(generation)) => watch.fresh(generation),
+            _ => false,
+        }
+    }
+
+    /// Notes on withheld files that have other names (hard links), looked at now and watched for
+    /// [`Confiner::links_ready`].
+    fn links(&self) -> Vec<String> {
+        if self.abi == 0 {
+            return Vec::new();
+        }
+        let Some(watch) = &self.watch else { return carve::link_notes(&self.withheld) };
+        let watched = self.withheld.iter().all(|w| watch.add(&w.path, watch::Watched::Attributes));
+        let generation = watch.settle();
+        let notes = carve::link_notes(&self.withheld);
+        *self.link_notes.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            watched.then(|| (generation, notes.clone()));
+        notes
+    }
+
+    /// The link notes of the last plan, if nothing they were taken from changed since.
+    fn links_ready(&self) -> Option<Vec<String>> {
+        if self.abi == 0 {
+            return Some(Vec::new());
+        }
+        let cached = self.link_notes.try_lock().ok()?;
+        let (generation, notes) = cached.as_ref()?;
+        self.fresh(Some(*generation)).then(|| notes.clone())
     }
 
     /// What would be enforced for `profile` on this machine.
     fn report(&self, profile: &SandboxProfile) -> Enforcement {
-        let processes_contained = profile.limits.processes.is_none()
-            || self.cgroup_parent().is_some()
-            || !nix::unistd::geteuid().is_root();
+        let cgroups = profile.limits.processes.is_some() && self.cgroup_parent().is_some();
+        self.report_with(profile, self.links(), cgroups)
+    }
+
+    /// The report, given the withheld files' link notes and whether pids cgroups can be made.
+    fn report_with(&self, profile: &SandboxProfile, links: Vec<String>, cgroups: bool) -> Enforcement {
+        let processes_contained =
+            profile.limits.processes.is_none() || cgroups || !nix::unistd::geteuid().is_root();
         let machine = Machine { abi: self.abi, seccomp: self.network_filter.is_some(), processes_contained };
         let mut report = enforcement(profile, &machine, &self.withheld);
-        // A withheld file's other names are not withheld (looked at now: links come and go).
-        let links = if self.abi > 0 { carve::link_notes(&self.withheld) } else { Vec::new() };
+        // A withheld file's other names are not withheld (links come and go).
         if !links.is_empty() {
             lower(&mut report.filesystem, Level::Partial);
             report.notes.extend(links);
@@ -251,10 +382,20 @@ struct RulesetKey {
     want: Intent,
 }
 
+impl RulesetKey {
+    fn is(&self, profile: &SandboxProfile, want: Intent) -> bool {
+        self.writable_roots == profile.writable_roots
+            && self.readable_roots == profile.readable_roots
+            && self.want == want
+    }
+}
+
 struct CachedRuleset {
     key: RulesetKey,
     seen: Vec<carve::Seen>,
     ruleset: RulesetCreated,
+    /// The generation of [`Confiner::watch`] at which it was known unchanged; `None`: not watched.
+    watched: Option<u64>,
 }
 
 /// What the report depends on, besides the profile.
@@ -445,19 +586,38 @@ impl Cleanup {
         Some(u32::try_from(procs.len()).unwrap_or(u32::MAX))
     }
 
+    /// What [`Cleanup::processes_left`] would say, when it can be known without looking up a path
+    /// or waiting: `Some(None)` without a cgroup, `Some(Some(0))` when its `pids.current` (read
+    /// through a descriptor it holds) is 0. `None`: ask [`Cleanup::processes_left`], off the runtime
+    /// (tasks are counted, or zombies not reaped yet).
+    pub fn left_now(&self) -> Option<Option<u32>> {
+        match &self.cgroup {
+            None => Some(None),
+            Some(cgroup) => (cgroup.tasks().ok()? == 0).then_some(Some(0)),
+        }
+    }
+
     /// Done with the command's cgroup (its tree is gone by now): kept for another command when
     /// `left` (from [`Cleanup::processes_left`]) says it is empty, else removed (which fails,
     /// harmlessly, while a stray lives in it; shutdown sweeps what is left). Only agentd can put a
     /// process into an idle cgroup: confined commands cannot write to the cgroup tree.
-    pub fn finish(mut self, left: Option<u32>) {
-        if left != Some(0) {
-            return;
+    pub fn finish(self, left: Option<u32>) {
+        drop(self.keep(left));
+    }
+
+    /// Keeps the command's cgroup for another command when `left` says it is empty and there is
+    /// room. What is left to remove comes back (removing is path work: drop it off the runtime).
+    pub fn keep(mut self, left: Option<u32>) -> Option<Self> {
+        if left != Some(0) || self.cgroup.is_none() {
+            return self.cgroup.is_some().then_some(self);
         }
-        let Some(cgroup) = self.cgroup.take() else { return };
         let mut idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if idle.len() < IDLE_CGROUPS {
-            idle.push(cgroup);
+        if idle.len() >= IDLE_CGROUPS {
+            drop(idle);
+            return Some(self);
         }
+        idle.extend(self.cgroup.take());
+        None
     }
 }
 
@@ -878,6 +1038,8 @@ struct PidsCgroup {
     procs: OwnedFd,
     /// `pids.max`, open for the next command's limit.
     max: File,
+    /// `pids.current`, open to tell an empty cgroup without a path lookup.
+    current: File,
 }
 
 impl PidsCgroup {
@@ -886,11 +1048,22 @@ impl PidsCgroup {
         std::fs::create_dir_all(&dir)?;
         let cgroup = Self {
             max: File::options().write(true).open(dir.join("pids.max"))?,
+            current: File::open(dir.join("pids.current"))?,
             procs: File::options().write(true).open(dir.join("cgroup.procs"))?.into(),
             dir,
         };
         cgroup.set_max(max)?;
         Ok(cgroup)
+    }
+
+    /// Tasks charged to it now (zombies not yet reaped included).
+    fn tasks(&self) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt as _;
+        let mut buf = [0u8; 24];
+        // A cgroup file is generated anew by a read at offset 0.
+        let read = self.current.read_at(&mut buf, 0)?;
+        let text = std::str::from_utf8(&buf[..read]).map_err(io::Error::other)?;
+        text.trim().parse().map_err(io::Error::other)
     }
 
     fn set_max(&self, max: u64) -> io::Result<()> {

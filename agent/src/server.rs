@@ -484,13 +484,18 @@ impl Session {
         let confined = match admitted.profile.take() {
             None => None,
             Some(profile) => {
-                // Building the landlock ruleset, making the command's cgroup (and the first time,
-                // finding agentd's own in /proc) is file system work: off the runtime thread.
-                let shared = Arc::clone(&self.shared);
-                let (plan, profile) =
-                    tokio::task::spawn_blocking(move || (shared.confiner.plan(&profile), profile))
-                        .await
-                        .map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?;
+                // What earlier commands prepared is taken at once. Building the landlock ruleset,
+                // making the command's cgroup (and the first time, finding agentd's own in /proc) is
+                // file system work: off the runtime thread.
+                let (plan, profile) = match self.shared.confiner.plan_ready(&profile) {
+                    Some(plan) => (plan, profile),
+                    None => {
+                        let shared = Arc::clone(&self.shared);
+                        tokio::task::spawn_blocking(move || (shared.confiner.plan(&profile), profile))
+                            .await
+                            .map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?
+                    }
+                };
                 let plan = plan.map_err(|e| {
                     let code = match e {
                         ConfineError::NotEnforceable { .. } => ErrorCode::NotEnforceable,

@@ -99,6 +99,15 @@ pub struct Seen {
 }
 
 impl Seen {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A listed directory (its entries matter), not a root (only its inode does).
+    pub fn listed(&self) -> bool {
+        self.listed
+    }
+
     fn now(path: &Path, listed: bool) -> Self {
         let state = std::fs::metadata(path).ok().map(|m| {
             // A root's content changes all the time and does not matter: only which inode it is.

@@ -343,9 +343,26 @@ impl Executor {
             None => None,
         };
         let mode = spec.mode;
-        // Output held in memory, nothing to clean up and nothing left running: no file system work,
-        // so no trip to the blocking pool (most commands end this way).
-        if confinement.is_none() && !pipe_held && capture.in_memory() && matches!(mode, CaptureMode::Inline) {
+        // Output held in memory, no cgroup or an empty one (told through a descriptor it holds) and
+        // nothing left running: no file system work, so no trip to the blocking pool (most commands
+        // end this way, confined or not).
+        let left_now = match &confinement {
+            None => Some(None),
+            Some((_, cleanup)) => cleanup.left_now(),
+        };
+        if let Some(left) = left_now
+            && !pipe_held
+            && capture.in_memory()
+            && matches!(mode, CaptureMode::Inline)
+        {
+            if let Some((report, cleanup)) = confinement {
+                result.enforcement = Some(report);
+                result.stray_processes = left;
+                if let Some(rest) = cleanup.keep(left) {
+                    // Removing a cgroup that cannot be kept is path work; nobody waits for it.
+                    tokio::task::spawn_blocking(move || drop(rest));
+                }
+            }
             return finish_capture(capture, &mode, &mut result)
                 .map(|()| (result, reserved))
                 .map_err(|source| ExecError::Capture { path, source });
