@@ -150,7 +150,10 @@ impl Confiner {
     /// the cgroup tree: off the runtime.
     pub fn plan(&self, profile: &SandboxProfile) -> Result<Plan, ConfineError> {
         self.make_plan(profile, true).unwrap_or_else(|| {
-            Err(ConfineError::Prepare { profile: profile.name.clone(), message: "nothing was prepared".into() })
+            Err(ConfineError::Prepare {
+                profile: profile.name.clone(),
+                message: "nothing was prepared".into(),
+            })
         })
     }
 

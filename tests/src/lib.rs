@@ -608,6 +608,8 @@ pub enum Need {
     DaytonaSdk,
     /// The official `modal` Python client: `$AGENTD_MODAL_PYTHON` names a python that imports it.
     ModalSdk,
+    /// Root, for what only root may do to the machine around agentd (mounts).
+    Root,
 }
 
 impl Need {
@@ -620,6 +622,7 @@ impl Need {
             Self::Python3 => "AGENTD_REQUIRE_PYTHON3",
             Self::DaytonaSdk => "AGENTD_REQUIRE_DAYTONA_SDK",
             Self::ModalSdk => "AGENTD_REQUIRE_MODAL_SDK",
+            Self::Root => "AGENTD_REQUIRE_ROOT",
         }
     }
 }

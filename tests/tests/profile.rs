@@ -732,3 +732,88 @@ cat $D/sibling",
         assert!(output.contains("sub-procs=0"), "{output}");
     }
 }
+
+/// A tmpfs the test mounts (as root) and unmounts, whatever happens.
+struct TestMount(std::path::PathBuf);
+
+impl TestMount {
+    fn over(dir: &Path) -> Option<Self> {
+        let mounted =
+            std::process::Command::new("mount").args(["-t", "tmpfs", "agentd-test"]).arg(dir).status();
+        mounted.is_ok_and(|s| s.success()).then(|| Self(dir.to_owned()))
+    }
+}
+
+impl Drop for TestMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Commands reuse what earlier ones prepared (the ruleset, the report) until something it was made
+/// from changes: each change made between two commands is seen by the second, which would
+/// otherwise be refused its writable root or be told a report that is no longer true.
+#[tokio::test]
+async fn what_changes_between_two_commands_is_seen_by_the_next_one() {
+    let base = tempfile::tempdir().unwrap();
+    let base_path = base.path().canonicalize().unwrap();
+    let root = base_path.join("root");
+    let token_dir = base_path.join("run");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(&token_dir).unwrap();
+    let token_file = token_dir.join("agentd.token");
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let profile = format!(
+        "name = \"roots\"\nmode = \"best_effort\"\nwritable_roots = [\"{{W}}\", \"{}\"]\n",
+        root.display()
+    );
+    let path = profile_file(dir.path(), workspace.path(), &profile);
+    let daemon = Daemon::launch(&[], workspace, &["--profile", path.to_str().unwrap()], Some(&token_file));
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    if sb.link().await.unwrap().hello().landlock_abi < 3 {
+        skip(Need::Landlock, "landlock ABI < 3");
+        return;
+    }
+    let write = |name: &str| format!("echo {name} > {}/{name} && echo ok", root.display());
+    let filesystem = |r: &ExecResult| r.enforcement.as_ref().unwrap().filesystem;
+    for name in ["first", "again"] {
+        let r = run(&sb, &write(name)).await;
+        assert_eq!(r.output.as_deref(), Some("ok\n"), "{name}: {r:?}");
+        assert_eq!(filesystem(&r), Level::Full);
+    }
+
+    // The root's directory replaced by another one: the next command writes into the new one.
+    std::fs::rename(&root, base_path.join("old-root")).unwrap();
+    std::fs::create_dir(&root).unwrap();
+    let r = run(&sb, &write("replaced")).await;
+    assert_eq!(r.output.as_deref(), Some("ok\n"), "{r:?}");
+    assert!(root.join("replaced").is_file() && !base_path.join("old-root/replaced").exists());
+
+    // A second name of the token, made while agentd runs, is reported by the next command, and its
+    // removal by the one after.
+    let link = base_path.join("token-link");
+    std::fs::hard_link(&token_file, &link).unwrap();
+    let r = run(&sb, "true").await;
+    assert_eq!(filesystem(&r), Level::Partial, "{:?}", r.enforcement);
+    assert!(r.enforcement.unwrap().notes.iter().any(|n| n.contains("has 2 hard links")));
+    std::fs::remove_file(&link).unwrap();
+    assert_eq!(filesystem(&run(&sb, "true").await), Level::Full);
+
+    // A file system mounted over the root: the next command writes into it, and once it is gone,
+    // into the directory beneath again.
+    if !nix::unistd::geteuid().is_root() {
+        skip(Need::Root, "mounting over a root needs root");
+        return;
+    }
+    {
+        let _mount = TestMount::over(&root).expect("mount a tmpfs");
+        let r = run(&sb, &write("mounted")).await;
+        assert_eq!(r.output.as_deref(), Some("ok\n"), "over the mount: {r:?}");
+        assert!(root.join("mounted").is_file());
+    }
+    assert!(!root.join("mounted").exists(), "the tmpfs held it");
+    let r = run(&sb, &write("unmounted")).await;
+    assert_eq!(r.output.as_deref(), Some("ok\n"), "after the mount: {r:?}");
+    assert!(root.join("unmounted").is_file() && root.join("replaced").is_file());
+}

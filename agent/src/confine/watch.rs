@@ -303,12 +303,8 @@ mod tests {
     #[test]
     fn lost_events_and_unknown_watches_count() {
         let guards = HashMap::new();
-        let overflow = InotifyEvent {
-            wd: foreign_wd(),
-            mask: AddWatchFlags::IN_Q_OVERFLOW,
-            cookie: 0,
-            name: None,
-        };
+        let overflow =
+            InotifyEvent { wd: foreign_wd(), mask: AddWatchFlags::IN_Q_OVERFLOW, cookie: 0, name: None };
         assert!(any_counts(&[overflow], &guards));
         let guard = Guard { names: ["on".into()].into(), ..Guard::default() };
         assert!(guard.counts(AddWatchFlags::IN_Q_OVERFLOW, None));
