@@ -4,6 +4,9 @@
 //! ```text
 //! cargo build --release --workspace && cargo bench -p agentd-tests --bench core
 //! ```
+//! Names after `--` run only those parts (`round`, `throughput`, `latency`, `capture`), e.g.
+//! `cargo bench -p agentd-tests --bench core -- round`; the sizes are printed always.
+//!
 //! Uses the static agentd at `target/x86_64-unknown-linux-gnu/release/agentd` when it exists (see
 //! README), else `target/release/agentd`.
 //!
@@ -63,11 +66,14 @@ fn main() {
     let agentd = agentd_path();
     // SAFETY: set before any thread starts.
     unsafe { std::env::set_var("AGENTD_BIN", &agentd) };
+    // cargo passes `--bench`; every other argument names a part.
+    let parts: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    runtime.block_on(run(agentd));
+    runtime.block_on(run(agentd, &parts));
 }
 
-async fn run(agentd: PathBuf) {
+async fn run(agentd: PathBuf, parts: &[String]) {
+    let part = |name: &str| parts.is_empty() || parts.iter().any(|p| p == name);
     println!(
         "agentd binary: {} ({:.2} MiB, target <= 8 MiB)",
         agentd.display(),
@@ -79,13 +85,21 @@ async fn run(agentd: PathBuf) {
     let idle_rss = agentd_tests::status_kb(unconfined.pid(), "VmRSS");
     println!("agentd idle RSS: {:.2} MiB (target <= 4 MiB)", idle_rss as f64 / 1024.0);
 
-    round_trips(&unconfined, &confined).await;
-    println!();
-    throughput(&unconfined, &confined).await;
-    println!();
-    latency_beside_a_capture(&confined).await;
-    println!();
-    capture(&unconfined).await;
+    if part("round") {
+        round_trips(&unconfined, &confined).await;
+        println!();
+    }
+    if part("throughput") {
+        throughput(&unconfined, &confined).await;
+        println!();
+    }
+    if part("latency") {
+        latency_beside_a_capture(&confined).await;
+        println!();
+    }
+    if part("capture") {
+        capture(&unconfined).await;
+    }
     let peak = agentd_tests::status_kb(unconfined.pid(), "VmHWM");
     println!("agentd peak RSS after the captures: {:.2} MiB", peak as f64 / 1024.0);
 }
@@ -123,27 +137,35 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
         exec_true(unconfined.agentd()).await;
         exec_true(confined.agentd()).await;
     }
-    let mut link = Vec::with_capacity(ROUND_TRIPS);
+    let mut over_link = Vec::with_capacity(ROUND_TRIPS);
     let mut inside = Vec::with_capacity(ROUND_TRIPS);
     let mut profiled = Vec::with_capacity(ROUND_TRIPS);
     let mut profiled_inside = Vec::with_capacity(ROUND_TRIPS);
     let mut raw = Vec::with_capacity(ROUND_TRIPS);
+    let mut nothing = Vec::with_capacity(ROUND_TRIPS);
+    let link = unconfined.agentd().link().await.unwrap();
     for _ in 0..ROUND_TRIPS {
+        // The link's own round trip: a request agentd answers at once (a cancel of nothing).
+        let start = Instant::now();
+        assert!(!link.cancel(u64::MAX).await.unwrap());
+        nothing.push(start.elapsed());
         let (took, within) = timed_true(unconfined.agentd()).await;
-        link.push(took);
+        over_link.push(took);
         inside.push(within);
         let (took, within) = timed_true(confined.agentd()).await;
         profiled.push(took);
         profiled_inside.push(within);
         raw.push(raw_spawn());
     }
-    let (lm, lp) = summary(&mut link);
+    let (lm, lp) = summary(&mut over_link);
+    let (nm, np) = summary(&mut nothing);
     let (im, _) = summary(&mut inside);
     let (pm, pp) = summary(&mut profiled);
     let (pim, _) = summary(&mut profiled_inside);
     let (rm, rp) = summary(&mut raw);
     println!("round trip of `true` ({ROUND_TRIPS} runs each, interleaved):");
     println!("  raw spawn of /bin/sh -c true:  median {rm:.0} µs, p99 {rp:.0} µs");
+    println!("  the link alone (a cancel of nothing): median {nm:.0} µs, p99 {np:.0} µs");
     println!(
         "  over the link, unconfined:     median {lm:.0} µs, p99 {lp:.0} µs ({:.2}x raw, target <= 1.10x; \
          spawn to reap inside agentd: median {im:.0} µs)",
