@@ -167,7 +167,12 @@ impl Confiner {
 
     /// `build`: make what is missing (blocking work); else `None` when anything is.
     fn make_plan(&self, profile: &SandboxProfile, build: bool) -> Option<Result<Plan, ConfineError>> {
-        let links = if build { self.links() } else { self.links_ready()? };
+        // What has changed is read once for the whole plan.
+        let now = if build { None } else { Some(self.watch.as_ref().map(watch::Watch::current)) };
+        let links = match now {
+            None => self.links(),
+            Some(now) => self.links_ready(now)?,
+        };
         // Made on first need only.
         let cgroups = match (profile.limits.processes, build) {
             (None, _) => None,
@@ -184,13 +189,13 @@ impl Confiner {
             }));
         }
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
-        let ruleset = match (want.landlock, build) {
+        let ruleset = match (want.landlock, now) {
             (false, _) => None,
-            (true, true) => match self.ruleset(profile, want) {
+            (true, None) => match self.ruleset(profile, want) {
                 Ok(ruleset) => Some(ruleset),
                 Err(err) => return Some(Err(prepare(err))),
             },
-            (true, false) => Some(self.ruleset_ready(profile, want)?),
+            (true, Some(now)) => Some(self.ruleset_ready(profile, want, now?)?),
         };
         let filter = if want.seccomp { self.network_filter.clone() } else { None };
         let mut rlimits = vec![(Resource::CORE, 0, 0)];
@@ -298,11 +303,11 @@ impl Confiner {
     }
 
     /// A copy of the cached ruleset for `profile`, if it is watched and nothing it was built from
-    /// changed since: no path looked up, no waiting for a lock.
-    fn ruleset_ready(&self, profile: &SandboxProfile, want: Intent) -> Option<RulesetCreated> {
+    /// changed since (the watch is at generation `now`): no path looked up, no waiting for a lock.
+    fn ruleset_ready(&self, profile: &SandboxProfile, want: Intent, now: u64) -> Option<RulesetCreated> {
         let cache = self.rulesets.try_lock().ok()?;
         let cached = cache.iter().find(|c| c.key.is(profile, want))?;
-        if !self.fresh(cached.watched) {
+        if cached.watched != Some(now) {
             return None;
         }
         cached.ruleset.try_clone().ok()
@@ -342,14 +347,15 @@ impl Confiner {
         notes
     }
 
-    /// The link notes of the last plan, if nothing they were taken from changed since.
-    fn links_ready(&self) -> Option<Vec<String>> {
+    /// The link notes of the last plan, if nothing they were taken from changed since (the watch
+    /// is at generation `now`; `None`: there is no watch).
+    fn links_ready(&self, now: Option<u64>) -> Option<Vec<String>> {
         if self.abi == 0 {
             return Some(Vec::new());
         }
         let cached = self.link_notes.try_lock().ok()?;
         let (generation, notes) = cached.as_ref()?;
-        self.fresh(Some(*generation)).then(|| notes.clone())
+        (Some(*generation) == now).then(|| notes.clone())
     }
 
     /// What would be enforced for `profile` on this machine.

@@ -18,7 +18,7 @@ use std::io::{self, Write as _};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -56,14 +56,15 @@ const DRAIN_STACK_BYTES: usize = 256 * 1024;
 /// the path in between, and never a link's target.
 #[derive(Debug)]
 pub struct CaptureTarget {
-    dir: OwnedFd,
+    /// Shared: every inline capture lives in agentd's own scratch directory.
+    dir: Arc<OwnedFd>,
     name: CString,
     /// The path shown in results and messages.
     shown: PathBuf,
 }
 
 impl CaptureTarget {
-    pub fn new(dir: OwnedFd, name: CString, shown: PathBuf) -> Self {
+    pub fn new(dir: Arc<OwnedFd>, name: CString, shown: PathBuf) -> Self {
         Self { dir, name, shown }
     }
 
@@ -74,12 +75,12 @@ impl CaptureTarget {
             | OFlag::O_NOFOLLOW
             | OFlag::O_CLOEXEC
             | OFlag::O_NOCTTY;
-        Ok(File::from(openat(&self.dir, self.name.as_c_str(), flags, Mode::from_bits_truncate(0o666))?))
+        Ok(File::from(openat(&*self.dir, self.name.as_c_str(), flags, Mode::from_bits_truncate(0o666))?))
     }
 
     /// Removes the file if there is one; a failure is only logged (the result is still good).
     fn remove_quietly(&self) {
-        match unlinkat(&self.dir, self.name.as_c_str(), UnlinkatFlags::NoRemoveDir) {
+        match unlinkat(&*self.dir, self.name.as_c_str(), UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => {}
             Err(err) => tracing::warn!(path = %self.shown.display(), "cannot remove capture file: {err}"),
         }

@@ -18,6 +18,7 @@ pub mod spawn;
 pub mod tree;
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -155,6 +156,9 @@ pub struct Executor {
     workspace: Workspace,
     /// Where temporary capture files of inline execs live (agentd's own directory).
     scratch: Workspace,
+    /// `scratch`, opened once: agentd's own directory, which nothing else writes to, so an inline
+    /// capture needs no path resolved (`None`: it could not be opened, and is resolved each time).
+    scratch_dir: Option<Arc<OwnedFd>>,
     /// Prefix of every exec tag: agentd's pid, so two agentd in one sandbox never share tags.
     tag_prefix: String,
     next_seq: AtomicU64,
@@ -179,6 +183,13 @@ impl Executor {
             reaper,
             ladder: TimeoutLadder { grace },
             workspace,
+            scratch_dir: nix::fcntl::open(
+                scratch.as_path(),
+                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .ok()
+            .map(Arc::new),
             scratch: Workspace::open(scratch),
             tag_prefix: std::process::id().to_string(),
             next_seq: AtomicU64::new(0),
@@ -407,7 +418,12 @@ impl Executor {
             CaptureMode::Inline => {
                 let cap = spec.max_capture_bytes.clamp(MIN_INLINE_CAPTURE_BYTES, MAX_INLINE_CAPTURE);
                 let name = format!("capture-{seq}");
-                let target = target_in(&self.scratch, &name, self.scratch.shown(&name))?;
+                let shown = self.scratch.shown(&name);
+                let target = match (&self.scratch_dir, CString::new(name.as_str())) {
+                    // The file is made there only if the output outgrows memory (`O_NOFOLLOW`).
+                    (Some(dir), Ok(c_name)) => CaptureTarget::new(Arc::clone(dir), c_name, shown),
+                    _ => target_in(&self.scratch, &name, shown)?,
+                };
                 Ok(CaptureFile::new(target, cap))
             }
             CaptureMode::Offload { path, .. } => {
@@ -438,7 +454,7 @@ fn target_in(ws: &Workspace, path: &str, shown: PathBuf) -> Result<CaptureTarget
     }
     let Some(name) = entry.name() else { return Err(fail(Errno::EISDIR.into())) };
     let dir = entry.dir().try_clone_to_owned().map_err(fail)?;
-    Ok(CaptureTarget::new(dir, name.to_owned(), shown))
+    Ok(CaptureTarget::new(Arc::new(dir), name.to_owned(), shown))
 }
 
 /// Which resource limit ended the command, if one did: its own death by SIGXCPU/SIGXFSZ, or a shell
