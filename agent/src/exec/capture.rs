@@ -579,7 +579,7 @@ mod tests {
 
     fn target(dir: &Path, name: &str) -> CaptureTarget {
         let fd = nix::fcntl::open(dir, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
-        CaptureTarget::new(fd, CString::new(name).unwrap(), dir.join(name))
+        CaptureTarget::new(Arc::new(fd), CString::new(name).unwrap(), dir.join(name))
     }
 
     #[test]
