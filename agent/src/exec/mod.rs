@@ -4,7 +4,7 @@
 //! - [`reaper`]: the single owner of exit statuses (agentd is a subreaper, maybe PID 1).
 //! - [`tree`]: which processes belong to an exec, and the SIGTERM → grace → SIGKILL ladder.
 //! - [`capture`]: the capture file, the pipe drain, splice of the dropped tail to /dev/null.
-//! - [`spawn`]: `posix_spawn` of `/bin/sh -c` in a new session.
+//! - [`spawn`]: `/bin/sh -c` started in a new session (a vfork-style clone), confined or not.
 //! - [`preview`]: the head/tail preview of offloaded output.
 //!
 //! Invariants: the result is reported as soon as the shell is reaped and the pipe is drained, or
@@ -165,6 +165,7 @@ pub struct Executor {
     /// Running execs by sequence number, so shutdown can end them all.
     running: Mutex<HashMap<u64, Target>>,
     base_env: spawn::BaseEnv,
+    spawner: spawn::Spawner,
 }
 
 /// Stops one exec early (a `cancel` request).
@@ -195,6 +196,7 @@ impl Executor {
             next_seq: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
             base_env: spawn::BaseEnv::capture(),
+            spawner: spawn::Spawner::default(),
         }
     }
 
@@ -264,12 +266,12 @@ impl Executor {
             let (spawned, cgroup) = match plan {
                 Some(plan) => {
                     let (mut report, steps, cleanup) = plan.into_parts();
-                    let spawned = self.reaper.spawn(|| spawn::spawn_confined(&shell, &steps, &mut report));
+                    let spawned = self.reaper.spawn(|| self.spawner.spawn(&shell, Some((&steps, &mut report))));
                     let cgroup = cleanup.cgroup().map(Path::to_owned);
                     confinement = Some((report, cleanup));
                     (spawned, cgroup)
                 }
-                None => (self.reaper.spawn(|| spawn::spawn(&shell)), None),
+                None => (self.reaper.spawn(|| self.spawner.spawn(&shell, None)), None),
             };
             let (pid, exited) = spawned.map_err(ExecError::spawn)?;
             let target = Target { root: pid, tag, cgroup };

@@ -1,15 +1,16 @@
-//! Starting `/bin/sh -c COMMAND` in a new session with `posix_spawn`.
+//! Starting `/bin/sh -c COMMAND` in a new session: `clone(CLONE_VM | CLONE_VFORK)`, the child's
+//! steps, `execve`.
 //!
-//! glibc's `posix_spawn` uses `clone(CLONE_VM | CLONE_VFORK)`: no page tables are copied and no
-//! copy-on-write faults follow, which measured about 60–200 µs faster per exec than std's `fork` path
-//! (std must fork here: its `posix_spawn` path has no `setsid`, and in a static binary it cannot find
-//! `posix_spawn_file_actions_addchdir_np`). Everything the child needs is set up declaratively: new
-//! session, default signal dispositions (Rust ignores SIGPIPE, and ignored signals survive `exec`),
-//! an empty signal mask, stdio, working directory and environment.
+//! The clone is the one glibc's `posix_spawn` makes: no page tables are copied and no copy-on-write
+//! faults follow, which measured about 60–200 µs faster per exec than std's `fork` path. agentd
+//! makes it itself because a command under a profile needs steps `posix_spawn` cannot express
+//! (cgroup, rlimits, landlock, seccomp), and because what every spawn needs is kept across spawns
+//! ([`Spawner`]): the child's stack (glibc maps and unmaps one per call) and `/dev/null`.
 //!
-//! A command under a profile needs steps `posix_spawn` cannot express (cgroup, rlimits, landlock,
-//! seccomp), so [`spawn_confined`] makes the same `clone(CLONE_VM | CLONE_VFORK)` itself and runs
-//! them in the child, on data prepared before the clone.
+//! The child, on data prepared before the clone, makes system calls only: default signal
+//! dispositions (Rust ignores SIGPIPE, and ignored signals survive `exec`), stdio, working
+//! directory, a new session, the profile's steps ([`ChildSteps::enter`]), an empty signal mask, and
+//! the exec.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -75,165 +76,110 @@ fn check(rc: libc::c_int) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
 }
 
-/// Starts the shell; returns its pid (also its session and process group id).
-pub fn spawn(shell: &Shell<'_>) -> io::Result<u32> {
-    let program = cstring("/bin/sh")?;
-    let argv_owned = [cstring("/bin/sh")?, cstring("-c")?, cstring(shell.command)?];
-    let mut argv: Vec<*mut libc::c_char> = argv_owned.iter().map(|a| a.as_ptr().cast_mut()).collect();
-    argv.push(std::ptr::null_mut());
+/// What every spawn reuses: the stack children run on until their exec, and `/dev/null` for a
+/// command without stdin. Mapping a stack per spawn cost its page faults and, on unmapping, a TLB
+/// flush on every CPU agentd ran on.
+#[derive(Default)]
+pub struct Spawner {
+    stack: std::sync::Mutex<Option<ChildStack>>,
+    dev_null: std::sync::OnceLock<OwnedFd>,
+}
 
-    // Pointers into the base environment as it is, plus the few entries this exec adds or replaces.
-    let added = shell
-        .env
-        .iter()
-        .map(|(key, value)| (key.as_str(), value.as_str()))
-        .chain(std::iter::once(shell.tag))
-        .map(|(key, value)| cstring(format!("{key}={value}")))
-        .collect::<io::Result<Vec<CString>>>()?;
-    let replaced = |entry: &CString| {
-        let entry = entry.as_bytes();
-        let name = entry.split(|b| *b == b'=').next().unwrap_or_default();
-        shell.env.contains_key(std::str::from_utf8(name).unwrap_or_default())
-            || name == shell.tag.0.as_bytes()
-    };
-    let mut envp: Vec<*mut libc::c_char> = shell
-        .base_env
-        .entries
-        .iter()
-        .filter(|entry| !replaced(entry))
-        .chain(&added)
-        .map(|entry| entry.as_ptr().cast_mut())
-        .collect();
-    envp.push(std::ptr::null_mut());
-    let dev_null = cstring("/dev/null")?;
-
-    let mut actions = MaybeUninit::<libc::posix_spawn_file_actions_t>::uninit();
-    let mut attr = MaybeUninit::<libc::posix_spawnattr_t>::uninit();
-    // SAFETY: `actions` and `attr` are initialised by their `_init` calls before any other use and
-    // destroyed exactly once below; every pointer handed to glibc (argv, envp, paths) points into
-    // owned `CString`s that outlive the `posix_spawn` call; the fds are open for the whole call.
-    unsafe {
-        check(libc::posix_spawn_file_actions_init(actions.as_mut_ptr()))?;
-        if let Err(err) = check(libc::posix_spawnattr_init(attr.as_mut_ptr())) {
-            libc::posix_spawn_file_actions_destroy(actions.as_mut_ptr());
-            return Err(err);
-        }
-        let result = (|| {
-            let actions = actions.as_mut_ptr();
-            let attr = attr.as_mut_ptr();
-            match shell.stdin {
-                Some(stdin) => check(libc::posix_spawn_file_actions_adddup2(actions, stdin.as_raw_fd(), 0))?,
-                None => check(libc::posix_spawn_file_actions_addopen(
-                    actions,
-                    0,
-                    dev_null.as_ptr(),
-                    libc::O_RDONLY,
-                    0,
-                ))?,
+impl Spawner {
+    /// Starts the shell; returns its pid (also its session and process group id). With
+    /// `confinement`, the child applies the profile's steps before its exec and the report is
+    /// corrected with what it measured; a strict child that got less than it asked for does not
+    /// exec, and the error holds a [`crate::confine::ConfineError::NotEnforceable`].
+    ///
+    /// The child borrows the parent's memory, page tables included, until it execs, so nothing is
+    /// copied, and it hands back what it measured through that memory: no pipe.
+    ///
+    /// Call with the reaper's lock held ([`super::reaper::Reaper::spawn`]): a child that fails before
+    /// its exec is reaped here.
+    pub fn spawn(
+        &self,
+        shell: &Shell<'_>,
+        confinement: Option<(&ChildSteps, &mut Enforcement)>,
+    ) -> io::Result<u32> {
+        let program = cstring("/bin/sh")?;
+        let argv_owned = [cstring("/bin/sh")?, cstring("-c")?, cstring(shell.command)?];
+        let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let added = added_env(shell)?;
+        let mut envp = inherited_env(shell);
+        envp.extend(added.iter().map(|e| e.as_ptr()));
+        envp.push(std::ptr::null());
+        let stdin = match shell.stdin {
+            Some(stdin) => stdin.as_raw_fd(),
+            None => match self.dev_null.get() {
+                Some(fd) => fd.as_raw_fd(),
+                None => {
+                    let fd = OwnedFd::from(std::fs::File::open("/dev/null")?);
+                    self.dev_null.get_or_init(|| fd).as_raw_fd()
+                }
+            },
+        };
+        // Held until the child exec'd or exited: one child runs on it at a time.
+        let mut kept = self.stack.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let stack = match &mut *kept {
+            Some(stack) => stack,
+            None => kept.insert(ChildStack::new()?),
+        };
+        let (steps, report) = match confinement {
+            Some((steps, report)) => (Some(steps), Some(report)),
+            None => (None, None),
+        };
+        let mut context = Context {
+            program: program.as_ptr(),
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            stdin,
+            output: shell.output.as_raw_fd(),
+            cwd: shell.cwd.as_raw_fd(),
+            steps,
+            status: ChildStatus::default(),
+            errno: 0,
+        };
+        let pid = {
+            // Every signal blocked across the clone: the child runs on our memory with our handlers
+            // until it has reset them, and a handler must not run there. Restored right after.
+            let _blocked = BlockedSignals::all()?;
+            // SAFETY: `child` runs on its own stack (`stack`, mapped for it and held locked), gets
+            // `context`, which lives until `clone` returns, and calls only async-signal-safe
+            // functions on data prepared above. With CLONE_VFORK this thread waits until the child
+            // exec'd or exited, so nothing here is touched meanwhile; no other thread knows
+            // `context`, and none can take the stack.
+            unsafe {
+                libc::clone(
+                    child,
+                    stack.top(),
+                    libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                    std::ptr::from_mut(&mut context).cast(),
+                )
             }
-            check(libc::posix_spawn_file_actions_adddup2(actions, shell.output.as_raw_fd(), 1))?;
-            check(libc::posix_spawn_file_actions_adddup2(actions, shell.output.as_raw_fd(), 2))?;
-            check(libc::posix_spawn_file_actions_addfchdir_np(actions, shell.cwd.as_raw_fd()))?;
-            let mut all = MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigfillset(all.as_mut_ptr());
-            check(libc::posix_spawnattr_setsigdefault(attr, all.as_ptr()))?;
-            let mut none = MaybeUninit::<libc::sigset_t>::uninit();
-            libc::sigemptyset(none.as_mut_ptr());
-            check(libc::posix_spawnattr_setsigmask(attr, none.as_ptr()))?;
-            // The flags are 128 | 4 | 8: they fit the `short` glibc takes.
-            let flags = libc::c_int::from(libc::POSIX_SPAWN_SETSID)
-                | libc::POSIX_SPAWN_SETSIGDEF
-                | libc::POSIX_SPAWN_SETSIGMASK;
-            check(libc::posix_spawnattr_setflags(attr, flags as libc::c_short))?;
-            let mut pid: libc::pid_t = 0;
-            check(libc::posix_spawn(
-                &mut pid,
-                program.as_ptr(),
-                actions,
-                attr,
-                argv.as_ptr(),
-                envp.as_ptr(),
-            ))?;
+        };
+        drop(kept);
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let spawned = if context.errno == 0 {
             Ok(pid as u32)
-        })();
-        libc::posix_spawn_file_actions_destroy(actions.as_mut_ptr());
-        libc::posix_spawnattr_destroy(attr.as_mut_ptr());
-        result
+        } else {
+            // The child failed before its exec and exited: reaped here (the reaper's lock is held),
+            // so its pid is not left a zombie nor reported to anyone.
+            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
+            Err(io::Error::from_raw_os_error(context.errno))
+        };
+        match (steps, report) {
+            (Some(steps), Some(report)) => steps.conclude(&context.status, spawned, report),
+            _ => spawned,
+        }
     }
 }
 
-/// Starts the shell confined: `clone(CLONE_VM | CLONE_VFORK)` (what glibc's `posix_spawn` does), then
-/// `steps` in the child before `exec` (new session, cgroup, rlimits, landlock, seccomp). The child
-/// borrows the parent's memory, page tables included, until it execs, so nothing is copied, and it
-/// hands back what it measured through that memory: no pipe. `report` is corrected with what the
-/// child measured; a strict child that got less than it asked for does not exec, and the error holds
-/// a [`crate::confine::ConfineError::NotEnforceable`].
-///
-/// Call with the reaper's lock held ([`super::reaper::Reaper::spawn`]): a child that fails before
-/// its exec is reaped here.
-pub fn spawn_confined(shell: &Shell<'_>, steps: &ChildSteps, report: &mut Enforcement) -> io::Result<u32> {
-    let program = cstring("/bin/sh")?;
-    let argv_owned = [cstring("/bin/sh")?, cstring("-c")?, cstring(shell.command)?];
-    let mut argv: Vec<*const libc::c_char> = argv_owned.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let env_owned = confined_env(shell)?;
-    let mut envp: Vec<*const libc::c_char> = env_owned.iter().map(|e| e.as_ptr()).collect();
-    envp.push(std::ptr::null());
-    let dev_null;
-    let stdin = match shell.stdin {
-        Some(stdin) => stdin.as_raw_fd(),
-        None => {
-            dev_null = std::fs::File::open("/dev/null")?;
-            dev_null.as_raw_fd()
-        }
-    };
-    let stack = ChildStack::new()?;
-    let mut context = Context {
-        program: program.as_ptr(),
-        argv: argv.as_ptr(),
-        envp: envp.as_ptr(),
-        stdin,
-        output: shell.output.as_raw_fd(),
-        cwd: shell.cwd.as_raw_fd(),
-        steps,
-        status: ChildStatus::default(),
-        errno: 0,
-    };
-    let pid = {
-        // Every signal blocked across the clone: the child runs on our memory with our handlers until
-        // it has reset them, and a handler must not run there. Restored right after.
-        let _blocked = BlockedSignals::all()?;
-        // SAFETY: `child` runs on its own stack (`stack`, mapped for it), gets `context`, which lives
-        // until `clone` returns, and calls only async-signal-safe functions on data prepared above.
-        // With CLONE_VFORK this thread waits until the child exec'd or exited, so nothing here is
-        // touched meanwhile; no other thread knows `context` or the stack.
-        unsafe {
-            libc::clone(
-                child,
-                stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                std::ptr::from_mut(&mut context).cast(),
-            )
-        }
-    };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let spawned = if context.errno == 0 {
-        Ok(pid as u32)
-    } else {
-        // The child failed before its exec and exited: reaped here (the reaper's lock is held), so its
-        // pid is not left a zombie nor reported to anyone.
-        let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-        Err(io::Error::from_raw_os_error(context.errno))
-    };
-    steps.conclude(&context.status, spawned, report)
-}
-
-/// The confined command's environment: `base_env` less what the allowlist leaves out, the profile's
-/// fixed variables, the request's, and the exec tag, each replacing the same names before it.
-fn confined_env(shell: &Shell<'_>) -> io::Result<Vec<CString>> {
-    let name = |entry: &[u8]| -> Vec<u8> { entry.split(|b| *b == b'=').next().unwrap_or_default().to_vec() };
+/// The command's environment, as pointers: the entries of `base_env` that the profile's allowlist
+/// lets through and that nothing added replaces. They stay valid while `shell` is borrowed.
+fn inherited_env(shell: &Shell<'_>) -> Vec<*const libc::c_char> {
     let replaced = |key: &[u8]| {
         let key = std::str::from_utf8(key).unwrap_or_default();
         shell.fixed_env.contains_key(key) || shell.env.contains_key(key) || key == shell.tag.0
@@ -242,27 +188,31 @@ fn confined_env(shell: &Shell<'_>) -> io::Result<Vec<CString>> {
     for entry in &shell.base_env.entries {
         let bytes = entry.as_bytes();
         // Only `KEY=VALUE` entries are passed on.
-        if !bytes.contains(&b'=') {
-            continue;
-        }
-        let key = name(bytes);
+        let Some(at) = bytes.iter().position(|b| *b == b'=') else { continue };
+        let key = &bytes[..at];
         let allowed = shell.env_allowlist.is_none_or(|names| names.iter().any(|n| n.as_bytes() == key));
-        if allowed && !replaced(&key) {
-            entries.push(entry.clone());
+        if allowed && !replaced(key) {
+            entries.push(entry.as_ptr());
         }
     }
+    entries
+}
+
+/// What the command's environment adds to [`inherited_env`]: the profile's fixed variables, the
+/// request's (replacing the same names), and the exec tag.
+fn added_env(shell: &Shell<'_>) -> io::Result<Vec<CString>> {
     let fixed =
         shell.fixed_env.iter().filter(|(key, _)| !shell.env.contains_key(*key) && *key != shell.tag.0);
     let own = shell.env.iter().filter(|(key, _)| *key != shell.tag.0);
-    for (key, value) in
-        fixed.chain(own).map(|(k, v)| (k.as_str(), v.as_str())).chain(std::iter::once(shell.tag))
-    {
-        entries.push(cstring(format!("{key}={value}"))?);
-    }
-    Ok(entries)
+    fixed
+        .chain(own)
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .chain(std::iter::once(shell.tag))
+        .map(|(key, value)| cstring(format!("{key}={value}")))
+        .collect()
 }
 
-/// What the confined child needs, prepared before the clone; the child writes `status` and `errno`.
+/// What the child needs, prepared before the clone; the child writes `status` and `errno`.
 struct Context<'a> {
     program: *const libc::c_char,
     argv: *const *const libc::c_char,
@@ -270,15 +220,16 @@ struct Context<'a> {
     stdin: RawFd,
     output: RawFd,
     cwd: RawFd,
-    steps: &'a ChildSteps,
+    /// The profile's steps; `None`: unconfined (only a new session).
+    steps: Option<&'a ChildSteps>,
     status: ChildStatus,
     /// 0: the child reached its exec (which then succeeded, or the child would have set this).
     errno: libc::c_int,
 }
 
-/// The confined child, between clone and exec: system calls only, on `Context`.
+/// The child, between clone and exec: system calls only, on `Context`.
 extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `Context` `spawn_confined` passed, alive and untouched by the parent
+    // SAFETY: `arg` is the `Context` `Spawner::spawn` passed, alive and untouched by the parent
     // (which waits) until this child exec'd or exited.
     let context = unsafe { &mut *arg.cast::<Context<'_>>() };
     let errno = match prepare(context) {
@@ -305,7 +256,12 @@ fn prepare(context: &mut Context<'_>) -> Result<(), Errno> {
     dup_onto(context.output, 2)?;
     // SAFETY: fchdir on a descriptor the parent holds open.
     Errno::result(unsafe { libc::fchdir(context.cwd) })?;
-    context.steps.enter(&mut context.status)?;
+    match context.steps {
+        Some(steps) => steps.enter(&mut context.status)?,
+        None => {
+            nix::unistd::setsid()?;
+        }
+    }
     // The last step: a signal pending now takes its default action, as it would after the exec.
     let mut none = MaybeUninit::<libc::sigset_t>::uninit();
     // SAFETY: `sigemptyset` initialises the set before `sigprocmask` reads it.
@@ -374,12 +330,16 @@ impl Drop for BlockedSignals {
     }
 }
 
-/// The confined child's stack: mapped for one spawn, with a guard page below it so an overflow
-/// faults instead of writing over agentd's memory.
+/// A child's stack, with a guard page below it so an overflow faults instead of writing
+/// over agentd's memory.
 struct ChildStack {
     base: *mut libc::c_void,
     len: usize,
 }
+
+// SAFETY: the mapping belongs to this value alone (nothing else holds its address), so it may move
+// to another thread; it is used only under `Spawner`'s lock.
+unsafe impl Send for ChildStack {}
 
 /// Far more than the child's steps use (a few KiB); only the pages touched are ever allocated.
 const CHILD_STACK: usize = 256 * 1024;
