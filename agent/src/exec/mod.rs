@@ -266,7 +266,8 @@ impl Executor {
             let (spawned, cgroup) = match plan {
                 Some(plan) => {
                     let (mut report, steps, cleanup) = plan.into_parts();
-                    let spawned = self.reaper.spawn(|| self.spawner.spawn(&shell, Some((&steps, &mut report))));
+                    let spawned =
+                        self.reaper.spawn(|| self.spawner.spawn(&shell, Some((&steps, &mut report))));
                     let cgroup = cleanup.cgroup().map(Path::to_owned);
                     confinement = Some((report, cleanup));
                     (spawned, cgroup)
