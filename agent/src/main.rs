@@ -164,6 +164,7 @@ fn main() -> ExitCode {
                 .max_blocking_threads(MAX_BLOCKING_THREADS)
                 // Idle pool threads retire soon after a burst instead of lingering (10 s default).
                 .thread_keep_alive(Duration::from_secs(2))
+                .on_thread_start(exec::reaper::keep_signals_off_this_thread)
                 .build();
             match runtime {
                 Ok(runtime) => {

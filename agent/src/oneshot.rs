@@ -123,7 +123,11 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         Ok(admitted) => ExecSpec::new(admitted, None),
         Err(err) => return usage(&err.to_string()),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_start(crate::exec::reaper::keep_signals_off_this_thread)
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => return usage(&format!("cannot start the runtime: {err}")),
     };

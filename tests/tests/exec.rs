@@ -396,3 +396,51 @@ async fn dropping_the_local_sandbox_leaves_no_process() {
 fn status_is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/status")).map(|s| s.contains("State:\tZ")).unwrap_or(true)
 }
+
+/// The signals agentd handles (SIGCHLD, SIGTERM, SIGINT), as a `SigBlk` mask.
+const HANDLED_SIGNALS: u64 = (1 << (17 - 1)) | (1 << (15 - 1)) | (1 << (2 - 1));
+
+/// `(thread name, blocked signals)` of every thread of `pid`.
+fn thread_masks(pid: u32) -> Vec<(String, u64)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
+            let field =
+                |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
+            let blocked = u64::from_str_radix(&field("SigBlk:")?, 16).ok()?;
+            Some((field("Name:")?, blocked))
+        })
+        .collect()
+}
+
+/// A signal for agentd goes to the runtime thread that awaits it: every other thread blocks the
+/// signals agentd handles (else an idle pool thread may take an exec's SIGCHLD and have to wake the
+/// runtime thread in its turn).
+#[tokio::test]
+async fn only_the_runtime_thread_takes_agentd_signals() {
+    let sb = sandbox().await;
+    // A file verb runs on the blocking pool, and a large output on a drain thread of its own.
+    sb.ls("/").await.unwrap();
+    let big = sb.agentd().exec(exec("head -c 3000000 /dev/zero; sleep 2"), None);
+    tokio::pin!(big);
+    let masks = loop {
+        tokio::select! {
+            r = &mut big => panic!("the command ended before its drain thread was seen: {r:?}"),
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        let masks = thread_masks(sb.pid());
+        if masks.iter().any(|(name, _)| name == "agentd-drain") {
+            break masks;
+        }
+    };
+    assert!(masks.len() >= 3, "the runtime, a pool thread and a drain thread: {masks:?}");
+    let (runtime, others): (Vec<_>, Vec<_>) = masks.iter().partition(|(name, _)| name == "agentd");
+    assert_eq!(runtime.len(), 1, "{masks:?}");
+    assert_eq!(runtime[0].1 & HANDLED_SIGNALS, 0, "the runtime thread blocks a handled signal: {masks:?}");
+    for (name, blocked) in others {
+        assert_eq!(blocked & HANDLED_SIGNALS, HANDLED_SIGNALS, "{name} takes agentd's signals: {masks:?}");
+    }
+    assert_eq!(big.await.unwrap().total_bytes, 3_000_000);
+}

@@ -407,6 +407,7 @@ impl Bulk {
             .name("agentd-drain".to_owned())
             .stack_size(DRAIN_STACK_BYTES)
             .spawn(move || {
+                super::reaper::keep_signals_off_this_thread();
                 if let Ok(bulk) = taken.recv() {
                     bulk.run();
                 }
@@ -532,6 +533,7 @@ fn discard_on_thread(pipe: OwnedFd) {
         .name("agentd-discard".to_owned())
         .stack_size(DRAIN_STACK_BYTES)
         .spawn(move || {
+            super::reaper::keep_signals_off_this_thread();
             let capacity = widen(&pipe);
             discard(&pipe, capacity);
         });
