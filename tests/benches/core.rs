@@ -12,7 +12,8 @@
 //!
 //! What it prints, in order:
 //! 1. the round trip of `true`, unconfined and under the embedded default profile, next to a raw
-//!    spawn of `/bin/sh -c true` (the three interleaved, so drift hits them alike);
+//!    spawn of `/bin/sh -c true` and to the link's own round trip (interleaved in turns, so drift
+//!    and the order hit them alike);
 //! 2. throughput with 1, 8, 64 and 256 `true` execs in flight, over one link and over 8 links, next to
 //!    the same number of threads each spawning `/bin/sh -c true` in a loop;
 //! 3. the latency of `true` while another exec writes 1 GiB to its capture, next to its idle latency;
@@ -143,19 +144,32 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
     let mut profiled_inside = Vec::with_capacity(ROUND_TRIPS);
     let mut raw = Vec::with_capacity(ROUND_TRIPS);
     let mut nothing = Vec::with_capacity(ROUND_TRIPS);
-    let link = unconfined.agentd().link().await.unwrap();
-    for _ in 0..ROUND_TRIPS {
-        // The link's own round trip: a request agentd answers at once (a cancel of nothing).
-        let start = Instant::now();
-        assert!(!link.cancel(u64::MAX).await.unwrap());
-        nothing.push(start.elapsed());
-        let (took, within) = timed_true(unconfined.agentd()).await;
-        over_link.push(took);
-        inside.push(within);
-        let (took, within) = timed_true(confined.agentd()).await;
-        profiled.push(took);
-        profiled_inside.push(within);
-        raw.push(raw_spawn());
+    let links = [unconfined.agentd().link().await.unwrap(), confined.agentd().link().await.unwrap()];
+    // Each kind takes each place in the order equally often: what ran just before a measurement (a
+    // raw spawn, an exec on the other agentd, a request on the same one) moved a median by ~50 µs.
+    for i in 0..ROUND_TRIPS {
+        for kind in 0..4 {
+            match (i + kind) % 4 {
+                0 => {
+                    // The link's own round trip: a request agentd answers at once (a cancel of
+                    // nothing), on each link in turn (a request just before an exec speeds it up).
+                    let start = Instant::now();
+                    assert!(!links[i % 2].cancel(u64::MAX).await.unwrap());
+                    nothing.push(start.elapsed());
+                }
+                1 => {
+                    let (took, within) = timed_true(unconfined.agentd()).await;
+                    over_link.push(took);
+                    inside.push(within);
+                }
+                2 => {
+                    let (took, within) = timed_true(confined.agentd()).await;
+                    profiled.push(took);
+                    profiled_inside.push(within);
+                }
+                _ => raw.push(raw_spawn()),
+            }
+        }
     }
     let (lm, lp) = summary(&mut over_link);
     let (nm, np) = summary(&mut nothing);
@@ -163,7 +177,7 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
     let (pm, pp) = summary(&mut profiled);
     let (pim, _) = summary(&mut profiled_inside);
     let (rm, rp) = summary(&mut raw);
-    println!("round trip of `true` ({ROUND_TRIPS} runs each, interleaved):");
+    println!("round trip of `true` ({ROUND_TRIPS} runs each, interleaved in turns):");
     println!("  raw spawn of /bin/sh -c true:  median {rm:.0} µs, p99 {rp:.0} µs");
     println!("  the link alone (a cancel of nothing): median {nm:.0} µs, p99 {np:.0} µs");
     println!(
