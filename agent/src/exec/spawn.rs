@@ -5,7 +5,7 @@
 //! faults follow, which measured about 60–200 µs faster per exec than std's `fork` path. agentd
 //! makes it itself because a command under a profile needs steps `posix_spawn` cannot express
 //! (cgroup, rlimits, landlock, seccomp), and because what every spawn needs is kept across spawns
-//! ([`Spawner`]): the child's stack (glibc maps and unmaps one per call) and `/dev/null`.
+//! ([`Spawner`]): the child's stack, which glibc maps and unmaps on every call.
 //!
 //! The child, on data prepared before the clone, makes system calls only: default signal
 //! dispositions (Rust ignores SIGPIPE, and ignored signals survive `exec`), stdio, working
@@ -76,13 +76,11 @@ fn check(rc: libc::c_int) -> io::Result<()> {
     if rc == 0 { Ok(()) } else { Err(io::Error::from_raw_os_error(rc)) }
 }
 
-/// What every spawn reuses: the stack children run on until their exec, and `/dev/null` for a
-/// command without stdin. Mapping a stack per spawn cost its page faults and, on unmapping, a TLB
-/// flush on every CPU agentd ran on.
+/// What every spawn reuses: the stack children run on until their exec. Mapping a stack per spawn
+/// cost its page faults and, on unmapping, a TLB flush on every CPU agentd ran on.
 #[derive(Default)]
 pub struct Spawner {
     stack: std::sync::Mutex<Option<ChildStack>>,
-    dev_null: std::sync::OnceLock<OwnedFd>,
 }
 
 impl Spawner {
@@ -109,15 +107,15 @@ impl Spawner {
         let mut envp = inherited_env(shell);
         envp.extend(added.iter().map(|e| e.as_ptr()));
         envp.push(std::ptr::null());
+        // Opened for each command, not shared: one open file description among all commands would
+        // share its flags (and locks) between them.
+        let dev_null;
         let stdin = match shell.stdin {
             Some(stdin) => stdin.as_raw_fd(),
-            None => match self.dev_null.get() {
-                Some(fd) => fd.as_raw_fd(),
-                None => {
-                    let fd = OwnedFd::from(std::fs::File::open("/dev/null")?);
-                    self.dev_null.get_or_init(|| fd).as_raw_fd()
-                }
-            },
+            None => {
+                dev_null = std::fs::File::open("/dev/null")?;
+                dev_null.as_raw_fd()
+            }
         };
         // Held until the child exec'd or exited: one child runs on it at a time.
         let mut kept = self.stack.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
