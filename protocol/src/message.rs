@@ -628,6 +628,17 @@ mod tests {
     }
 
     #[test]
+    fn numbers_come_back_as_they_were_sent() {
+        // A timeout that a best-effort float parser reads one unit off (the fuzzer's find), so that
+        // its own encoding decoded to another number: numbers are parsed exactly.
+        let text = r#"{"type":"exec","id":2,"command":"echo hi","timeout":1055555555555595555555}"#;
+        let message = decode_client(text).unwrap();
+        let ClientMessage::Exec(exec) = &message else { panic!("{message:?}") };
+        assert_eq!(exec.timeout, Some(1.0555555555555955e21));
+        assert_eq!(decode_client(&message.to_json()).as_ref(), Ok(&message));
+    }
+
+    #[test]
     fn decode_errors_name_the_problem() {
         let cases = [
             ("not json", None, ErrorCode::MalformedFrame),
