@@ -1,8 +1,9 @@
 //! Confinement: a [`SandboxProfile`] applied to each command's own process, after clone and before
 //! exec, so agentd itself stays unconfined and can still serve, kill and clean up.
 //!
-//! Order in the child ([`ChildSteps::enter`]), each step before the next for a reason:
-//! 1. `setsid`: its own session and process group, so the kill ladder reaches all of it;
+//! Order in the child, each step before the next for a reason:
+//! 1. `setsid` (as every command does, [`crate::exec::spawn`]): its own session and process group,
+//!    so the kill ladder reaches all of it; then [`ChildSteps::enter`]:
 //! 2. join the per-command pids cgroup, so every process it forks counts against `processes`;
 //! 3. rlimits (core dumps off always), while nothing else can still fail halfway;
 //! 4. `no_new_privs`, then landlock (filesystem rules, TCP rules, scopes): landlock needs
@@ -214,7 +215,22 @@ impl Confiner {
         let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let cgroup = match profile.limits.processes.zip(cgroups) {
             Some((max, parent)) => {
-                let made = if build { self.pids_cgroup(parent, seq, max) } else { self.idle_cgroup(max)? };
+                let made = if build {
+                    self.pids_cgroup(parent, seq, max)
+                } else {
+                    match self.idle_cgroup(max) {
+                        Ok(idle) => Ok(idle?),
+                        Err((cgroup, _)) => {
+                            // Given back: removing it is path work; `plan` meets the error off the
+                            // runtime.
+                            self.idle_cgroups
+                                .lock()
+                                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                .push(cgroup);
+                            return None;
+                        }
+                    }
+                };
                 match made {
                     Ok(cgroup) => Some(cgroup),
                     Err(err) => return Some(Err(prepare(err.to_string()))),
@@ -242,32 +258,27 @@ impl Confiner {
     }
 
     /// An idle per-command cgroup with its limit set to `max` (a write to a file it holds open, no
-    /// path looked up); `None` when there is none to take at once.
-    fn idle_cgroup(&self, max: u64) -> Option<io::Result<PidsCgroup>> {
-        let cgroup = self.idle_cgroups.try_lock().ok()?.pop()?;
-        match cgroup.set_max(max) {
-            Ok(()) => Some(Ok(cgroup)),
-            Err(_) => {
-                // Given back: removing it is path work, and `plan` will try it again.
-                if let Ok(mut idle) = self.idle_cgroups.try_lock() {
-                    idle.push(cgroup);
-                    return None;
-                }
-                Some(Err(io::Error::other("an idle cgroup's limit could not be set")))
-            }
+    /// path looked up; the list's lock is only ever held to push or pop); `None` when there is none.
+    /// One whose limit cannot be set comes back with the error, still to be removed.
+    fn idle_cgroup(&self, max: u64) -> Result<Option<PidsCgroup>, (PidsCgroup, io::Error)> {
+        let idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+        match idle {
+            None => Ok(None),
+            Some(cgroup) => match cgroup.set_max(max) {
+                Ok(()) => Ok(Some(cgroup)),
+                Err(err) => Err((cgroup, err)),
+            },
         }
     }
 
     /// A per-command pids cgroup allowing `max` tasks: an idle one (its limit set again: the kill
     /// ladder sets it to 0), else a new one.
     fn pids_cgroup(&self, parent: &Path, seq: u64, max: u64) -> io::Result<PidsCgroup> {
-        let idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
-        match idle {
-            Some(cgroup) => {
-                cgroup.set_max(max)?;
-                Ok(cgroup)
-            }
-            None => PidsCgroup::create(parent, seq, max),
+        match self.idle_cgroup(max) {
+            Ok(Some(cgroup)) => Ok(cgroup),
+            Ok(None) => PidsCgroup::create(parent, seq, max),
+            // Dropped here, off the runtime: removing it is path work.
+            Err((_, err)) => Err(err),
         }
     }
 
@@ -335,16 +346,18 @@ impl Confiner {
         }
     }
 
-    /// Notes on withheld files that have other names (hard links), looked at now and watched for
-    /// [`Confiner::links_ready`].
+    /// Notes on withheld files that have other names (hard links), looked at now (without
+    /// landlock nothing is withheld, so nothing is noted).
+    fn links_now(&self) -> Vec<String> {
+        if self.abi == 0 { Vec::new() } else { carve::link_notes(&self.withheld) }
+    }
+
+    /// [`Confiner::links_now`], and the withheld files watched for [`Confiner::links_ready`].
     fn links(&self) -> Vec<String> {
-        if self.abi == 0 {
-            return Vec::new();
-        }
-        let Some(watch) = &self.watch else { return carve::link_notes(&self.withheld) };
+        let Some(watch) = self.watch.as_ref().filter(|_| self.abi > 0) else { return self.links_now() };
         let watched = self.withheld.iter().all(|w| watch.add(&w.path, watch::Watched::Attributes));
         let generation = watch.settle();
-        let notes = carve::link_notes(&self.withheld);
+        let notes = self.links_now();
         *self.link_notes.lock().unwrap_or_else(std::sync::PoisonError::into_inner) =
             watched.then(|| (generation, notes.clone()));
         notes
@@ -361,10 +374,12 @@ impl Confiner {
         (Some(*generation) == now).then(|| notes.clone())
     }
 
-    /// What would be enforced for `profile` on this machine.
+    /// What would be enforced for `profile` on this machine (for `hello`: it watches nothing).
     fn report(&self, profile: &SandboxProfile) -> Enforcement {
         let cgroups = profile.limits.processes.is_some() && self.cgroup_parent().is_some();
-        self.report_with(profile, self.links(), cgroups)
+        let now = self.watch.as_ref().map(watch::Watch::current);
+        let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
+        self.report_with(profile, links, cgroups)
     }
 
     /// The report, given the withheld files' link notes and whether pids cgroups can be made.
@@ -663,7 +678,6 @@ impl ChildSteps {
     /// Runs in the child: system calls only, nothing allocated, nothing of `self` changed. What
     /// landlock and seccomp gave goes to `status`; a strict profile that got less fails with `EPERM`.
     pub fn enter(&self, status: &mut ChildStatus) -> Result<(), Errno> {
-        nix::unistd::setsid()?;
         if let Some(procs) = &self.cgroup_procs {
             join_cgroup(procs)?;
         }

@@ -757,7 +757,11 @@ impl Drop for TestMount {
 async fn what_changes_between_two_commands_is_seen_by_the_next_one() {
     let base = tempfile::tempdir().unwrap();
     let base_path = base.path().canonicalize().unwrap();
-    let root = base_path.join("root");
+    // The writable root in a directory of its own, off the way to the token: no ruleset lists it, so
+    // only the root's own watch tells when it is replaced.
+    let root_dir = tempfile::tempdir().unwrap();
+    let root_base = root_dir.path().canonicalize().unwrap();
+    let root = root_base.join("root");
     let token_dir = base_path.join("run");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::create_dir_all(&token_dir).unwrap();
@@ -784,15 +788,16 @@ async fn what_changes_between_two_commands_is_seen_by_the_next_one() {
     }
 
     // The root's directory replaced by another one: the next command writes into the new one.
-    std::fs::rename(&root, base_path.join("old-root")).unwrap();
+    std::fs::rename(&root, root_base.join("old-root")).unwrap();
     std::fs::create_dir(&root).unwrap();
     let r = run(&sb, &write("replaced")).await;
     assert_eq!(r.output.as_deref(), Some("ok\n"), "{r:?}");
-    assert!(root.join("replaced").is_file() && !base_path.join("old-root/replaced").exists());
+    assert!(root.join("replaced").is_file() && !root_base.join("old-root/replaced").exists());
 
     // A second name of the token, made while agentd runs, is reported by the next command, and its
-    // removal by the one after.
-    let link = base_path.join("token-link");
+    // removal by the one after. It is made in a directory no ruleset lists (the profile's, made
+    // before agentd), so only the token's own change tells.
+    let link = dir.path().join("token-link");
     std::fs::hard_link(&token_file, &link).unwrap();
     let r = run(&sb, "true").await;
     assert_eq!(filesystem(&r), Level::Partial, "{:?}", r.enforcement);

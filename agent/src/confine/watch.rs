@@ -154,20 +154,21 @@ impl Watch {
     /// Like [`Watch::current`], after reading the mount table again when it had changed, so that a
     /// later change is seen as a new one. Reads `/proc`: off the runtime.
     pub fn settle(&self) -> u64 {
+        // A change of the mount table is counted here (a changed table counts at every read until
+        // it is read through), before it is read through.
         let generation = self.current();
-        if self.mounts_changed.swap(false, Ordering::AcqRel) {
-            use std::io::Read as _;
-            // Reading it through resets the poll; a change from here on is polled again.
-            let mut mounts = &self.mounts;
-            let read = std::io::Seek::rewind(&mut mounts)
-                .and_then(|()| std::io::copy(&mut mounts.take(u64::MAX), &mut std::io::sink()));
-            if read.is_err() {
-                self.mounts_changed.store(true, Ordering::Release);
-            }
-            // The change is counted (the generation moved past every ruleset checked before it).
-            return self.current().max(generation + 1);
+        if !self.mounts_changed.swap(false, Ordering::AcqRel) {
+            return generation;
         }
-        generation
+        use std::io::Read as _;
+        // Reading it through resets the poll; a change from here on is polled again.
+        let mut mounts = &self.mounts;
+        let read = std::io::Seek::rewind(&mut mounts)
+            .and_then(|()| std::io::copy(&mut mounts.take(u64::MAX), &mut std::io::sink()));
+        if read.is_err() {
+            self.mounts_changed.store(true, Ordering::Release);
+        }
+        self.current()
     }
 
     /// Whether a ruleset checked at `generation` is still fresh.

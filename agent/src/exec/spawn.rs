@@ -218,7 +218,7 @@ struct Context<'a> {
     stdin: RawFd,
     output: RawFd,
     cwd: RawFd,
-    /// The profile's steps; `None`: unconfined (only a new session).
+    /// The profile's steps; `None`: unconfined.
     steps: Option<&'a ChildSteps>,
     status: ChildStatus,
     /// 0: the child reached its exec (which then succeeded, or the child would have set this).
@@ -254,11 +254,9 @@ fn prepare(context: &mut Context<'_>) -> Result<(), Errno> {
     dup_onto(context.output, 2)?;
     // SAFETY: fchdir on a descriptor the parent holds open.
     Errno::result(unsafe { libc::fchdir(context.cwd) })?;
-    match context.steps {
-        Some(steps) => steps.enter(&mut context.status)?,
-        None => {
-            nix::unistd::setsid()?;
-        }
+    nix::unistd::setsid()?;
+    if let Some(steps) = context.steps {
+        steps.enter(&mut context.status)?;
     }
     // The last step: a signal pending now takes its default action, as it would after the exec.
     let mut none = MaybeUninit::<libc::sigset_t>::uninit();
