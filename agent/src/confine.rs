@@ -93,8 +93,8 @@ pub struct Confiner {
     /// profile with `limits.processes`), so an agentd that never needs one leaves no trace.
     cgroups: std::sync::OnceLock<Option<PathBuf>>,
     /// Per-command cgroups that held a finished command and are empty again, kept for the next
-    /// commands: making and removing a cgroup per command cost more than everything else planned.
-    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
+    /// commands.
+    idle_cgroups: Arc<IdleCgroups>,
 }
 
 impl Confiner {
@@ -135,8 +135,14 @@ impl Confiner {
             watch: watch::Watch::new(),
             link_notes: Default::default(),
             cgroups: Default::default(),
-            idle_cgroups: Default::default(),
+            idle_cgroups: Arc::new(IdleCgroups::new()),
         }
+    }
+
+    /// Removes the idle cgroups kept beyond the few kept for good ([`IdleCgroups::trim`]), when
+    /// agentd is idle again. Path work: off the runtime.
+    pub fn trim_idle_cgroups(&self) {
+        drop(self.idle_cgroups.trim());
     }
 
     /// The kernel's landlock ABI (0: none).
@@ -174,7 +180,10 @@ impl Confiner {
         // What has changed is read once for the whole plan.
         let now = if build { None } else { Some(self.watch.as_ref().map(watch::Watch::current)) };
         let links = match now {
-            None => self.links(),
+            // Watched again only when stale: a plan is also made here when only a cgroup was missing.
+            None => self
+                .links_ready(self.watch.as_ref().map(watch::Watch::current))
+                .unwrap_or_else(|| self.links()),
             Some(now) => self.links_ready(now)?,
         };
         // Made on first need only.
@@ -223,10 +232,7 @@ impl Confiner {
                         Err((cgroup, _)) => {
                             // Given back: removing it is path work; `plan` meets the error off the
                             // runtime.
-                            self.idle_cgroups
-                                .lock()
-                                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                                .push(cgroup);
+                            drop(self.idle_cgroups.keep(cgroup));
                             return None;
                         }
                     }
@@ -261,8 +267,7 @@ impl Confiner {
     /// path looked up; the list's lock is only ever held to push or pop); `None` when there is none.
     /// One whose limit cannot be set comes back with the error, still to be removed.
     fn idle_cgroup(&self, max: u64) -> Result<Option<PidsCgroup>, (PidsCgroup, io::Error)> {
-        let idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
-        match idle {
+        match self.idle_cgroups.take() {
             None => Ok(None),
             Some(cgroup) => match cgroup.set_max(max) {
                 Ok(()) => Ok(Some(cgroup)),
@@ -584,7 +589,7 @@ pub struct Plan {
     pub report: Enforcement,
     child: ChildSteps,
     cgroup: Option<PidsCgroup>,
-    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
+    idle_cgroups: Arc<IdleCgroups>,
 }
 
 impl Plan {
@@ -597,7 +602,7 @@ impl Plan {
 pub struct Cleanup {
     /// Removed on drop, unless [`Cleanup::finish`] keeps it for another command.
     cgroup: Option<PidsCgroup>,
-    idle_cgroups: Arc<std::sync::Mutex<Vec<PidsCgroup>>>,
+    idle_cgroups: Arc<IdleCgroups>,
 }
 
 impl Cleanup {
@@ -638,13 +643,9 @@ impl Cleanup {
         if left != Some(0) || self.cgroup.is_none() {
             return self.cgroup.is_some().then_some(self);
         }
-        let mut idle = self.idle_cgroups.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if idle.len() >= IDLE_CGROUPS {
-            drop(idle);
-            return Some(self);
-        }
-        idle.extend(self.cgroup.take());
-        None
+        let cgroup = self.cgroup.take()?;
+        self.cgroup = self.idle_cgroups.keep(cgroup);
+        self.cgroup.is_some().then_some(self)
     }
 }
 
@@ -1044,8 +1045,59 @@ impl Confiner {
     }
 }
 
-/// How many empty per-command cgroups are kept for reuse (more are removed).
-const IDLE_CGROUPS: usize = 8;
+/// Empty per-command cgroups kept for the next commands. Making and removing a cgroup per command
+/// cost more than everything else planned (in v1, the `rmdir` also waits for the kernel to take the
+/// cgroup offline), so while commands run, as many are kept as ran at once, up to a bound that
+/// leaves room for the rest of agentd's descriptors (each holds 3). Once agentd is idle, all but
+/// [`IDLE_CGROUPS_KEPT`] are removed ([`Confiner::trim_idle_cgroups`]).
+struct IdleCgroups {
+    list: std::sync::Mutex<Vec<PidsCgroup>>,
+    /// Kept at most while busy.
+    busy: usize,
+}
+
+/// Idle cgroups kept for good.
+const IDLE_CGROUPS_KEPT: usize = 8;
+
+/// Idle cgroups kept at most while busy, whatever the descriptor limit.
+const IDLE_CGROUPS_BUSY: usize = 256;
+
+impl IdleCgroups {
+    /// The bound while busy: a sixteenth of the descriptor limit (3 per cgroup, and the rest for
+    /// connections and work), between the two constants.
+    fn new() -> Self {
+        let fds = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| soft);
+        let busy =
+            usize::try_from(fds / 16).unwrap_or(usize::MAX).clamp(IDLE_CGROUPS_KEPT, IDLE_CGROUPS_BUSY);
+        Self { list: Default::default(), busy }
+    }
+
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<PidsCgroup>> {
+        self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn take(&self) -> Option<PidsCgroup> {
+        self.list().pop()
+    }
+
+    /// Keeps `cgroup` for another command; it comes back when there is no room (to be removed).
+    fn keep(&self, cgroup: PidsCgroup) -> Option<PidsCgroup> {
+        let mut list = self.list();
+        if list.len() >= self.busy {
+            return Some(cgroup);
+        }
+        list.push(cgroup);
+        None
+    }
+
+    /// The idle cgroups beyond [`IDLE_CGROUPS_KEPT`], taken out (to be removed).
+    fn trim(&self) -> Vec<PidsCgroup> {
+        let mut list = self.list();
+        let keep = list.len().min(IDLE_CGROUPS_KEPT);
+        list.split_off(keep)
+    }
+}
 
 /// One command's pids cgroup.
 struct PidsCgroup {

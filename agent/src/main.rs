@@ -237,7 +237,10 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         room: outbox::Room::new(),
         large_messages: inbound::LargeMessages::new(),
     });
-    tokio::spawn(memory::release_when_idle(Arc::clone(&shared.global)));
+    let idle = Arc::clone(&shared);
+    tokio::spawn(memory::release_when_idle(Arc::clone(&shared.global), move || {
+        idle.confiner.trim_idle_cgroups();
+    }));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     if args.stdio {

@@ -257,6 +257,64 @@ async fn two_hundred_concurrent_execs_on_one_link() {
     }
 }
 
+/// Children that exit at once, 64 at a time, while orphans (exit 98 and 99) die around them: each
+/// status is reaped by the one reaper (agentd is a subreaper) and must reach its own exec, none may
+/// wait forever, and no orphan's status may be taken for a command's.
+#[tokio::test]
+async fn quick_exits_among_dying_orphans_each_get_their_own_status() {
+    use futures_util::StreamExt as _;
+    let sb = Arc::new(sandbox().await);
+    let runs = futures_util::stream::iter(0..600u32)
+        .map(|i| {
+            let sb = Arc::clone(&sb);
+            async move {
+                let command = format!("(exit 99) & (sh -c 'exit 98' &); exit {}", i % 97);
+                (i, sb.execute(&command, None).await.unwrap().exit_code)
+            }
+        })
+        .buffer_unordered(64)
+        .collect::<Vec<_>>();
+    let done =
+        tokio::time::timeout(Duration::from_secs(60), runs).await.expect("an exec never got its status");
+    for (i, code) in done {
+        assert_eq!(code, Some((i % 97) as i32), "exec {i}");
+    }
+}
+
+/// Shutdown while commands keep being started on four links: none may outlive agentd, whether it
+/// was running, being spawned or just asked for when the shutdown began.
+#[tokio::test]
+async fn shutdown_in_a_stream_of_spawns_leaves_no_command_behind() {
+    let sb = sandbox().await;
+    let url = sb.url().to_owned();
+    let streams: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let Ok(link) = agentd_host::AgentdSandbox::connect(&url, None).await else { return };
+                let link = Arc::new(link);
+                // A new command every millisecond until the link is gone.
+                let mut starts = Vec::new();
+                while !starts.last().is_some_and(tokio::task::JoinHandle::is_finished) {
+                    let link = Arc::clone(&link);
+                    starts.push(tokio::spawn(async move { link.execute("sleep 1011", None).await }));
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                futures_util::future::join_all(starts).await;
+            })
+        })
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(10), || processes_named("sleep 1011").len() >= 64).await,
+        "the commands did not start"
+    );
+    drop(sb);
+    for stream in streams {
+        let _ = stream.await;
+    }
+    assert!(all_gone("sleep 1011").await, "a command outlived agentd");
+}
+
 #[tokio::test]
 async fn live_output_arrives_as_it_is_written() {
     let sb = sandbox().await;

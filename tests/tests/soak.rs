@@ -58,6 +58,24 @@ fn temp_files(dir: &Path) -> usize {
     count
 }
 
+/// What each descriptor of `pid` is, for a failure's message.
+fn open_fds(pid: u32) -> Vec<String> {
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.file_name().to_string_lossy(),
+                std::fs::read_link(e.path()).unwrap_or_default().display()
+            )
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
 /// Runs `execs` execs and `uploads` uploads with `concurrency` requests in flight on one link.
 async fn load(
     sb: &Arc<AgentdSandbox>,
@@ -119,6 +137,7 @@ async fn ten_thousand_execs_and_a_thousand_uploads_leave_nothing_behind() {
     assert!(eventually(Duration::from_secs(20), settled(&quiet)).await, "{:?}", holdings(pid, &dirs));
     tokio::time::sleep(Duration::from_secs(11)).await;
     let baseline = holdings(pid, &dirs);
+    let baseline_fds = open_fds(pid);
     let rss_before = status_kb(pid, "VmRSS");
 
     let started = Instant::now();
@@ -136,7 +155,12 @@ async fn ten_thousand_execs_and_a_thousand_uploads_leave_nothing_behind() {
 
     // Everything back: no process, no extra fd or thread (after the pool's idle timeout), no temp file.
     let back = eventually(Duration::from_secs(20), settled(&baseline)).await;
-    assert!(back, "baseline {baseline:?}, now {:?}", holdings(pid, &dirs));
+    assert!(
+        back,
+        "baseline {baseline:?} ({baseline_fds:?}), now {:?} ({:?})",
+        holdings(pid, &dirs),
+        open_fds(pid)
+    );
     let rss_after = status_kb(pid, "VmRSS");
     println!("RSS after warm-up {rss_before} kB, after the soak {rss_after} kB");
     assert!(

@@ -12,8 +12,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use agentd_host::LocalSandbox;
 use agentd_host::adapters::local::DEFAULT_PROCESSES;
+use agentd_host::{BaseSandbox as _, LocalSandbox};
 use agentd_protocol::ExecRequest;
 use agentd_protocol::profile::Level;
 use agentd_tests::{PidsCap, binary, pids_below};
@@ -196,4 +196,35 @@ async fn an_exec_result_counts_the_processes_it_left_running() {
     );
     drop((confined, unconfined));
     assert!(cap.pids().is_empty(), "strays outlived their agentd");
+}
+
+/// The per-command cgroups of a burst are kept for the next commands while agentd is busy (making
+/// and removing one per command costs more than the rest of the plan), and given back once it is
+/// idle, down to the few kept for good.
+#[tokio::test]
+async fn a_bursts_cgroups_are_kept_while_busy_and_given_back_when_idle() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(CAP) else { return };
+    let sb = {
+        let _inside = cap.join_thread();
+        std::sync::Arc::new(LocalSandbox::start().await.unwrap())
+    };
+    let burst = (0..48).map(|_| {
+        let sb = std::sync::Arc::clone(&sb);
+        async move { sb.execute("sleep 0.5", None).await.unwrap().exit_code }
+    });
+    let codes = futures_util::future::join_all(burst).await;
+    assert!(codes.iter().all(|c| *c == Some(0)), "{codes:?}");
+    let kept = command_cgroups(&cap, sb.pid()).len();
+    assert!(kept >= 40, "only {kept} of the burst's 48 cgroups were kept");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while command_cgroups(&cap, sb.pid()).len() > 8 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let left = command_cgroups(&cap, sb.pid()).len();
+    assert!(left <= 8, "{left} idle cgroups were still kept after 15 s idle");
+    // What is kept still works.
+    assert_eq!(sb.execute("true", None).await.unwrap().exit_code, Some(0));
+    drop(sb);
+    assert!(cap.pids().is_empty(), "a command outlived its agentd");
 }
