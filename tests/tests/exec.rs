@@ -458,19 +458,41 @@ fn status_is_zombie(pid: u32) -> bool {
 /// The signals agentd handles (SIGCHLD, SIGTERM, SIGINT), as a `SigBlk` mask.
 const HANDLED_SIGNALS: u64 = (1 << (17 - 1)) | (1 << (15 - 1)) | (1 << (2 - 1));
 
+/// `read` of each thread's `/proc` directory, for every thread of `pid` (threads gone meanwhile
+/// and unreadable ones are left out).
+fn per_thread<T>(pid: u32, read: impl Fn(&std::path::Path) -> Option<T>) -> Vec<T> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks.flatten().filter_map(|task| read(&task.path())).collect()
+}
+
 /// `(thread name, blocked signals)` of every thread of `pid`.
 fn thread_masks(pid: u32) -> Vec<(String, u64)> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-    tasks
-        .flatten()
-        .filter_map(|task| {
-            let status = std::fs::read_to_string(task.path().join("status")).ok()?;
-            let field =
-                |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
-            let blocked = u64::from_str_radix(&field("SigBlk:")?, 16).ok()?;
-            Some((field("Name:")?, blocked))
-        })
-        .collect()
+    per_thread(pid, |task| {
+        let status = std::fs::read_to_string(task.join("status")).ok()?;
+        let field =
+            |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned());
+        let blocked = u64::from_str_radix(&field("SigBlk:")?, 16).ok()?;
+        Some((field("Name:")?, blocked))
+    })
+}
+
+/// A command whose output outgrows memory (so a drain thread takes its pipe), then stays 2 s.
+const FLOOD_THEN_SLEEP: &str = "head -c 3000000 /dev/zero; sleep 2";
+
+/// Returns once agentd `pid` has a thread named `agentd-drain`; fails if `exec` ends first.
+async fn until_a_drain_thread_runs<F: std::future::Future>(mut exec: std::pin::Pin<&mut F>, pid: u32)
+where
+    F::Output: std::fmt::Debug,
+{
+    loop {
+        tokio::select! {
+            r = exec.as_mut() => panic!("the command ended before its drain thread was seen: {r:?}"),
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        if thread_masks(pid).iter().any(|(name, _)| name == "agentd-drain") {
+            return;
+        }
+    }
 }
 
 /// A signal for agentd goes to the runtime thread that awaits it: every other thread blocks the
@@ -481,18 +503,10 @@ async fn only_the_runtime_thread_takes_agentd_signals() {
     let sb = sandbox().await;
     // A file verb runs on the blocking pool, and a large output on a drain thread of its own.
     sb.ls("/").await.unwrap();
-    let big = sb.agentd().exec(exec("head -c 3000000 /dev/zero; sleep 2"), None);
+    let big = sb.agentd().exec(exec(FLOOD_THEN_SLEEP), None);
     tokio::pin!(big);
-    let masks = loop {
-        tokio::select! {
-            r = &mut big => panic!("the command ended before its drain thread was seen: {r:?}"),
-            () = tokio::time::sleep(Duration::from_millis(50)) => {}
-        }
-        let masks = thread_masks(sb.pid());
-        if masks.iter().any(|(name, _)| name == "agentd-drain") {
-            break masks;
-        }
-    };
+    until_a_drain_thread_runs(big.as_mut(), sb.pid()).await;
+    let masks = thread_masks(sb.pid());
     assert!(masks.len() >= 3, "the runtime, a pool thread and a drain thread: {masks:?}");
     let (runtime, others): (Vec<_>, Vec<_>) = masks.iter().partition(|(name, _)| name == "agentd");
     assert_eq!(runtime.len(), 1, "{masks:?}");
@@ -500,5 +514,36 @@ async fn only_the_runtime_thread_takes_agentd_signals() {
     for (name, blocked) in others {
         assert_eq!(blocked & HANDLED_SIGNALS, HANDLED_SIGNALS, "{name} takes agentd's signals: {masks:?}");
     }
+    assert_eq!(big.await.unwrap().total_bytes, 3_000_000);
+}
+
+/// The nice value of each thread of `pid` by name (`stat` field 19, counted past the name's `)`).
+fn thread_nices(pid: u32) -> Vec<(String, i32)> {
+    per_thread(pid, |task| {
+        let stat = std::fs::read_to_string(task.join("stat")).ok()?;
+        let (head, rest) = stat.rsplit_once(')')?;
+        let name = head.split_once('(')?.1.to_owned();
+        // `rest` starts at field 3 (the state).
+        let nice = rest.split_whitespace().nth(19 - 3)?.parse().ok()?;
+        Some((name, nice))
+    })
+}
+
+/// A flood's drain thread yields the CPU to requests (nice 10), while the runtime thread and the
+/// commands themselves keep the normal priority: a short command beside a flood is not slowed by it.
+#[tokio::test]
+async fn a_floods_drain_thread_yields_the_cpu_and_commands_do_not() {
+    let sb = sandbox().await;
+    let big = sb.agentd().exec(exec(FLOOD_THEN_SLEEP), None);
+    tokio::pin!(big);
+    until_a_drain_thread_runs(big.as_mut(), sb.pid()).await;
+    let nices = thread_nices(sb.pid());
+    for (name, nice) in &nices {
+        let want = if name == "agentd-drain" { 10 } else { 0 };
+        assert_eq!(*nice, want, "{name}: {nices:?}");
+    }
+    // Spawned while the drain thread runs: the command's own shell reports its nice value.
+    let beside = sb.execute("cut -d' ' -f19 /proc/$$/stat", None).await.unwrap();
+    assert_eq!(beside.output.trim(), "0", "{beside:?}");
     assert_eq!(big.await.unwrap().total_bytes, 3_000_000);
 }

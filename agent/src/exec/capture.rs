@@ -9,8 +9,8 @@
 //! pipe is drained by a thread of its own ([`Bulk`]): the capture file is never touched on the
 //! runtime (creating it may truncate a large old file), and a
 //! command writing gigabytes does not take the runtime thread from every other request. That thread
-//! reads in batches: after a read that found the pipe far from full, it gives the writer
-//! [`BATCH_WAIT`] to fill it, instead of waking for each of the writer's small writes.
+//! keeps up with the writer (a pipe kept nearly empty is the writer's cheapest: it never waits for
+//! room), and runs at [`DRAIN_NICE`], so while the machine is busy the CPU goes to requests first.
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -19,7 +19,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, openat, splice};
@@ -44,9 +43,9 @@ const DEFAULT_PIPE_BYTES: usize = 64 * 1024;
 /// Pipe capacity for commands that fill the default one (the kernel's default maximum).
 const PIPE_BYTES: i32 = 1 << 20;
 
-/// How long a draining thread waits after a read that found less than half of what it asked for: a
-/// fast writer fills a 1 MiB pipe in about 0.3 ms, so the next read takes a batch, not one write.
-const BATCH_WAIT: Duration = Duration::from_micros(200);
+/// The nice value of the threads draining large outputs: a short command's spawn and reply beside a
+/// flood get the CPU first, and the flood still gets a share (not starved, as `SCHED_IDLE` would be).
+const DRAIN_NICE: libc::c_int = 10;
 
 /// Stack of a draining thread: it calls no deep code.
 const DRAIN_STACK_BYTES: usize = 256 * 1024;
@@ -369,8 +368,6 @@ struct Bulk {
     /// Hangs up when the exec stops waiting for EOF: the capture goes back then.
     stop: OwnedFd,
     done: oneshot::Sender<Drained>,
-    /// The pipe's capacity.
-    capacity: usize,
 }
 
 /// A started [`Bulk`]: dropping `stop` asks for the capture back.
@@ -407,7 +404,7 @@ impl Bulk {
             .name("agentd-drain".to_owned())
             .stack_size(DRAIN_STACK_BYTES)
             .spawn(move || {
-                super::reaper::keep_signals_off_this_thread();
+                settle_drain_thread();
                 if let Ok(bulk) = taken.recv() {
                     bulk.run();
                 }
@@ -417,14 +414,14 @@ impl Bulk {
             return Err(Unstarted::Parts(Box::new((pipe, capture, live))));
         }
         let pipe = pipe.into_nonblocking_fd().map_err(Unstarted::Lost)?;
-        let capacity = widen(&pipe);
+        widen(&pipe);
         // The thread waits for exactly this message.
-        let _ = hand.send(Bulk { pipe, capture, live, stop: stop_read, done, capacity });
+        let _ = hand.send(Bulk { pipe, capture, live, stop: stop_read, done });
         Ok(BulkRunning { stop: stop_write, done: done_rx })
     }
 
     fn run(self) {
-        let Bulk { pipe, mut capture, live, stop, done, capacity } = self;
+        let Bulk { pipe, mut capture, live, stop, done } = self;
         let mut buf = vec![0u8; READ_BYTES];
         let (end, result) = loop {
             let mut fds =
@@ -435,26 +432,21 @@ impl Bulk {
             }
             if fds[1].any().unwrap_or(true) {
                 let _ = done.send((capture, DrainEnd::Stopped, Ok(())));
-                discard(&pipe, capacity);
+                discard(&pipe);
                 return;
             }
-            let asked = if capture.is_full() { capacity } else { buf.len().min(capacity) };
-            let moved = match step(&pipe, &mut capture, &mut buf) {
+            match step(&pipe, &mut capture, &mut buf) {
                 Ok(Moved::Eof) => break (DrainEnd::Eof, Ok(())),
-                Ok(Moved::Dropped(n)) => n,
+                Ok(Moved::Dropped(_)) => {}
                 Ok(Moved::Read(n)) => {
                     if let Some(live) = &live {
                         // A client that went away must not stop the capture.
                         let _ = live.blocking_send(buf[..n].to_vec());
                     }
-                    n
                 }
-                Err(err) if matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {
-                    continue;
-                }
+                Err(err) if matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
                 Err(err) => break (DrainEnd::Eof, Err(err)),
-            };
-            pause_unless_full(moved, asked);
+            }
         };
         let _ = done.send((capture, end, result));
     }
@@ -533,33 +525,33 @@ fn discard_on_thread(pipe: OwnedFd) {
         .name("agentd-discard".to_owned())
         .stack_size(DRAIN_STACK_BYTES)
         .spawn(move || {
-            super::reaper::keep_signals_off_this_thread();
-            let capacity = widen(&pipe);
-            discard(&pipe, capacity);
+            settle_drain_thread();
+            widen(&pipe);
+            discard(&pipe);
         });
     if let Err(err) = spawned {
         tracing::warn!("no thread to drain a background process's output, its pipe is closed: {err}");
     }
 }
 
-/// Gives a large output the large pipe (fewer, larger batches), or what the system allows: the
-/// pipe's capacity.
-fn widen(pipe: &impl AsFd) -> usize {
-    fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES))
-        .or_else(|_| fcntl(pipe.as_fd(), FcntlArg::F_GETPIPE_SZ))
-        .map_or(DEFAULT_PIPE_BYTES, |bytes| usize::try_from(bytes).unwrap_or(DEFAULT_PIPE_BYTES))
+/// Gives a large output the large pipe (the writer waits for room less often), where the system
+/// allows it; otherwise the pipe keeps its size.
+fn widen(pipe: &impl AsFd) {
+    let _ = fcntl(pipe.as_fd(), FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
 }
 
-/// Gives a fast writer [`BATCH_WAIT`] to fill the pipe when a read of up to `asked` bytes found
-/// less than half of that: the next read then takes a batch, not one write.
-fn pause_unless_full(moved: usize, asked: usize) {
-    if moved < asked / 2 {
-        std::thread::sleep(BATCH_WAIT);
-    }
+/// Readies a thread that drains a large output: signals stay with the runtime thread, and the thread
+/// yields the CPU to requests ([`DRAIN_NICE`]). Nice values are per thread on Linux.
+fn settle_drain_thread() {
+    super::reaper::keep_signals_off_this_thread();
+    let tid = nix::unistd::gettid().as_raw();
+    // SAFETY: setpriority takes plain integers and touches no memory of ours. Failing (a seccomp
+    // filter of the host's, say) only leaves the thread at the runtime's priority.
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, DRAIN_NICE) };
 }
 
-/// Splices the pipe (of `capacity` bytes) to /dev/null in batches until EOF (or an error).
-fn discard(pipe: &OwnedFd, capacity: usize) {
+/// Splices the pipe to /dev/null until EOF (or an error).
+fn discard(pipe: &OwnedFd) {
     loop {
         let mut fds = [PollFd::new(pipe.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::NONE) {
@@ -568,7 +560,7 @@ fn discard(pipe: &OwnedFd, capacity: usize) {
         }
         match splice_to_null(pipe) {
             Ok(0) => return,
-            Ok(n) => pause_unless_full(n, capacity),
+            Ok(_) => {}
             Err(err) if err.kind() == io::ErrorKind::WouldBlock => {}
             Err(_) => return,
         }
