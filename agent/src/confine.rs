@@ -248,16 +248,16 @@ impl Confiner {
         if cgroup.is_none() {
             rlimits.extend(limits.processes.map(|v| (Resource::NPROC, v, v)));
         }
-        let cgroup_procs = match &cgroup {
-            Some(cgroup) => match cgroup.procs.try_clone() {
-                Ok(procs) => Some(procs),
+        let cgroup_join = match &cgroup {
+            Some(cgroup) => match cgroup.join.try_clone() {
+                Ok(join) => Some(join),
                 Err(err) => return Some(Err(prepare(err.to_string()))),
             },
             None => None,
         };
         Some(Ok(Plan {
             report,
-            child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_procs },
+            child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_join },
             cgroup,
             idle_cgroups: Arc::clone(&self.idle_cgroups),
         }))
@@ -660,8 +660,8 @@ pub struct ChildSteps {
     /// Refuse to exec on anything less than asked.
     strict: bool,
     rlimits: Vec<(Resource, u64, u64)>,
-    /// A duplicate of the command's `cgroup.procs`.
-    cgroup_procs: Option<OwnedFd>,
+    /// A duplicate of the command's cgroup join file ([`PidsCgroup::join`]).
+    cgroup_join: Option<OwnedFd>,
 }
 
 /// What the child measured, written by the child into the parent's memory (they share it until the
@@ -679,8 +679,8 @@ impl ChildSteps {
     /// Runs in the child: system calls only, nothing allocated, nothing of `self` changed. What
     /// landlock and seccomp gave goes to `status`; a strict profile that got less fails with `EPERM`.
     pub fn enter(&self, status: &mut ChildStatus) -> Result<(), Errno> {
-        if let Some(procs) = &self.cgroup_procs {
-            join_cgroup(procs)?;
+        if let Some(join) = &self.cgroup_join {
+            join_cgroup(join)?;
         }
         for (resource, soft, hard) in &self.rlimits {
             resource.set(*soft, *hard).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
@@ -853,10 +853,11 @@ fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) 
     report.level = overall(report);
 }
 
-/// Moves the calling process into the cgroup whose `cgroup.procs` is `procs`. It writes `0`, which
-/// the kernel reads as "the writer": no pid to format, whatever pid namespace agentd is in.
-fn join_cgroup(procs: &OwnedFd) -> Result<(), Errno> {
-    let written = nix::unistd::write(procs, b"0")?;
+/// Moves the calling process (one thread: a child before its exec) into the cgroup whose join file
+/// ([`PidsCgroup::join`]) is `join`. It writes `0`, which the kernel reads as "the writer": no pid to
+/// format, whatever pid namespace agentd is in.
+fn join_cgroup(join: &OwnedFd) -> Result<(), Errno> {
+    let written = nix::unistd::write(join, b"0")?;
     if written == 1 { Ok(()) } else { Err(Errno::EIO) }
 }
 
@@ -1102,12 +1103,26 @@ impl IdleCgroups {
 /// One command's pids cgroup.
 struct PidsCgroup {
     dir: PathBuf,
-    /// `cgroup.procs`, opened by the parent: the child writes its own pid there.
-    procs: OwnedFd,
+    /// The file the child writes `0` to, to move in, opened by the parent: `tasks` in cgroup v1,
+    /// `cgroup.procs` in v2. In v1, `0` written to `tasks` moves only the writer's thread (the
+    /// whole child, which has one), and the kernel then skips the lock that a move of a whole
+    /// process takes (`cgroup_threadgroup_rwsem`): taking it after a quiet spell waits out an RCU
+    /// grace period, 15–23 ms on this project's machine, against about 40 µs through `tasks`.
+    join: OwnedFd,
     /// `pids.max`, open for the next command's limit.
     max: File,
     /// `pids.current`, open to tell an empty cgroup without a path lookup.
     current: File,
+}
+
+/// `tasks` where the cgroup has one (v1), else `cgroup.procs` (v2).
+fn open_join_file(dir: &Path) -> io::Result<OwnedFd> {
+    let open = |name: &str| File::options().write(true).open(dir.join(name));
+    match open("tasks") {
+        Ok(file) => Ok(file.into()),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(open("cgroup.procs")?.into()),
+        Err(err) => Err(err),
+    }
 }
 
 impl PidsCgroup {
@@ -1117,7 +1132,7 @@ impl PidsCgroup {
         let cgroup = Self {
             max: File::options().write(true).open(dir.join("pids.max"))?,
             current: File::open(dir.join("pids.current"))?,
-            procs: File::options().write(true).open(dir.join("cgroup.procs"))?.into(),
+            join: open_join_file(&dir)?,
             dir,
         };
         cgroup.set_max(max)?;

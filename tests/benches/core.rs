@@ -4,7 +4,8 @@
 //! ```text
 //! cargo build --release --workspace && cargo bench -p agentd-tests --bench core
 //! ```
-//! Names after `--` run only those parts (`round`, `throughput`, `latency`, `capture`), e.g.
+//! Names after `--` run only those parts (`round`, `quiet`, `throughput`, `cpu`, `latency`,
+//! `capture`), e.g.
 //! `cargo bench -p agentd-tests --bench core -- round`; the sizes are printed always.
 //!
 //! Uses the static agentd at `target/x86_64-unknown-linux-gnu/release/agentd` when it exists (see
@@ -14,13 +15,16 @@
 //! 1. the round trip of `true`, unconfined and under the embedded default profile, next to a raw
 //!    spawn of `/bin/sh -c true` and to the link's own round trip (interleaved in turns, so drift
 //!    and the order hit them alike);
-//! 2. throughput with 1, 8, 64 and 256 `true` execs in flight, over one link and over 8 links, next to
+//! 2. the same round trips (and raw spawns) each after 50 ms of quiet, as an agent's commands come;
+//! 3. throughput with 1, 8, 64 and 256 `true` execs in flight, over one link and over 8 links, next to
 //!    the same number of threads each spawning `/bin/sh -c true` in a loop, measured just before
 //!    (in rounds, each kind in each place in turn; the median ratio is shown with its range);
-//! 3. the latency of `true` while another exec writes 1 GiB to its capture, next to its idle latency;
-//! 4. a 1 GiB capture next to `head -c 1G /dev/zero | cat > /dev/null` and next to the floor: the same
+//! 4. the CPU time per exec of agentd and of its children, next to raw spawns' (their threads' and
+//!    their children's), and how much of the time the machine was idle;
+//! 5. the latency of `true` while another exec writes 1 GiB to its capture, next to its idle latency;
+//! 6. a 1 GiB capture next to `head -c 1G /dev/zero | cat > /dev/null` and next to the floor: the same
 //!    `head` into a reader that splices the pipe to /dev/null (this binary, run as that reader);
-//! 5. agentd's binary size, idle RSS and peak RSS.
+//! 7. agentd's binary size, idle RSS and peak RSS.
 
 // A benchmark binary: a failed step aborts it with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -36,6 +40,11 @@ use agentd_protocol::{ExecRequest, Offload};
 use agentd_tests::stats::{median, percentile};
 
 const ROUND_TRIPS: usize = 2000;
+
+/// Round trips of each kind after a quiet spell, and the spell (longer than an RCU grace period
+/// here, 15–23 ms).
+const QUIET_ROUND_TRIPS: usize = 100;
+const QUIET_SPELL: Duration = Duration::from_millis(50);
 const CAPTURE_RUNS: usize = 5;
 const IN_FLIGHT: [usize; 4] = [1, 8, 64, 256];
 /// Throughput is measured in rounds of pairs (raw spawns, then agentd) and the ratios' median shown:
@@ -92,6 +101,10 @@ async fn run(agentd: PathBuf, parts: &[String]) {
 
     if part("round") {
         round_trips(&unconfined, &confined).await;
+        println!();
+    }
+    if part("quiet") {
+        after_quiet_spells(&unconfined, &confined).await;
         println!();
     }
     if part("throughput") {
@@ -198,6 +211,33 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
          spawn to reap inside agentd: median {pim:.0} µs)",
         pm / rm
     );
+}
+
+/// Round trips that each come after a quiet spell, as an agent's commands do (it thinks between them):
+/// a cost that comes only after a pause (a kernel lock left alone for a moment waits out an RCU grace
+/// period when next taken) shows here and not in back-to-back runs.
+async fn after_quiet_spells(unconfined: &LocalSandbox, confined: &LocalSandbox) {
+    let (mut over_link, mut profiled, mut raw) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..QUIET_ROUND_TRIPS {
+        for kind in 0..3 {
+            tokio::time::sleep(QUIET_SPELL).await;
+            match (i + kind) % 3 {
+                0 => over_link.push(exec_true(unconfined.agentd()).await),
+                1 => profiled.push(exec_true(confined.agentd()).await),
+                _ => raw.push(raw_spawn()),
+            }
+        }
+    }
+    let (lm, lp) = summary(&mut over_link);
+    let (pm, pp) = summary(&mut profiled);
+    let (rm, rp) = summary(&mut raw);
+    println!(
+        "round trip of `true` after {} ms of quiet each ({QUIET_ROUND_TRIPS} runs each, in turns):",
+        QUIET_SPELL.as_millis()
+    );
+    println!("  raw spawn of /bin/sh -c true:  median {rm:.0} µs, p99 {rp:.0} µs");
+    println!("  over the link, unconfined:     median {lm:.0} µs, p99 {lp:.0} µs ({:.2}x raw)", lm / rm);
+    println!("  under the default profile:     median {pm:.0} µs, p99 {pp:.0} µs ({:.2}x raw)", pm / rm);
 }
 
 /// Execs per second with `in_flight` of them always running, spread over `links`.
@@ -328,20 +368,55 @@ async fn cpu_per_exec(unconfined: &LocalSandbox, confined: &LocalSandbox) {
     let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).unwrap().unwrap();
     let tick_us = 1e6 / ticks as f64;
     println!("CPU per exec of `true`, 64 in flight over 8 links, {EXECS} execs (µs):");
+    let raw = tokio::task::spawn_blocking(move || {
+        use nix::sys::resource::{UsageWho, getrusage};
+        let micros = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 * 1e6 + t.tv_usec() as f64;
+        let cpu = |who| getrusage(who).map(|u| [micros(u.user_time()), micros(u.system_time())]).unwrap();
+        let (own, children, machine) =
+            (cpu(UsageWho::RUSAGE_SELF), cpu(UsageWho::RUSAGE_CHILDREN), machine_ticks());
+        let rate = raw_rate(64, EXECS);
+        let (own2, children2, machine2) =
+            (cpu(UsageWho::RUSAGE_SELF), cpu(UsageWho::RUSAGE_CHILDREN), machine_ticks());
+        let per = |a: [f64; 2], b: [f64; 2]| ((b[0] - a[0]) / EXECS as f64, (b[1] - a[1]) / EXECS as f64);
+        let idle = (machine2.0 - machine.0) as f64 / (machine2.1 - machine.1) as f64;
+        (per(own, own2), per(children, children2), rate, idle)
+    })
+    .await
+    .unwrap();
+    let ((ou, os), (cu, cs), rate, idle) = raw;
+    println!(
+        "  {:>15}: spawning threads user {ou:.0} + system {os:.0}; their children user {cu:.0} + system {cs:.0} \
+         ({rate:.0} execs/s; the machine idle {:.0}% of the time)",
+        "raw spawns",
+        idle * 100.0
+    );
     for (name, sb) in [("unconfined", unconfined), ("default profile", confined)] {
         let links = connect_links(sb).await;
         let before = times(sb.pid());
-        link_rate(&links, 64, EXECS).await;
+        let machine_before = machine_ticks();
+        let rate = link_rate(&links, 64, EXECS).await;
+        let machine_after = machine_ticks();
         let after = times(sb.pid());
         let per = |i: usize| (after[i] - before[i]) as f64 * tick_us / EXECS as f64;
+        let idle = (machine_after.0 - machine_before.0) as f64 / (machine_after.1 - machine_before.1) as f64;
         println!(
-            "  {name:>15}: agentd user {:.0} + system {:.0}; its children user {:.0} + system {:.0}",
+            "  {name:>15}: agentd user {:.0} + system {:.0}; its children user {:.0} + system {:.0} \
+             ({rate:.0} execs/s; the machine idle {:.0}% of the time)",
             per(0),
             per(1),
             per(2),
-            per(3)
+            per(3),
+            idle * 100.0
         );
     }
+}
+
+/// The machine's idle (with I/O wait) and total CPU ticks so far, from the `cpu` line of /proc/stat.
+fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    let ticks: Vec<u64> =
+        stat.lines().next().unwrap().split_whitespace().skip(1).map(|f| f.parse().unwrap()).collect();
+    (ticks[3] + ticks[4], ticks.iter().sum())
 }
 
 /// A 1 GiB output kept in a 10 MiB offloaded capture.

@@ -73,7 +73,7 @@ impl Withheld {
 }
 
 /// agentd's own withheld paths: its token file (when it has one) and the cgroup tree (a command that
-/// writes `cgroup.procs` leaves its pids cgroup).
+/// writes `cgroup.procs` or `tasks` leaves its pids cgroup).
 pub fn agentd_withheld(token_file: Option<&Path>) -> Vec<Withheld> {
     let cgroups = Path::new("/sys/fs/cgroup");
     // Where there is none, withholding it would only cost `/` its write rights.
