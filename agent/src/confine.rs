@@ -1115,14 +1115,11 @@ struct PidsCgroup {
     current: File,
 }
 
-/// `tasks` where the cgroup has one (v1), else `cgroup.procs` (v2).
+/// `tasks` where the cgroup has one that agentd may write (v1), else `cgroup.procs` (v2, or a
+/// delegation that handed over `cgroup.procs` only).
 fn open_join_file(dir: &Path) -> io::Result<OwnedFd> {
     let open = |name: &str| File::options().write(true).open(dir.join(name));
-    match open("tasks") {
-        Ok(file) => Ok(file.into()),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(open("cgroup.procs")?.into()),
-        Err(err) => Err(err),
-    }
+    Ok(open("tasks").or_else(|_| open("cgroup.procs"))?.into())
 }
 
 impl PidsCgroup {
@@ -1169,6 +1166,24 @@ impl Drop for PidsCgroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The join goes through `tasks` where there is one (v1), else through `cgroup.procs` (v2).
+    #[test]
+    fn the_child_joins_through_tasks_where_there_is_one() {
+        let written = |names: &[&str]| {
+            let dir = tempfile::tempdir().unwrap();
+            for name in names {
+                std::fs::write(dir.path().join(name), "").unwrap();
+            }
+            join_cgroup(&open_join_file(dir.path()).unwrap()).unwrap();
+            names
+                .iter()
+                .map(|name| std::fs::read_to_string(dir.path().join(name)).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(written(&["tasks", "cgroup.procs"]), ["0", ""]);
+        assert_eq!(written(&["cgroup.procs"]), ["0"]);
+    }
 
     #[test]
     fn own_pids_cgroup_is_found_in_v1_and_v2() {
