@@ -411,11 +411,12 @@ async fn cpu_per_exec(unconfined: &LocalSandbox, confined: &LocalSandbox) {
     }
 }
 
-/// The machine's idle (with I/O wait) and total CPU ticks so far, from the `cpu` line of /proc/stat.
+/// The machine's idle (with I/O wait) and total CPU ticks so far, from the `cpu` line of /proc/stat
+/// (its first 8 fields: the guest ones after them are already counted in `user`).
 fn machine_ticks() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap();
     let ticks: Vec<u64> =
-        stat.lines().next().unwrap().split_whitespace().skip(1).map(|f| f.parse().unwrap()).collect();
+        stat.lines().next().unwrap().split_whitespace().skip(1).take(8).map(|f| f.parse().unwrap()).collect();
     (ticks[3] + ticks[4], ticks.iter().sum())
 }
 

@@ -615,6 +615,8 @@ mkdir $D/sub && mv $T $D/sub/t; echo mv-sub=$?
 cat stolen-* $D/again $D/sub/t $T.moved 2>/dev/null
 echo $$ > /sys/fs/cgroup/pids/cgroup.procs; echo procs=$?
 echo $$ > $C/cgroup.procs; echo sub-procs=$?
+echo $$ > /sys/fs/cgroup/pids/tasks; echo tasks=$?
+echo $$ > $C/tasks; echo sub-tasks=$?
 echo 1 > $C/pids.max; echo sub-max=$?
 mkdir /sys/fs/cgroup/pids/escape; echo mkdir=$?
 cat /etc/hostname >/dev/null; echo hostname=$?
@@ -660,9 +662,9 @@ cat $D/sibling",
             output.lines().find_map(|l| l.strip_prefix(&format!("{step}="))).unwrap_or("missing").to_owned()
         };
         let mut refused =
-            vec!["cat", "cp", "sym", "mv", "ln", "mv-same", "ln-same", "mv-sub", "procs", "mkdir"];
+            vec!["cat", "cp", "sym", "mv", "ln", "mv-same", "ln-same", "mv-sub", "procs", "tasks", "mkdir"];
         if cgroup.is_some() {
-            refused.extend(["sub-procs", "sub-max"]);
+            refused.extend(["sub-procs", "sub-tasks", "sub-max"]);
         }
         for step in refused {
             assert_ne!(code(step), "0", "{name}: {step} went through: {output}");
@@ -717,7 +719,8 @@ cat $D/sibling",
     let output = run(
         &sb,
         &format!(
-            "cat {t}; echo; echo $$ > {sub_cgroup}/cgroup.procs; echo sub-procs=$?; python3 {h} {t}",
+            "cat {t}; echo; echo $$ > {sub_cgroup}/cgroup.procs; echo sub-procs=$?; \
+             echo $$ > {sub_cgroup}/tasks; echo sub-tasks=$?; python3 {h} {t}",
             t = token_file.display(),
             h = handle_script.display()
         ),
@@ -729,7 +732,7 @@ cat $D/sibling",
     // The handle probe works where nothing is withheld.
     assert!(!python || output.ends_with(&format!("{}\n", daemon.token)), "{output}");
     if cgroup.is_some() {
-        assert!(output.contains("sub-procs=0"), "{output}");
+        assert!(output.contains("sub-procs=0") && output.contains("sub-tasks=0"), "{output}");
     }
 }
 

@@ -39,6 +39,12 @@ fn command_cgroups(cap: &PidsCap, pid: u32) -> Vec<std::path::PathBuf> {
         .collect()
 }
 
+/// A `LocalSandbox` under the embedded default, its agentd started inside `cap`.
+async fn default_sandbox_in(cap: &PidsCap) -> LocalSandbox {
+    let _inside = cap.join_thread();
+    LocalSandbox::start().await.unwrap()
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default().trim().to_owned()
 }
@@ -47,10 +53,7 @@ fn read(path: &Path) -> String {
 async fn a_fork_bomb_under_the_embedded_default_is_capped_and_dropping_the_sandbox_ends_it() {
     let _one = ONE_AT_A_TIME.lock().await;
     let Some(cap) = PidsCap::or_skip(CAP) else { return };
-    let sb = {
-        let _inside = cap.join_thread();
-        LocalSandbox::start().await.unwrap()
-    };
+    let sb = default_sandbox_in(&cap).await;
     let agentd = sb.pid();
     let started = Instant::now();
     let request =
@@ -205,10 +208,7 @@ async fn an_exec_result_counts_the_processes_it_left_running() {
 async fn a_bursts_cgroups_are_kept_while_busy_and_given_back_when_idle() {
     let _one = ONE_AT_A_TIME.lock().await;
     let Some(cap) = PidsCap::or_skip(CAP) else { return };
-    let sb = {
-        let _inside = cap.join_thread();
-        std::sync::Arc::new(LocalSandbox::start().await.unwrap())
-    };
+    let sb = std::sync::Arc::new(default_sandbox_in(&cap).await);
     let burst = (0..48).map(|_| {
         let sb = std::sync::Arc::clone(&sb);
         async move { sb.execute("sleep 0.5", None).await.unwrap().exit_code }
