@@ -21,7 +21,7 @@ use agentd_protocol::fs::{
 };
 use agentd_protocol::limits::{
     HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_TEXT_MESSAGE,
-    MAX_WEBSOCKET_MESSAGE,
+    MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
 };
 use agentd_protocol::{
     CancelResult, ClientMessage, DecodeError, DownloadResult, ErrorCode, ErrorReply, ExecRequest,
@@ -187,6 +187,7 @@ pub async fn serve_stdio(shared: Arc<Shared>) {
 
 fn ws_config() -> WebSocketConfig {
     WebSocketConfig::default()
+        .read_buffer_size(WEBSOCKET_READ_BUFFER)
         .max_message_size(Some(MAX_WEBSOCKET_MESSAGE))
         .max_frame_size(Some(MAX_WEBSOCKET_MESSAGE))
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agentd_protocol::limits::CHUNK_SIZE;
+use agentd_protocol::limits::{CHUNK_SIZE, WEBSOCKET_READ_BUFFER};
 use agentd_protocol::{
     CancelRequest, ClientMessage, DownloadRequest, ErrorReply, ExecRequest, ExecResult, FsMessage, FsRequest,
     FsResponse, Hello, HelloReply, PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, chunk,
@@ -364,7 +364,10 @@ impl Drop for Link {
 
 /// Inline outputs travel as one JSON message; their size is bounded by agentd's capture cap.
 fn config() -> WebSocketConfig {
-    WebSocketConfig::default().max_message_size(Some(512 << 20)).max_frame_size(Some(512 << 20))
+    WebSocketConfig::default()
+        .read_buffer_size(WEBSOCKET_READ_BUFFER)
+        .max_message_size(Some(512 << 20))
+        .max_frame_size(Some(512 << 20))
 }
 
 /// Sends `cancel` for an exec whose caller stopped waiting.

@@ -5,7 +5,7 @@
 //! cargo build --release --workspace && cargo bench -p agentd-tests --bench core
 //! ```
 //! Names after `--` run only those parts (`round`, `quiet`, `throughput`, `cpu`, `latency`,
-//! `capture`), e.g.
+//! `capture`, `transfer`), e.g.
 //! `cargo bench -p agentd-tests --bench core -- round`; the sizes are printed always.
 //!
 //! Uses the static agentd at `target/x86_64-unknown-linux-gnu/release/agentd` when it exists (see
@@ -24,7 +24,9 @@
 //! 5. the latency of `true` while another exec writes 1 GiB to its capture, next to its idle latency;
 //! 6. a 1 GiB capture next to `head -c 1G /dev/zero | cat > /dev/null` and next to the floor: the same
 //!    `head` into a reader that splices the pipe to /dev/null (this binary, run as that reader);
-//! 7. agentd's binary size, idle RSS and peak RSS.
+//! 7. an upload and a download of 256 MiB over the link, next to the sha256 of the same bytes (each
+//!    end hashes everything it moves);
+//! 8. agentd's binary size, idle RSS and peak RSS.
 
 // A benchmark binary: a failed step aborts it with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -53,6 +55,8 @@ const THROUGHPUT_ROUNDS: usize = 5;
 const LINKS: usize = 8;
 const LATENCY_SAMPLES: usize = 1000;
 const GIB: u64 = 1 << 30;
+const TRANSFER_BYTES: u64 = 256 << 20;
+const TRANSFER_RUNS: usize = 5;
 
 /// First argument that makes this binary the floor's pipe reader instead of the benchmark.
 const SPLICE_READER: &str = "--splice-stdin-to-null";
@@ -121,6 +125,11 @@ async fn run(agentd: PathBuf, parts: &[String]) {
     }
     if part("capture") {
         capture(&unconfined).await;
+        println!();
+    }
+    if part("transfer") {
+        transfer(&unconfined).await;
+        println!();
     }
     let peak = agentd_tests::status_kb(unconfined.pid(), "VmHWM");
     println!("agentd peak RSS after the captures: {:.2} MiB", peak as f64 / 1024.0);
@@ -523,6 +532,39 @@ async fn capture(sb: &LocalSandbox) {
         c.as_secs_f64() / f.as_secs_f64(),
         if c.as_secs_f64() <= 1.1 * f.as_secs_f64() { ": within 1.1x of it or below" } else { "" }
     );
+}
+
+/// Upload and download of [`TRANSFER_BYTES`] over one link, in turns, next to hashing them here.
+async fn transfer(sb: &LocalSandbox) {
+    use sha2::Digest as _;
+    use tokio::io::AsyncReadExt as _;
+    let link = sb.agentd().link().await.unwrap();
+    let path = sb.workspace().join("transfer.bin").to_string_lossy().into_owned();
+    let (mut up, mut down, mut hash) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..TRANSFER_RUNS {
+        let start = Instant::now();
+        let failed = link.upload(&path, tokio::io::repeat(b'x').take(TRANSFER_BYTES), |_| {}).await.unwrap();
+        up.push(start.elapsed());
+        assert_eq!(failed, None);
+        let start = Instant::now();
+        let got = link.download(&path, tokio::io::sink(), |_, _| {}).await.unwrap().unwrap();
+        down.push(start.elapsed());
+        assert_eq!(got.size, TRANSFER_BYTES);
+        let block = vec![b'x'; agentd_protocol::limits::CHUNK_SIZE];
+        let start = Instant::now();
+        let mut hasher = sha2::Sha256::new();
+        for _ in 0..TRANSFER_BYTES / block.len() as u64 {
+            hasher.update(&block);
+        }
+        std::hint::black_box(hasher.finalize());
+        hash.push(start.elapsed());
+    }
+    let rate = |d: Duration| TRANSFER_BYTES as f64 / 1048576.0 / d.as_secs_f64();
+    let (u, d, h) = (median(up), median(down), median(hash));
+    println!("256 MiB over the link ({TRANSFER_RUNS} runs each, interleaved):");
+    println!("  sha256 of the bytes here: median {:.0} ms ({:.0} MiB/s)", millis(h), rate(h));
+    println!("  upload:                   median {:.0} ms ({:.0} MiB/s)", millis(u), rate(u));
+    println!("  download:                 median {:.0} ms ({:.0} MiB/s)", millis(d), rate(d));
 }
 
 /// The floor's reader: moves its stdin pipe to /dev/null inside the kernel until EOF, with the pipe
