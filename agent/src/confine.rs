@@ -95,6 +95,8 @@ pub struct Confiner {
     /// Per-command cgroups that held a finished command and are empty again, kept for the next
     /// commands.
     idle_cgroups: Arc<IdleCgroups>,
+    /// agentd runs as uid 0 (RLIMIT_NPROC does not bind it): asked once, not per report.
+    root: bool,
 }
 
 impl Confiner {
@@ -136,6 +138,7 @@ impl Confiner {
             link_notes: Default::default(),
             cgroups: Default::default(),
             idle_cgroups: Arc::new(IdleCgroups::new()),
+            root: nix::unistd::geteuid().is_root(),
         }
     }
 
@@ -269,7 +272,7 @@ impl Confiner {
     fn idle_cgroup(&self, max: u64) -> Result<Option<PidsCgroup>, (PidsCgroup, io::Error)> {
         match self.idle_cgroups.take() {
             None => Ok(None),
-            Some(cgroup) => match cgroup.set_max(max) {
+            Some(mut cgroup) => match cgroup.set_max(max) {
                 Ok(()) => Ok(Some(cgroup)),
                 Err(err) => Err((cgroup, err)),
             },
@@ -389,8 +392,7 @@ impl Confiner {
 
     /// The report, given the withheld files' link notes and whether pids cgroups can be made.
     fn report_with(&self, profile: &SandboxProfile, links: Vec<String>, cgroups: bool) -> Enforcement {
-        let processes_contained =
-            profile.limits.processes.is_none() || cgroups || !nix::unistd::geteuid().is_root();
+        let processes_contained = profile.limits.processes.is_none() || cgroups || !self.root;
         let machine = Machine { abi: self.abi, seccomp: self.network_filter.is_some(), processes_contained };
         let mut report = enforcement(profile, &machine, &self.withheld);
         // A withheld file's other names are not withheld (links come and go).
@@ -626,6 +628,14 @@ impl Cleanup {
         match &self.cgroup {
             None => Some(None),
             Some(cgroup) => (cgroup.tasks().ok()? == 0).then_some(Some(0)),
+        }
+    }
+
+    /// The kill ladder ended the command through its cgroup, setting `pids.max` to 0 by its path:
+    /// the next command to use the cgroup sets its limit again.
+    pub fn killed(&mut self) {
+        if let Some(cgroup) = &mut self.cgroup {
+            cgroup.limit = None;
         }
     }
 
@@ -1111,6 +1121,9 @@ struct PidsCgroup {
     join: OwnedFd,
     /// `pids.max`, open for the next command's limit.
     max: File,
+    /// What agentd last wrote to `pids.max` through `max`; `None`: not known (the kill ladder
+    /// writes 0 through the path). Nothing else writes it: commands cannot reach the cgroup tree.
+    limit: Option<u64>,
     /// `pids.current`, open to tell an empty cgroup without a path lookup.
     current: File,
 }
@@ -1126,8 +1139,9 @@ impl PidsCgroup {
     fn create(parent: &Path, seq: u64, max: u64) -> io::Result<Self> {
         let dir = parent.join(seq.to_string());
         std::fs::create_dir_all(&dir)?;
-        let cgroup = Self {
+        let mut cgroup = Self {
             max: File::options().write(true).open(dir.join("pids.max"))?,
+            limit: None,
             current: File::open(dir.join("pids.current"))?,
             join: open_join_file(&dir)?,
             dir,
@@ -1146,12 +1160,22 @@ impl PidsCgroup {
         text.trim().parse().map_err(io::Error::other)
     }
 
-    fn set_max(&self, max: u64) -> io::Result<()> {
+    /// Sets `pids.max`, unless it already holds `max` (most commands of a profile share their
+    /// limit, and the write is a system call on the runtime).
+    fn set_max(&mut self, max: u64) -> io::Result<()> {
         use std::os::unix::fs::FileExt as _;
-        let max = max.to_string();
+        if self.limit == Some(max) {
+            return Ok(());
+        }
+        self.limit = None;
+        let text = max.to_string();
         // A cgroup file takes each write whole, wherever it is written.
-        let written = self.max.write_at(max.as_bytes(), 0)?;
-        if written == max.len() { Ok(()) } else { Err(io::ErrorKind::WriteZero.into()) }
+        let written = self.max.write_at(text.as_bytes(), 0)?;
+        if written != text.len() {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        self.limit = Some(max);
+        Ok(())
     }
 }
 

@@ -547,3 +547,29 @@ async fn a_floods_drain_thread_yields_the_cpu_and_commands_do_not() {
     assert_eq!(beside.output.trim(), "0", "{beside:?}");
     assert_eq!(big.await.unwrap().total_bytes, 3_000_000);
 }
+
+/// Signals ignored where agentd was started are not ignored in its commands (an ignored signal
+/// survives `exec`): the standard ones are reset in each child, the real-time ones in agentd once.
+#[tokio::test]
+async fn commands_start_with_no_signal_ignored_whatever_agentd_inherited() {
+    let ignoring = ["/bin/sh", "-c", "trap '' HUP PIPE 40 64; exec \"$0\" \"$@\""];
+    let daemon = agentd_tests::Daemon::launch(&ignoring, tempfile::tempdir().unwrap(), &[], None);
+    let ignored = |pid: &str| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:")).unwrap().trim().to_owned();
+        u64::from_str_radix(&mask, 16).unwrap()
+    };
+    // The control: agentd itself still ignores SIGHUP, as it inherited.
+    assert_ne!(ignored(&daemon.child.id().to_string()) & 1, 0, "the wrapper did not ignore SIGHUP");
+    let sb = agentd_host::AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let r = sb.execute("grep SigIgn /proc/self/status", None).await.unwrap();
+    let mask = r.output.trim().strip_prefix("SigIgn:\t").unwrap();
+    // Signals 32 and 33 are glibc's own, which no program can set through it: glibc's
+    // `posix_spawn` leaves them ignored in every program it starts (this test's own process, here).
+    let glibcs = 0b11 << 31;
+    assert_eq!(u64::from_str_radix(mask, 16).unwrap() & !glibcs, 0, "{r:?}");
+    // A handler of agentd's (SIGCHLD, SIGTERM) is not left in the command either: it takes them
+    // at their default (SIGTERM ends it).
+    let r = sb.execute("kill -TERM $$; echo survived", None).await.unwrap();
+    assert_eq!(r.exit_code, Some(143), "{r:?}");
+}

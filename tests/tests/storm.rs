@@ -191,6 +191,12 @@ async fn an_exec_result_counts_the_processes_it_left_running() {
     // A timeout kills them: none left.
     let r = run(&confined, "sleep 1024 & sleep 1024 & sleep 30", 0.5).await;
     assert_eq!(r.stray_processes, Some(0), "{r:?}");
+    // Processes that outlive the grace are killed through the cgroup, whose limit goes to 0 first;
+    // kept for the next command, the cgroup takes its limit again and the command can fork.
+    let r = run(&confined, "trap '' TERM; sleep 1024 & sleep 30", 0.2).await;
+    assert_eq!((r.timed_out, r.stray_processes), (true, Some(0)), "{r:?}");
+    let next = run(&confined, "sleep 0 & wait; echo forked", 20.0).await;
+    assert_eq!((next.exit_code, next.output.as_deref()), (0, Some("forked\n")), "{next:?}");
     // Without a cgroup: counted when one held the output pipe, by tree and tag.
     assert_eq!(run(&unconfined, "true", 20.0).await.stray_processes, None);
     assert_eq!(

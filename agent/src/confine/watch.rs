@@ -131,17 +131,20 @@ impl Watch {
     /// looked up and nothing blocks, so it runs on the runtime.
     pub fn current(&self) -> u64 {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut changed = self.poll_mounts();
-        loop {
-            match self.inotify.read_events() {
-                Ok(events) if events.is_empty() => break,
-                Ok(events) => changed |= any_counts(&events, &state.guards),
-                Err(Errno::EAGAIN) => break,
-                Err(Errno::EINTR) => continue,
-                // Events that cannot be read may have mattered.
-                Err(_) => {
-                    changed = true;
-                    break;
+        let (mut changed, queued) = self.poll_changes();
+        // The queue is read only when the poll saw events in it.
+        if queued {
+            loop {
+                match self.inotify.read_events() {
+                    Ok(events) if events.is_empty() => break,
+                    Ok(events) => changed |= any_counts(&events, &state.guards),
+                    Err(Errno::EAGAIN) => break,
+                    Err(Errno::EINTR) => continue,
+                    // Events that cannot be read may have mattered.
+                    Err(_) => {
+                        changed = true;
+                        break;
+                    }
                 }
             }
         }
@@ -225,22 +228,27 @@ impl Watch {
         Ok(())
     }
 
-    /// The mount table changed since it was last read through ([`Watch::settle`]).
-    fn poll_mounts(&self) -> bool {
-        if self.mounts_changed.load(Ordering::Acquire) {
-            return true;
-        }
-        let mut fds = [PollFd::new(self.mounts.as_fd(), PollFlags::POLLPRI)];
-        let changed = match poll(&mut fds, PollTimeout::ZERO) {
-            Ok(0) => false,
-            Ok(_) => fds[0].revents().is_none_or(|r| r.intersects(PollFlags::POLLPRI | PollFlags::POLLERR)),
-            Err(Errno::EINTR) => false,
-            Err(_) => true,
+    /// One `poll` of both: whether the mount table changed since it was last read through, and
+    /// whether inotify has events queued (one system call on the runtime, not one per source).
+    fn poll_changes(&self) -> (bool, bool) {
+        let mut fds = [
+            PollFd::new(self.mounts.as_fd(), PollFlags::POLLPRI),
+            PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN),
+        ];
+        let (mounts, queued) = match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(0) => (false, false),
+            Ok(_) => (
+                fds[0].revents().is_none_or(|r| r.intersects(PollFlags::POLLPRI | PollFlags::POLLERR)),
+                fds[1].revents().is_none_or(|r| !r.is_empty()),
+            ),
+            // The queue is read to find out.
+            Err(Errno::EINTR) => (false, true),
+            Err(_) => (true, true),
         };
-        if changed {
+        if mounts {
             self.mounts_changed.store(true, Ordering::Release);
         }
-        changed
+        (mounts || self.mounts_changed.load(Ordering::Acquire), queued)
     }
 }
 

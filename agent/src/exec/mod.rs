@@ -196,7 +196,7 @@ impl Executor {
             next_seq: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
             base_env: spawn::BaseEnv::capture(),
-            spawner: spawn::Spawner::default(),
+            spawner: spawn::Spawner::new(),
         }
     }
 
@@ -315,6 +315,11 @@ impl Executor {
             }
         };
         let duration = start.elapsed();
+        if (timed_out || cancelled)
+            && let Some((_, cleanup)) = &mut confinement
+        {
+            cleanup.killed();
+        }
         self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
         let exit = exit.map_err(|_| ExecError::StatusLost)?;
 

@@ -78,12 +78,20 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 
 /// What every spawn reuses: the stack children run on until their exec. Mapping a stack per spawn
 /// cost its page faults and, on unmapping, a TLB flush on every CPU agentd ran on.
-#[derive(Default)]
 pub struct Spawner {
     stack: std::sync::Mutex<Option<ChildStack>>,
 }
 
 impl Spawner {
+    /// Also resets, in agentd itself, every real-time signal it inherited ignored: agentd never
+    /// sets one's disposition (nor do its crates), so they all stay at their default from here on
+    /// and a child resets only the standard signals (29 `sigaction` calls instead of 62, about
+    /// 10 µs per spawn here).
+    pub fn new() -> Self {
+        reset_ignored_realtime_signals();
+        Self { stack: std::sync::Mutex::new(None) }
+    }
+
     /// Starts the shell; returns its pid (also its session and process group id). With
     /// `confinement`, the child applies the profile's steps before its exec and the report is
     /// corrected with what it measured; a strict child that got less than it asked for does not
@@ -282,17 +290,37 @@ fn dup_onto(from: RawFd, to: RawFd) -> Result<(), Errno> {
     Ok(())
 }
 
-/// Every signal back to its default action: no handler of agentd may run in the child (it would run
-/// on agentd's memory), and ignored signals would stay ignored across the exec (Rust ignores SIGPIPE).
+/// Every standard signal back to its default action: no handler of agentd may run in the child (it
+/// would run on agentd's memory), and ignored signals would stay ignored across the exec (Rust
+/// ignores SIGPIPE). The real-time signals are at their default already ([`Spawner::new`]).
 fn default_signal_dispositions() {
-    // SAFETY: `sigaction` with a zeroed action (SIG_DFL, empty mask, no flags); the signals it
-    // refuses (SIGKILL, SIGSTOP, glibc's own) are left as they are.
+    // SAFETY: `sigaction` with a zeroed action (SIG_DFL, empty mask, no flags).
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = libc::SIG_DFL;
-        for signal in 1..=libc::SIGRTMAX() {
+        // 1 to 31; those between 31 and SIGRTMIN are glibc's own, and it refuses them.
+        for signal in 1..32 {
             if signal != libc::SIGKILL && signal != libc::SIGSTOP {
                 libc::sigaction(signal, &action, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// Sets every real-time signal that is ignored back to its default action (a handled one is left:
+/// agentd installs none, so none is found).
+fn reset_ignored_realtime_signals() {
+    // SAFETY: `sigaction` reads the current action into `current` (initialised by the call when it
+    // succeeds, and read only then), and sets a zeroed one (SIG_DFL).
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        for signal in libc::SIGRTMIN()..=libc::SIGRTMAX() {
+            let mut current = MaybeUninit::<libc::sigaction>::uninit();
+            if libc::sigaction(signal, std::ptr::null(), current.as_mut_ptr()) == 0
+                && current.assume_init().sa_sigaction == libc::SIG_IGN
+            {
+                libc::sigaction(signal, &default, std::ptr::null_mut());
             }
         }
     }
