@@ -12,9 +12,10 @@
 //! README), else `target/release/agentd`.
 //!
 //! What it prints, in order:
-//! 1. the round trip of `true`, unconfined and under the embedded default profile, next to a raw
-//!    spawn of `/bin/sh -c true` and to the link's own round trip (interleaved in turns, so drift
-//!    and the order hit them alike);
+//! 1. the round trip of `true`, unconfined, under the embedded default profile and under it with
+//!    `network = "deny"` (a per-exec override: its seccomp filter), next to a raw spawn of
+//!    `/bin/sh -c true` and to the link's own round trip (interleaved in turns, so drift and the
+//!    order hit them alike);
 //! 2. the same round trips (and raw spawns) each after 50 ms of quiet, as an agent's commands come;
 //! 3. throughput with 1, 8, 64 and 256 `true` execs in flight, over one link and over 8 links, next to
 //!    the same number of threads each spawning `/bin/sh -c true` in a loop, measured just before
@@ -38,6 +39,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use agentd_host::{AgentdSandbox, LocalSandbox};
+use agentd_protocol::profile::{Network, ProfileOverride};
 use agentd_protocol::{ExecRequest, Offload};
 use agentd_tests::stats::{median, percentile};
 
@@ -137,8 +139,20 @@ async fn run(agentd: PathBuf, parts: &[String]) {
 
 /// One `true` over the link, checked: the round trip, and agentd's own spawn-to-reap time.
 async fn timed_true(sb: &AgentdSandbox) -> (Duration, Duration) {
+    timed(sb, ExecRequest { command: "true".into(), ..ExecRequest::default() }).await
+}
+
+/// `true` with the server's profile tightened to `network = "deny"` for this exec (the seccomp
+/// filter is installed in each command).
+fn offline_true() -> ExecRequest {
+    let profile = ProfileOverride { network: Some(Network::Deny), ..ProfileOverride::default() };
+    ExecRequest { command: "true".into(), profile: Some(Box::new(profile)), ..ExecRequest::default() }
+}
+
+/// `request` over the link, checked: the round trip, and agentd's own spawn-to-reap time.
+async fn timed(sb: &AgentdSandbox, request: ExecRequest) -> (Duration, Duration) {
     let start = Instant::now();
-    let r = sb.exec(ExecRequest { command: "true".into(), ..ExecRequest::default() }, None).await.unwrap();
+    let r = sb.exec(request, None).await.unwrap();
     let took = start.elapsed();
     assert_eq!(r.exit_code, 0, "{r:?}");
     (took, Duration::from_secs_f64(r.duration))
@@ -172,14 +186,16 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
     let mut inside = Vec::with_capacity(ROUND_TRIPS);
     let mut profiled = Vec::with_capacity(ROUND_TRIPS);
     let mut profiled_inside = Vec::with_capacity(ROUND_TRIPS);
+    let (mut offline, mut offline_inside) =
+        (Vec::with_capacity(ROUND_TRIPS), Vec::with_capacity(ROUND_TRIPS));
     let mut raw = Vec::with_capacity(ROUND_TRIPS);
     let mut nothing = Vec::with_capacity(ROUND_TRIPS);
     let links = [unconfined.agentd().link().await.unwrap(), confined.agentd().link().await.unwrap()];
     // Each kind takes each place in the order equally often: what ran just before a measurement (a
     // raw spawn, an exec on the other agentd, a request on the same one) moved a median by ~50 µs.
     for i in 0..ROUND_TRIPS {
-        for kind in 0..4 {
-            match (i + kind) % 4 {
+        for kind in 0..5 {
+            match (i + kind) % 5 {
                 0 => {
                     // The link's own round trip: a request agentd answers at once (a cancel of
                     // nothing), on each link in turn (a request just before an exec speeds it up).
@@ -197,6 +213,11 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
                     profiled.push(took);
                     profiled_inside.push(within);
                 }
+                3 => {
+                    let (took, within) = timed(confined.agentd(), offline_true()).await;
+                    offline.push(took);
+                    offline_inside.push(within);
+                }
                 _ => raw.push(raw_spawn()),
             }
         }
@@ -206,6 +227,8 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
     let (im, _) = summary(&mut inside);
     let (pm, pp) = summary(&mut profiled);
     let (pim, _) = summary(&mut profiled_inside);
+    let (om, op) = summary(&mut offline);
+    let (oim, _) = summary(&mut offline_inside);
     let (rm, rp) = summary(&mut raw);
     println!("round trip of `true` ({ROUND_TRIPS} runs each, interleaved in turns):");
     println!("  raw spawn of /bin/sh -c true:  median {rm:.0} µs, p99 {rp:.0} µs");
@@ -219,6 +242,11 @@ async fn round_trips(unconfined: &LocalSandbox, confined: &LocalSandbox) {
         "  under the default profile:     median {pm:.0} µs, p99 {pp:.0} µs ({:.2}x raw, target <= 1.15x; \
          spawn to reap inside agentd: median {pim:.0} µs)",
         pm / rm
+    );
+    println!(
+        "  the same with network = \"deny\" (an exec's override): median {om:.0} µs, p99 {op:.0} µs ({:.2}x raw; \
+         spawn to reap inside agentd: median {oim:.0} µs)",
+        om / rm
     );
 }
 
