@@ -166,6 +166,7 @@ pub fn network_filter() -> Result<BpfProgram, String> {
     ]);
     assemble(&ops)
 }
+
 /// Whether this kernel has seccomp filters at all (`Seccomp:` in `/proc/self/status`).
 pub fn kernel_has_seccomp() -> bool {
     std::fs::read_to_string("/proc/self/status").is_ok_and(|s| s.lines().any(|l| l.starts_with("Seccomp:")))

@@ -85,8 +85,8 @@ pub struct Spawner {
 impl Spawner {
     /// Also resets, in agentd itself, every real-time signal it inherited ignored: agentd never
     /// sets one's disposition (nor do its crates), so they all stay at their default from here on
-    /// and a child resets only the standard signals (29 `sigaction` calls instead of 62, about
-    /// 10 µs per spawn here).
+    /// and a child resets only the standard signals: 29 `sigaction` calls instead of 62, which took
+    /// 21 µs per spawn here (timed in the child).
     pub fn new() -> Self {
         reset_ignored_realtime_signals();
         Self { stack: std::sync::Mutex::new(None) }
