@@ -105,9 +105,9 @@ fn assemble(ops: &[Op]) -> Result<BpfProgram, String> {
     Ok(program)
 }
 
-/// A system call number as the program compares it.
-fn nr(call: libc::c_long) -> Result<u32, String> {
-    u32::try_from(call).map_err(|e| e.to_string())
+/// A system call number or constant as the program compares it (a 32-bit word).
+fn word(value: impl TryInto<u32, Error = std::num::TryFromIntError>) -> Result<u32, String> {
+    value.try_into().map_err(|e| e.to_string())
 }
 
 /// Builds the filter (in the parent, once: the child only installs it).
@@ -115,10 +115,10 @@ pub fn network_filter() -> Result<BpfProgram, String> {
     let arch = audit_arch()
         .ok_or_else(|| format!("no seccomp filter for the {} architecture", std::env::consts::ARCH))?;
     let (socket, socketpair, connect) =
-        (nr(libc::SYS_socket)?, nr(libc::SYS_socketpair)?, nr(libc::SYS_connect)?);
+        (word(libc::SYS_socket)?, word(libc::SYS_socketpair)?, word(libc::SYS_connect)?);
     // The three io_uring calls are numbered in a row on every architecture (the unified table).
-    let (uring_first, uring_last) = (nr(libc::SYS_io_uring_setup)?, nr(libc::SYS_io_uring_register)?);
-    if nr(libc::SYS_io_uring_enter)? != uring_first + 1 || uring_last != uring_first + 2 {
+    let (uring_first, uring_last) = (word(libc::SYS_io_uring_setup)?, word(libc::SYS_io_uring_register)?);
+    if word(libc::SYS_io_uring_enter)? != uring_first + 1 || uring_last != uring_first + 2 {
         return Err("the io_uring calls are not numbered in a row here".to_owned());
     }
     let (low, high) = (socket.min(socketpair).min(connect), socket.max(socketpair).max(connect));
@@ -132,12 +132,9 @@ pub fn network_filter() -> Result<BpfProgram, String> {
         // x32 calls carry the x86_64 numbers with this bit set: the same rules apply to them.
         ops.push(Op::And(!X32_SYSCALL_BIT));
     }
-    let unix = u32::try_from(libc::AF_UNIX).map_err(|e| e.to_string())?;
-    let (stream, seqpacket) = (
-        u32::try_from(libc::SOCK_STREAM).map_err(|e| e.to_string())?,
-        u32::try_from(libc::SOCK_SEQPACKET).map_err(|e| e.to_string())?,
-    );
-    let errno = u32::try_from(libc::EACCES).map_err(|e| e.to_string())?;
+    let unix = word(libc::AF_UNIX)?;
+    let (stream, seqpacket) = (word(libc::SOCK_STREAM)?, word(libc::SOCK_SEQPACKET)?);
+    let errno = word(libc::EACCES)?;
     ops.extend([
         // Every call above the io_uring ones, and between the socket calls and them: allowed.
         jump(jgt, uring_last, To::Allow, To::Next),
