@@ -17,6 +17,8 @@ use agentd_protocol::limits::{MAX_QUEUED_REPLY_BYTES, SMALL_REPLY_BYTES, WRITE_T
 use futures_util::{Sink, SinkExt as _};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 /// Messages queued for one connection's writer. Bounded, so a client that stops reading slows its
 /// own execs' streaming and downloads instead of growing agentd's memory.
@@ -135,21 +137,39 @@ impl Outbox {
 
 /// Sends queued messages until the queue ends or the client stops taking them: a batch that cannot
 /// be flushed within [`WRITE_TIMEOUT_SECS`] ends the writer, which closes the queue (and with it
-/// the session). Room is given back after each flush.
+/// the session). Room is given back after each flush. Once agentd begins to shut down, nothing
+/// more is sent but a close frame with status 1001 (going away): the results of the requests the
+/// shutdown stops would tell of a kill the client never asked for.
 pub async fn write<S>(sink: S, queue: mpsc::Receiver<Outgoing>)
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
-    write_within(sink, queue, Duration::from_secs(WRITE_TIMEOUT_SECS)).await;
+    let timeout = Duration::from_secs(WRITE_TIMEOUT_SECS);
+    write_within(sink, queue, timeout, crate::registry::shutdown_begun()).await;
 }
 
-async fn write_within<S>(mut sink: S, mut queue: mpsc::Receiver<Outgoing>, timeout: Duration)
-where
+async fn write_within<S>(
+    mut sink: S,
+    mut queue: mpsc::Receiver<Outgoing>,
+    timeout: Duration,
+    going_away: impl Future<Output = ()>,
+) where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
-    while let Some(first) = queue.recv().await {
+    let mut going_away = std::pin::pin!(going_away);
+    loop {
+        let first = tokio::select! {
+            // Checked first, here and below: a result queued by the shutdown's kills is never sent.
+            biased;
+            () = &mut going_away => break,
+            first = queue.recv() => first,
+        };
+        let Some(first) = first else {
+            let _ = sink.close().await;
+            return;
+        };
         let batch = async {
             let mut held = Vec::with_capacity(BATCH);
             let mut next = Some(first);
@@ -160,7 +180,12 @@ where
             }
             sink.flush().await
         };
-        match tokio::time::timeout(timeout, batch).await {
+        let sent = tokio::select! {
+            biased;
+            () = &mut going_away => break,
+            sent = tokio::time::timeout(timeout, batch) => sent,
+        };
+        match sent {
             Ok(Ok(())) => {}
             Ok(Err(err)) => {
                 tracing::debug!("writing to the client failed: {err}");
@@ -172,7 +197,8 @@ where
             }
         }
     }
-    let _ = sink.close().await;
+    let away = CloseFrame { code: CloseCode::Away, reason: "agentd is shutting down".into() };
+    let _ = tokio::time::timeout(timeout, sink.send(Message::Close(Some(away)))).await;
 }
 
 #[cfg(test)]
@@ -218,7 +244,7 @@ mod tests {
         let room = Room::new();
         let all = room.free();
         let (outbox, rx) = Outbox::new(room.clone());
-        let writer = tokio::spawn(write_within(ws, rx, Duration::from_millis(300)));
+        let writer = tokio::spawn(write_within(ws, rx, Duration::from_millis(300), std::future::pending()));
         for _ in 0..4 {
             outbox.binary(vec![7; 200_000]).await.unwrap();
         }
@@ -228,6 +254,35 @@ mod tests {
         writer.await.unwrap();
         assert!(outbox.binary(vec![1; 10]).await.is_err(), "the connection is over");
         assert_eq!(room.free(), all, "its room is back");
+    }
+
+    #[tokio::test]
+    async fn going_away_sends_a_close_frame_and_nothing_queued_after_it() {
+        use futures_util::StreamExt as _;
+        use tokio_tungstenite::WebSocketStream;
+        use tokio_tungstenite::tungstenite::protocol::Role;
+        let (ours, theirs) = tokio::io::duplex(64 * 1024);
+        let ws = WebSocketStream::from_raw_socket(ours, Role::Server, None).await;
+        let mut client = WebSocketStream::from_raw_socket(theirs, Role::Client, None).await;
+        let (outbox, rx) = Outbox::new(Room::new());
+        let (away, going_away) = tokio::sync::oneshot::channel::<()>();
+        let writer = tokio::spawn(write_within(ws, rx, Duration::from_secs(5), async {
+            let _ = going_away.await;
+        }));
+        outbox.binary(b"before".to_vec()).await.unwrap();
+        let first = client.next().await.unwrap().unwrap();
+        assert_eq!(first.into_data().as_ref(), b"before");
+        // The shutdown begins, and a kill's result is queued before the writer runs again.
+        away.send(()).unwrap();
+        outbox.binary(b"after".to_vec()).await.unwrap();
+        match client.next().await.unwrap().unwrap() {
+            Message::Close(Some(frame)) => {
+                assert_eq!((frame.code, frame.reason.as_str()), (CloseCode::Away, "agentd is shutting down"));
+            }
+            other => panic!("expected the close frame, got {other:?}"),
+        }
+        writer.await.unwrap();
+        assert!(client.next().await.is_none_or(|frame| frame.is_err()), "nothing after the close");
     }
 
     #[tokio::test]

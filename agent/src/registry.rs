@@ -84,9 +84,30 @@ pub fn is_cancelled() -> bool {
 /// Set when agentd is shutting down: every blocking verb stops at its next step.
 static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
 
-/// Cancels all blocking work, of every connection, for good (SIGTERM).
+/// Wakes what awaits [`shutdown_begun`].
+static SHUTDOWN: Notify = Notify::const_new();
+
+/// Begins the shutdown (SIGTERM), for good: sessions close their connections and every blocking
+/// verb, of every connection, stops.
 pub fn shut_down() {
-    SHUTTING_DOWN.store(true, Ordering::Relaxed);
+    SHUTTING_DOWN.store(true, Ordering::SeqCst);
+    SHUTDOWN.notify_waiters();
+}
+
+/// Whether [`shut_down`] was called.
+pub fn shutting_down() -> bool {
+    SHUTTING_DOWN.load(Ordering::SeqCst)
+}
+
+/// Returns once [`shut_down`] is called (at once if it was).
+pub async fn shutdown_begun() {
+    let notified = SHUTDOWN.notified();
+    tokio::pin!(notified);
+    // Registered before the flag is read, so a shutdown between the two is not missed.
+    notified.as_mut().enable();
+    if !shutting_down() {
+        notified.await;
+    }
 }
 
 /// The current thread's token, to [`Cancel::enter`] in threads a verb spawns for itself.

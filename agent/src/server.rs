@@ -193,8 +193,8 @@ fn ws_config() -> WebSocketConfig {
 }
 
 /// One client's requests until its connection ends: the client closes it, the writer gives up on
-/// it, it sends no `hello` within [`HANDSHAKE_TIMEOUT_SECS`], or (`admitted`) a newer connection
-/// needs its place while it is idle.
+/// it, it sends no `hello` within [`HANDSHAKE_TIMEOUT_SECS`], (`admitted`) a newer connection
+/// needs its place while it is idle, or agentd shuts down.
 async fn session<S>(
     ws: WebSocketStream<S>,
     shared: Arc<Shared>,
@@ -220,9 +220,15 @@ async fn session<S>(
     tokio::pin!(evicted);
     let hello_by = tokio::time::sleep(Duration::from_secs(HANDSHAKE_TIMEOUT_SECS));
     tokio::pin!(hello_by);
+    let going_away = crate::registry::shutdown_begun();
+    tokio::pin!(going_away);
     loop {
         let frame = tokio::select! {
-            frame = source.next() => frame,
+            // Every end is checked before the next frame: a client sending without pause is no
+            // exception.
+            biased;
+            // Nothing new starts once agentd is shutting down (the writer sends the close frame).
+            () = &mut going_away => None,
             // A writer that gave up (the client stopped reading) ends the session too.
             () = session.out.closed() => None,
             () = &mut evicted => {
@@ -233,6 +239,7 @@ async fn session<S>(
                 tracing::info!("no hello within {HANDSHAKE_TIMEOUT_SECS} s: closed");
                 None
             }
+            frame = source.next() => frame,
         };
         let Some(frame) = frame else { break };
         if let Some(meter) = &meter {

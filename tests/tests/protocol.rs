@@ -209,3 +209,31 @@ async fn cancel_by_id_reports_cancelled() {
     assert_eq!(replies[1], json!({"type": "cancel_result", "id": 2, "target": 1, "found": true}));
     assert!(agentd_tests::processes_named("sleep 1008").is_empty());
 }
+
+/// SIGTERM while commands run: the client gets a close frame saying agentd goes away, and no
+/// `exec_result` of the kills the shutdown made (a result for a kill it never asked for would read
+/// as the command's own failure). A request sent after the close frame gets nothing.
+#[tokio::test]
+async fn sigterm_closes_links_with_going_away_and_no_result_of_its_kills() {
+    use futures_util::StreamExt as _;
+    use tungstenite::protocol::frame::coding::CloseCode;
+    let daemon = Daemon::start();
+    let mut ws = greeted(&daemon).await;
+    for id in 1..=3 {
+        let exec = json!({"type": "exec", "id": id, "command": "sleep 1013", "stream": true});
+        send_text(&mut ws, exec.to_string()).await;
+        assert_eq!(recv_json(&mut ws).await["type"], "exec_started");
+    }
+    let pid = nix::unistd::Pid::from_raw(daemon.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let frame = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("a frame in time");
+    match frame.expect("open").expect("frame") {
+        Message::Close(Some(close)) => {
+            assert_eq!((close.code, close.reason.as_str()), (CloseCode::Away, "agentd is shutting down"));
+        }
+        other => panic!("expected the close frame first, got {other:?}"),
+    }
+    let _ = ws.send(Message::text(json!({"type": "exec", "id": 4, "command": "true"}).to_string())).await;
+    let rest = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("the link ends");
+    assert!(!matches!(rest, Some(Ok(Message::Text(_)))), "a reply after the close: {rest:?}");
+}

@@ -122,6 +122,9 @@ pub enum ExecError {
     /// The command ran, but its exit status was lost (the reaper is gone: agentd is failing).
     #[error("the command ran, but its exit status was lost")]
     StatusLost,
+    /// agentd began to shut down before the command started.
+    #[error("agentd is shutting down: the command did not start")]
+    ShuttingDown,
 }
 
 impl ExecError {
@@ -142,7 +145,8 @@ impl ExecError {
             | Self::OutsideRoot { .. }
             | Self::Pipe(_)
             | Self::Shell(_)
-            | Self::NotEnforceable(_) => true,
+            | Self::NotEnforceable(_)
+            | Self::ShuttingDown => true,
             Self::Capture { .. } | Self::StatusLost => false,
         }
     }
@@ -263,6 +267,10 @@ impl Executor {
         let (target, exited) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+            // Read under it too: an exec asked for as `kill_all` runs never starts.
+            if crate::registry::shutting_down() {
+                return Err(ExecError::ShuttingDown);
+            }
             let (spawned, cgroup) = match plan {
                 Some(plan) => {
                     let (mut report, steps, cleanup) = plan.into_parts();
