@@ -54,8 +54,9 @@ pub fn error_text(err: &io::Error) -> String {
     }
 }
 
-/// Receives one upload; returns its error, `None` on success. The file work runs on the blocking
-/// pool, one chunk at a time, so waiting for the disk is the upload's backpressure.
+/// Receives one upload; returns its error, `None` on success. The file work and the digest run on
+/// the blocking pool, one chunk at a time, so waiting for the disk is the upload's backpressure and
+/// the runtime only passes chunks on.
 pub async fn upload(
     dest: Result<Destination, String>,
     mode: Option<u32>,
@@ -74,21 +75,21 @@ pub async fn upload(
             return Some(error);
         }
     };
-    let mut hasher = Sha256::new();
+    let mut hasher = Some(Sha256::new());
     let mut failure = None;
     while let Some(event) = events.recv().await {
         match event {
             UploadEvent::Data(data) => {
-                hasher.update(&data);
-                let Some(mut t) = target.take() else { continue };
+                let (Some(mut t), Some(mut h)) = (target.take(), hasher.take()) else { continue };
                 let written = tokio::task::spawn_blocking(move || {
+                    h.update(&data);
                     let result = t.write(&data);
-                    (t, result)
+                    (t, h, result)
                 })
                 .await;
                 match written {
-                    Ok((t, Ok(()))) => target = Some(t),
-                    Ok((t, Err(err))) => {
+                    Ok((t, h, Ok(()))) => (target, hasher) = (Some(t), Some(h)),
+                    Ok((t, _, Err(err))) => {
                         failure = Some(format!("write failed: {err}"));
                         blocking(move || t.remove()).await;
                     }
@@ -96,7 +97,7 @@ pub async fn upload(
                 }
             }
             UploadEvent::End { sha256 } => {
-                let Some(t) = target.take() else { return failure };
+                let (Some(t), Some(hasher)) = (target.take(), hasher.take()) else { return failure };
                 let received = format!("{:x}", hasher.finalize());
                 if !received.eq_ignore_ascii_case(&sha256) {
                     blocking(move || t.remove()).await;
