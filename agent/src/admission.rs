@@ -51,7 +51,7 @@ impl Refusal {
 
 /// An absolute path with every symlink followed and no `.` or `..`: two of them compare the way
 /// the kernel resolves them. The only ways to get one are [`CanonicalPath::resolve`] (IO) and, in
-/// tests, [`CanonicalPath::assume`].
+/// tests, `CanonicalPath::assume`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CanonicalPath(PathBuf);
 

@@ -662,7 +662,7 @@ impl Cleanup {
 /// What the child applies to itself between `clone` and `exec`; prepared by the parent.
 ///
 /// The child shares the parent's memory until it execs (`clone(CLONE_VM | CLONE_VFORK)`, see
-/// [`crate::exec::spawn::spawn_confined`]), so [`ChildSteps::enter`] takes `&self`: whatever the child
+/// [`crate::exec::spawn::Spawner::spawn`]), so [`ChildSteps::enter`] takes `&self`: whatever the child
 /// changed here, the parent would see as its own.
 pub struct ChildSteps {
     ruleset: Option<RulesetCreated>,

@@ -16,7 +16,8 @@
 //! - [`inbound`]: what clients' unfinished messages may hold: large ones are received a few at a
 //!   time across all connections.
 //! - [`outbox`]: each connection's outgoing queue and writer; large replies take room from one
-//!   budget shared by all connections, so memory does not follow output size.
+//!   budget shared by all connections, so memory does not follow output size. At SIGTERM the
+//!   writers send a going-away close frame and nothing more ([`registry::shut_down`]).
 //! - [`memory`]: free pages go back to the system once the work is done.
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
 //!

@@ -1,6 +1,6 @@
 //! A connection's outgoing messages: a bounded queue whose large messages first take room from a
 //! budget shared by every connection ([`Room`], [`MAX_QUEUED_REPLY_BYTES`]), and the writer that
-//! sends them, flushing in batches.
+//! sends them, flushing in batches, until agentd shuts down (then it sends the close frame only).
 //!
 //! Room is taken before a large reply is built where its size is known early (an exec's inline
 //! output is read back only once its room is reserved), else before it is queued, and given back

@@ -13,7 +13,7 @@
 //! - [`limits`]: sizes both sides enforce, with the reason for each.
 //! - [`contract`]: the model-facing result types of the `BaseSandbox` contract (`ExecuteResponse`,
 //!   `FileUploadResponse`, …) and the per-file transfer error codes.
-//! - [`fs`]: the seven file verbs: [`FsRequest`](fs::FsRequest) and the result types.
+//! - [`fs`]: the seven file verbs: [`FsRequest`] and the result types.
 //! - [`framing`]: a random quoted-heredoc delimiter that never occurs in the command it frames.
 //! - [`profile`]: sandbox profiles, per-request tightening, and the report of what was enforced.
 //! - [`meta`]: the result meta line with a random per-call sentinel, so command output cannot forge it.

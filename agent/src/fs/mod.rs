@@ -9,7 +9,7 @@
 //! writes on the opened file, walks from directory fds that never follow a link), so a path swapped
 //! meanwhile cannot redirect them; the path strings in results and messages are the caller's, verbatim.
 //!
-//! - [`ls`], [`read`], [`write`], [`edit`], [`delete`]: one file or directory.
+//! - [`ls`], [`read`], [`write`](mod@write), [`edit`], [`delete`]: one file or directory.
 //! - [`glob`], [`grep`]: tree walks with the contract's matching rules.
 
 pub mod budget;

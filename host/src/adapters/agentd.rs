@@ -325,9 +325,9 @@ pub(crate) async fn link_or_fallback(
 
 /// A provider's sandbox that reaches agentd over a link when it has one, else runs commands through
 /// the provider's own exec channel (Daytona's toolbox, Modal's command router); transfers always
-/// take the provider's channel. [`link_or_exec_sandbox!`] makes it a [`BaseSandbox`]: `execute`,
-/// the verbs and the offload over the link (with [`link_deadline`]), or through the exec channel
-/// with the derived verbs and offload.
+/// take the provider's channel. The crate's `link_or_exec_sandbox!` macro makes it a
+/// [`BaseSandbox`]: `execute`, the verbs and the offload over the link (with [`link_deadline`]), or
+/// through the exec channel with the derived verbs and offload.
 #[async_trait]
 pub trait LinkOrExec: Send + Sync {
     /// The link's name in errors (`agentd over …`).
