@@ -32,14 +32,18 @@ impl Exit {
     }
 }
 
-/// Keeps the signals agentd handles (SIGCHLD, SIGTERM, SIGINT) off the calling thread, so the
+/// The signals agentd installs handlers for (tokio's, on the runtime thread).
+pub const HANDLED: [nix::sys::signal::Signal; 3] =
+    [nix::sys::signal::Signal::SIGCHLD, nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT];
+
+/// Keeps the signals agentd handles ([`HANDLED`]) off the calling thread, so the
 /// kernel delivers them to the runtime thread, where they are awaited. A signal for the process goes
 /// to any thread that does not block it: an idle pool thread picked for a SIGCHLD was woken only to
 /// wake the runtime thread in turn, a second wake-up on every exec. For every thread agentd starts
 /// besides the runtime's (the blocking pool's `on_thread_start`, the drain threads).
 pub fn keep_signals_off_this_thread() {
-    use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
-    let handled: SigSet = [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT].into_iter().collect();
+    use nix::sys::signal::{SigSet, SigmaskHow, pthread_sigmask};
+    let handled: SigSet = HANDLED.into_iter().collect();
     // It cannot fail with a valid `how`; were it to, the signals would only take the longer way.
     let _ = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&handled), None);
 }
