@@ -50,6 +50,7 @@ use landlock::{
     RulesetCreated, RulesetStatus, Scope,
 };
 use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use rlimit::Resource;
 use seccompiler::BpfProgram;
 use thiserror::Error;
@@ -91,7 +92,7 @@ pub struct Confiner {
     link_notes: std::sync::Mutex<Option<(u64, Vec<String>)>>,
     /// Parent of the per-command pids cgroups, when agentd can create them; made on first need (a
     /// profile with `limits.processes`), so an agentd that never needs one leaves no trace.
-    cgroups: std::sync::OnceLock<Option<PathBuf>>,
+    cgroups: std::sync::OnceLock<Option<CgroupParent>>,
     /// Per-command cgroups that held a finished command and are empty again, kept for the next
     /// commands.
     idle_cgroups: Arc<IdleCgroups>,
@@ -193,7 +194,7 @@ impl Confiner {
         let cgroups = match (profile.limits.processes, build) {
             (None, _) => None,
             (Some(_), true) => self.cgroup_parent(),
-            (Some(_), false) => self.cgroups.get()?.as_ref(),
+            (Some(_), false) => self.cgroups.get()?.as_ref().map(|parent| &parent.dir),
         };
         let report = self.report_with(profile, links, cgroups.is_some());
         let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
@@ -959,14 +960,26 @@ fn kernel_landlock_abi() -> u32 {
     u32::try_from(abi).unwrap_or(0)
 }
 
+/// The directory agentd makes its per-command cgroups in, and the lock that tells other agentds it
+/// is alive (see [`sweep_dead_agentds`]).
+struct CgroupParent {
+    dir: PathBuf,
+    /// An exclusive `flock` on `dir`, held for agentd's whole life (the kernel drops it when agentd
+    /// dies, however it dies). `None` where the lock could not be taken.
+    _alive: Option<Flock<File>>,
+}
+
 /// Where agentd can create pids cgroups: beneath its own pids cgroup (so every limit on agentd
 /// bounds its commands too; a cgroup at the hierarchy's root once gave a command more processes than
-/// agentd itself was allowed), in a directory `agentd-<pid>` with one child per command.
-fn pids_cgroup_parent() -> Option<PathBuf> {
+/// agentd itself was allowed), in a directory `agentd-<pid>` with one child per command. What dead
+/// agentds left there is swept first.
+fn pids_cgroup_parent() -> Option<CgroupParent> {
     let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let own = own_pids_cgroup(&membership, &mounts)?;
-    let dir = own.dir.join(format!("agentd-{}", std::process::id()));
+    let pid = std::process::id();
+    sweep_dead_agentds(&own.dir, pid);
+    let dir = own.dir.join(format!("agentd-{pid}"));
     if own.v2 {
         // v2: the controller must be enabled for our children and for theirs.
         std::fs::write(own.dir.join("cgroup.subtree_control"), "+pids").ok()?;
@@ -975,10 +988,52 @@ fn pids_cgroup_parent() -> Option<PathBuf> {
             let _ = std::fs::remove_dir(&dir);
             return None;
         }
-        return Some(dir);
+    } else {
+        std::fs::create_dir_all(&dir).ok()?;
     }
-    std::fs::create_dir_all(&dir).ok()?;
-    Some(dir)
+    let alive =
+        File::open(&dir).ok().and_then(|file| Flock::lock(file, FlockArg::LockExclusiveNonblock).ok());
+    Some(CgroupParent { dir, _alive: alive })
+}
+
+/// The pid in a directory name `agentd-<pid>` of another agentd than `own`. Pure.
+fn other_agentds_pid(name: &str, own: u32) -> Option<i32> {
+    let pid: u32 = name.strip_prefix("agentd-")?.parse().ok()?;
+    (pid != 0 && pid != own).then_some(i32::try_from(pid).ok()?)
+}
+
+/// Removes the `agentd-<pid>` directories in `parent` whose agentd died without removing them
+/// (SIGKILL, a crash), with their empty per-command cgroups: without this they would pile up, one per
+/// agentd ever killed. One is left alone while its pid is alive here (an agentd of an older version
+/// holds no lock) or while anyone holds its lock (an agentd in another pid namespace), and a
+/// cgroup that still holds a process cannot be removed (`rmdir` refuses it).
+fn sweep_dead_agentds(parent: &Path, own: u32) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| other_agentds_pid(name, own)) else {
+            continue;
+        };
+        let dead = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH);
+        let dir = entry.path();
+        let unlocked =
+            || File::open(&dir).ok().and_then(|file| Flock::lock(file, FlockArg::LockExclusiveNonblock).ok());
+        if dead && let Some(_held) = unlocked() {
+            tracing::debug!("removing {}, left by an agentd that is gone", dir.display());
+            remove_cgroup_tree(&dir);
+        }
+    }
+}
+
+/// Removes `dir`'s per-command cgroups, then `dir`: each one that is empty (no process, no child).
+fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(children) = std::fs::read_dir(dir) {
+        for child in children.flatten() {
+            if child.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir(child.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// agentd's own pids cgroup directory.
@@ -1028,14 +1083,14 @@ fn own_pids_cgroup(membership: &str, mountinfo: &str) -> Option<OwnCgroup> {
 
 impl Confiner {
     fn cgroup_parent(&self) -> Option<&PathBuf> {
-        self.cgroups.get_or_init(pids_cgroup_parent).as_ref()
+        self.cgroups.get_or_init(pids_cgroup_parent).as_ref().map(|parent| &parent.dir)
     }
 
     /// The per-command cgroups that exist now (commands running, or a finished command's
     /// background processes still in its cgroup).
     pub fn command_cgroups(&self) -> Vec<PathBuf> {
         let Some(Some(parent)) = self.cgroups.get() else { return Vec::new() };
-        std::fs::read_dir(parent)
+        std::fs::read_dir(&parent.dir)
             .into_iter()
             .flatten()
             .flatten()
@@ -1047,12 +1102,7 @@ impl Confiner {
     /// Removes agentd's cgroups at shutdown, once every process is gone.
     pub fn remove_cgroups(&self) {
         let Some(Some(parent)) = self.cgroups.get() else { return };
-        if let Ok(children) = std::fs::read_dir(parent) {
-            for child in children.flatten() {
-                let _ = std::fs::remove_dir(child.path());
-            }
-        }
-        let _ = std::fs::remove_dir(parent);
+        remove_cgroup_tree(&parent.dir);
     }
 }
 
@@ -1190,6 +1240,16 @@ impl Drop for PidsCgroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_other_agentds_directories_are_swept() {
+        assert_eq!(other_agentds_pid("agentd-4656", 7), Some(4656));
+        for name in
+            ["agentd-7", "agentd-0", "agentd-", "agentd-x1", "agentd--3", "agentd-99999999999", "docker"]
+        {
+            assert_eq!(other_agentds_pid(name, 7), None, "{name}");
+        }
+    }
 
     /// The join goes through `tasks` where there is one (v1), else through `cgroup.procs` (v2).
     #[test]

@@ -234,3 +234,51 @@ async fn a_bursts_cgroups_are_kept_while_busy_and_given_back_when_idle() {
     drop(sb);
     assert!(cap.pids().is_empty(), "a command outlived its agentd");
 }
+
+/// An agentd killed with SIGKILL cannot remove its cgroups; the next agentd beside it does, and
+/// leaves alone what belongs to a live process (an agentd of an older version takes no lock) or
+/// still holds one.
+#[tokio::test]
+async fn the_cgroups_a_killed_agentd_left_are_removed_by_the_next_one() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(CAP) else { return };
+    let killed = default_sandbox_in(&cap).await;
+    assert_eq!(killed.execute("true", None).await.unwrap().exit_code, Some(0));
+    let pid = killed.pid();
+    let left = cap.dir.join(format!("agentd-{pid}"));
+    assert!(!command_cgroups(&cap, pid).is_empty(), "the agentd made no per-command cgroup");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
+    drop(killed);
+    agentd_tests::remove_scratch(pid);
+    assert!(left.is_dir(), "the control: a killed agentd leaves its cgroups");
+    // A live process's directory, with no lock on it; and a dead one's whose cgroup holds a process.
+    let live = cap.dir.join(format!("agentd-{}", std::process::id()));
+    std::fs::create_dir(&live).unwrap();
+    // An agentd of another pid namespace: its pid means nothing here, its lock is held.
+    let elsewhere = cap.dir.join("agentd-4194302");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let lock = nix::fcntl::Flock::lock(
+        std::fs::File::open(&elsewhere).unwrap(),
+        nix::fcntl::FlockArg::LockExclusiveNonblock,
+    )
+    .unwrap();
+    let busy = cap.dir.join("agentd-4194303");
+    std::fs::create_dir_all(busy.join("0")).unwrap();
+    let mut sleeper = std::process::Command::new("sleep").arg("1024").spawn().unwrap();
+    std::fs::write(busy.join("0/cgroup.procs"), sleeper.id().to_string()).unwrap();
+
+    let next = default_sandbox_in(&cap).await;
+    assert_eq!(next.execute("true", None).await.unwrap().exit_code, Some(0));
+    let (gone, kept, locked, held) =
+        (!left.exists(), live.is_dir(), elsewhere.is_dir(), busy.join("0").is_dir());
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    drop((next, lock));
+    let _ = std::fs::remove_dir(&live);
+    let _ = std::fs::remove_dir(&elsewhere);
+    assert!(gone, "{} is still there", left.display());
+    assert!(kept, "a live process's directory was removed");
+    assert!(locked, "a directory whose lock is held was removed");
+    assert!(held, "a cgroup holding a process was removed");
+}
