@@ -63,8 +63,10 @@ pub async fn upload(
     mut events: mpsc::Receiver<UploadEvent>,
 ) -> Option<String> {
     let opened = tokio::task::spawn_blocking(move || UploadTarget::open(&dest?, mode)).await;
+    // The file being written with the digest of what it holds so far: they go to a blocking thread
+    // and back together.
     let mut target = match opened.unwrap_or_else(|e| Err(e.to_string())) {
-        Ok(target) => Some(target),
+        Ok(target) => Some((target, Sha256::new())),
         Err(error) => {
             // Keep consuming the chunks already on their way; answer once, at the end.
             while let Some(event) = events.recv().await {
@@ -75,12 +77,11 @@ pub async fn upload(
             return Some(error);
         }
     };
-    let mut hasher = Some(Sha256::new());
     let mut failure = None;
     while let Some(event) = events.recv().await {
         match event {
             UploadEvent::Data(data) => {
-                let (Some(mut t), Some(mut h)) = (target.take(), hasher.take()) else { continue };
+                let Some((mut t, mut h)) = target.take() else { continue };
                 let written = tokio::task::spawn_blocking(move || {
                     h.update(&data);
                     let result = t.write(&data);
@@ -88,7 +89,7 @@ pub async fn upload(
                 })
                 .await;
                 match written {
-                    Ok((t, h, Ok(()))) => (target, hasher) = (Some(t), Some(h)),
+                    Ok((t, h, Ok(()))) => target = Some((t, h)),
                     Ok((t, _, Err(err))) => {
                         failure = Some(format!("write failed: {err}"));
                         blocking(move || t.remove()).await;
@@ -97,7 +98,7 @@ pub async fn upload(
                 }
             }
             UploadEvent::End { sha256 } => {
-                let (Some(t), Some(hasher)) = (target.take(), hasher.take()) else { return failure };
+                let Some((t, hasher)) = target.take() else { return failure };
                 let received = format!("{:x}", hasher.finalize());
                 if !received.eq_ignore_ascii_case(&sha256) {
                     blocking(move || t.remove()).await;
@@ -109,14 +110,14 @@ pub async fn upload(
                     .err();
             }
             UploadEvent::Abort(reason) => {
-                if let Some(t) = target.take() {
+                if let Some((t, _)) = target.take() {
                     blocking(move || t.remove()).await;
                 }
                 return Some(reason);
             }
         }
     }
-    if let Some(t) = target.take() {
+    if let Some((t, _)) = target.take() {
         blocking(move || t.remove()).await;
     }
     Some("connection closed before upload_end".to_owned())
