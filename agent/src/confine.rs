@@ -991,9 +991,14 @@ fn pids_cgroup_parent() -> Option<CgroupParent> {
     } else {
         std::fs::create_dir_all(&dir).ok()?;
     }
-    let alive =
-        File::open(&dir).ok().and_then(|file| Flock::lock(file, FlockArg::LockExclusiveNonblock).ok());
+    let alive = lock_dir(&dir);
     Some(CgroupParent { dir, _alive: alive })
+}
+
+/// An exclusive `flock` on the directory `dir`, or `None` when another process holds one (or the
+/// directory cannot be opened).
+fn lock_dir(dir: &Path) -> Option<Flock<File>> {
+    Flock::lock(File::open(dir).ok()?, FlockArg::LockExclusiveNonblock).ok()
 }
 
 /// The pid in a directory name `agentd-<pid>` of another agentd than `own`. Pure.
@@ -1015,9 +1020,7 @@ fn sweep_dead_agentds(parent: &Path, own: u32) {
         };
         let dead = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH);
         let dir = entry.path();
-        let unlocked =
-            || File::open(&dir).ok().and_then(|file| Flock::lock(file, FlockArg::LockExclusiveNonblock).ok());
-        if dead && let Some(_held) = unlocked() {
+        if dead && let Some(_held) = lock_dir(&dir) {
             tracing::debug!("removing {}, left by an agentd that is gone", dir.display());
             remove_cgroup_tree(&dir);
         }

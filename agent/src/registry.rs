@@ -77,8 +77,7 @@ impl Cancel {
 /// agentd is shutting down. Cheap: a thread-local and an
 /// atomic load, meant for the head of every loop of a walk or a read.
 pub fn is_cancelled() -> bool {
-    SHUTTING_DOWN.load(Ordering::Relaxed)
-        || CURRENT.with(|current| current.borrow().as_ref().is_some_and(Cancel::is_cancelled))
+    shutting_down() || CURRENT.with(|current| current.borrow().as_ref().is_some_and(Cancel::is_cancelled))
 }
 
 /// Set when agentd is shutting down: every blocking verb stops at its next step.

@@ -255,15 +255,16 @@ async fn the_cgroups_a_killed_agentd_left_are_removed_by_the_next_one() {
     // A live process's directory, with no lock on it; and a dead one's whose cgroup holds a process.
     let live = cap.dir.join(format!("agentd-{}", std::process::id()));
     std::fs::create_dir(&live).unwrap();
-    // An agentd of another pid namespace: its pid means nothing here, its lock is held.
-    let elsewhere = cap.dir.join("agentd-4194302");
+    // An agentd of another pid namespace: its pid means nothing here (none reaches 2^22, the
+    // kernel's highest pid_max), its lock is held.
+    let elsewhere = cap.dir.join("agentd-4194310");
     std::fs::create_dir(&elsewhere).unwrap();
     let lock = nix::fcntl::Flock::lock(
         std::fs::File::open(&elsewhere).unwrap(),
         nix::fcntl::FlockArg::LockExclusiveNonblock,
     )
     .unwrap();
-    let busy = cap.dir.join("agentd-4194303");
+    let busy = cap.dir.join("agentd-4194311");
     std::fs::create_dir_all(busy.join("0")).unwrap();
     let mut sleeper = std::process::Command::new("sleep").arg("1024").spawn().unwrap();
     std::fs::write(busy.join("0/cgroup.procs"), sleeper.id().to_string()).unwrap();
