@@ -40,18 +40,17 @@ pub use carve::{Withheld, agentd_withheld};
 
 use std::fs::File;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, SandboxProfile};
 use landlock::{
     ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible as _, Ruleset, RulesetAttr as _,
-    RulesetCreated, RulesetStatus, Scope,
+    RulesetCreated, Scope,
 };
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
-use rlimit::Resource;
 use seccompiler::BpfProgram;
 use thiserror::Error;
 
@@ -215,14 +214,14 @@ impl Confiner {
             (true, Some(now)) => Some(self.ruleset_ready(profile, want, now?)?),
         };
         let filter = if want.seccomp { self.network_filter.clone() } else { None };
-        let mut rlimits = vec![(Resource::CORE, 0, 0)];
+        let mut rlimits = vec![(libc::RLIMIT_CORE, 0, 0)];
         let limits = &profile.limits;
         // A hard CPU limit one second above the soft one: the command gets SIGXCPU (which the
         // result can name) rather than an anonymous SIGKILL.
-        rlimits.extend(limits.cpu_seconds.map(|v| (Resource::CPU, v, v.saturating_add(1))));
-        rlimits.extend(limits.address_space.map(|v| (Resource::AS, v, v)));
-        rlimits.extend(limits.file_size.map(|v| (Resource::FSIZE, v, v)));
-        rlimits.extend(limits.open_files.map(|v| (Resource::NOFILE, v, v)));
+        rlimits.extend(limits.cpu_seconds.map(|v| (libc::RLIMIT_CPU, v, v.saturating_add(1))));
+        rlimits.extend(limits.address_space.map(|v| (libc::RLIMIT_AS, v, v)));
+        rlimits.extend(limits.file_size.map(|v| (libc::RLIMIT_FSIZE, v, v)));
+        rlimits.extend(limits.open_files.map(|v| (libc::RLIMIT_NOFILE, v, v)));
         // Last: the one step that takes something (an idle cgroup), so nothing is left to give back
         // when an earlier step was not ready.
         let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -250,7 +249,7 @@ impl Confiner {
         };
         // Without a cgroup, the per-user process limit is the fallback (it does not bind uid 0).
         if cgroup.is_none() {
-            rlimits.extend(limits.processes.map(|v| (Resource::NPROC, v, v)));
+            rlimits.extend(limits.processes.map(|v| (libc::RLIMIT_NPROC, v, v)));
         }
         let cgroup_join = match &cgroup {
             Some(cgroup) => match cgroup.join.try_clone() {
@@ -261,7 +260,14 @@ impl Confiner {
         };
         Some(Ok(Plan {
             report,
-            child: ChildSteps { ruleset, filter, strict, rlimits, cgroup_join },
+            child: ChildSteps {
+                // A ruleset the crate made no descriptor for: landlock is not there.
+                ruleset: ruleset.map(Option::<OwnedFd>::from),
+                filter,
+                strict,
+                rlimits,
+                cgroup_join,
+            },
             cgroup,
             idle_cgroups: Arc::clone(&self.idle_cgroups),
         }))
@@ -662,15 +668,18 @@ impl Cleanup {
 
 /// What the child applies to itself between `clone` and `exec`; prepared by the parent.
 ///
-/// The child shares the parent's memory until it execs (`clone(CLONE_VM | CLONE_VFORK)`, see
+/// The child shares the parent's memory until it execs (`clone(CLONE_VM)`, see
 /// [`crate::exec::spawn::Spawner::spawn`]), so [`ChildSteps::enter`] takes `&self`: whatever the child
-/// changed here, the parent would see as its own.
+/// changed here, the parent would see as its own. The parent keeps it unchanged until the child
+/// exec'd or exited.
 pub struct ChildSteps {
-    ruleset: Option<RulesetCreated>,
+    /// The landlock ruleset's descriptor (`Some(None)`: asked, but landlock is not there).
+    ruleset: Option<Option<OwnedFd>>,
     filter: Option<Arc<BpfProgram>>,
     /// Refuse to exec on anything less than asked.
     strict: bool,
-    rlimits: Vec<(Resource, u64, u64)>,
+    /// `(RLIMIT_*, soft, hard)`.
+    rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
     /// A duplicate of the command's cgroup join file ([`PidsCgroup::join`]).
     cgroup_join: Option<OwnedFd>,
 }
@@ -687,42 +696,37 @@ impl ChildSteps {
         Expect { landlock: self.ruleset.is_some(), seccomp: self.filter.is_some() }
     }
 
-    /// Runs in the child: system calls only, nothing allocated, nothing of `self` changed. What
-    /// landlock and seccomp gave goes to `status`; a strict profile that got less fails with `EPERM`.
-    pub fn enter(&self, status: &mut ChildStatus) -> Result<(), Errno> {
+    /// Runs in the child: raw system calls only ([`crate::exec::syscall`]: the child runs beside
+    /// agentd's thread, on its `errno`), nothing allocated, nothing of `self` changed. What landlock
+    /// and seccomp gave goes to `status`; a strict profile that got less fails with `EPERM`.
+    ///
+    /// The ruleset asks exactly what this kernel offers ([`build_ruleset`]), so a
+    /// `landlock_restrict_self` that succeeds enforces all of it: what the landlock crate would
+    /// report as fully enforced.
+    pub fn enter(&self, status: &mut ChildStatus) -> Result<(), i32> {
+        use crate::exec::syscall;
         if let Some(join) = &self.cgroup_join {
             join_cgroup(join)?;
         }
-        for (resource, soft, hard) in &self.rlimits {
-            resource.set(*soft, *hard).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+        for &(resource, soft, hard) in &self.rlimits {
+            syscall::set_rlimit(resource, soft, hard)?;
         }
-        nix::sys::prctl::set_no_new_privs()?;
+        syscall::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)?;
         let expect = self.expect();
         let landlock = match &self.ruleset {
             None => Applied::NotAsked,
-            Some(ruleset) => {
-                // SAFETY: a bitwise copy for the child to consume: it holds no heap memory, only the
-                // ruleset's descriptor, which `restrict_self` closes in the child's own descriptor
-                // table (no CLONE_FILES). The parent's value and descriptor are left as they were.
-                let copy = unsafe { std::ptr::read(ruleset) };
-                match copy.restrict_self() {
-                    Ok(status) => match status.ruleset {
-                        RulesetStatus::FullyEnforced => Applied::Full,
-                        RulesetStatus::PartiallyEnforced => Applied::Partial,
-                        RulesetStatus::NotEnforced => Applied::NotEnforced,
-                    },
-                    Err(_) => Applied::Failed,
-                }
-            }
+            Some(None) => Applied::NotEnforced,
+            Some(Some(ruleset)) => match syscall::landlock_restrict_self(ruleset.as_raw_fd()) {
+                Ok(()) => Applied::Full,
+                Err(_) => Applied::Failed,
+            },
         };
-        // `apply_filter` is a prctl and a seccomp call on the prepared program: no allocation.
-        let seccomp =
-            self.filter.as_deref().is_some_and(|program| seccompiler::apply_filter(program).is_ok());
-        let no_new_privs = nix::sys::prctl::get_no_new_privs().unwrap_or(false);
+        let seccomp = self.filter.as_deref().is_some_and(|program| syscall::seccomp_filter(program).is_ok());
+        let no_new_privs = syscall::prctl(libc::PR_GET_NO_NEW_PRIVS, 0) == Ok(1);
         let measured = Measured { landlock, no_new_privs, seccomp };
         status.bytes = measured.encode();
         if self.strict && measured.short_of(expect) {
-            return Err(Errno::EPERM);
+            return Err(libc::EPERM);
         }
         Ok(())
     }
@@ -867,9 +871,9 @@ fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) 
 /// Moves the calling process (one thread: a child before its exec) into the cgroup whose join file
 /// ([`PidsCgroup::join`]) is `join`. It writes `0`, which the kernel reads as "the writer": no pid to
 /// format, whatever pid namespace agentd is in.
-fn join_cgroup(join: &OwnedFd) -> Result<(), Errno> {
-    let written = nix::unistd::write(join, b"0")?;
-    if written == 1 { Ok(()) } else { Err(Errno::EIO) }
+fn join_cgroup(join: &OwnedFd) -> Result<(), i32> {
+    let written = crate::exec::syscall::write(join.as_raw_fd(), b"0")?;
+    if written == 1 { Ok(()) } else { Err(libc::EIO) }
 }
 
 fn has_fs_rules(profile: &SandboxProfile) -> bool {

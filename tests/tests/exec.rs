@@ -573,3 +573,40 @@ async fn commands_start_with_no_signal_ignored_whatever_agentd_inherited() {
     let r = sb.execute("kill -TERM $$; echo survived", None).await.unwrap();
     assert_eq!(r.exit_code, Some(143), "{r:?}");
 }
+
+/// agentd does not wait for a child's exec: it goes on (and clones the next children) while the
+/// child still reads its command, environment and steps from agentd's memory. Each must see its
+/// own, never memory reused for another: 64 in flight over 8 links, each command and variable
+/// different, each output checked.
+#[tokio::test]
+async fn concurrent_children_each_exec_their_own_command_and_environment() {
+    const EXECS: usize = 2000;
+    let sb = sandbox().await;
+    let mut links = Vec::new();
+    for _ in 0..8 {
+        links.push(agentd_host::AgentdSandbox::connect(sb.url(), None).await.unwrap());
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let workers = (0..64).map(|i| {
+        let (link, next) = (&links[i % links.len()], &next);
+        async move {
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= EXECS {
+                    break;
+                }
+                // A command and a value of different lengths each time, so a child reading another
+                // one's memory would print something else.
+                let value = "v".repeat(n % 97);
+                let request = ExecRequest {
+                    env: [("WHO".to_owned(), format!("{n}-{value}"))].into(),
+                    ..exec(&format!("echo \"$WHO\" {n}{}", "x".repeat(n % 89)))
+                };
+                let r = link.exec(request, None).await.unwrap();
+                let expected = format!("{n}-{value} {n}{}\n", "x".repeat(n % 89));
+                assert_eq!((r.exit_code, r.output.as_deref()), (0, Some(expected.as_str())), "{r:?}");
+            }
+        }
+    });
+    futures_util::future::join_all(workers).await;
+}

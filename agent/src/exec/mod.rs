@@ -4,7 +4,8 @@
 //! - [`reaper`]: the single owner of exit statuses (agentd is a subreaper, maybe PID 1).
 //! - [`tree`]: which processes belong to an exec, and the SIGTERM → grace → SIGKILL ladder.
 //! - [`capture`]: the capture file, the pipe drain, splice of the dropped tail to /dev/null.
-//! - [`spawn`]: `/bin/sh -c` started in a new session (a vfork-style clone), confined or not.
+//! - [`spawn`]: `/bin/sh -c` started in a new session (a clone sharing agentd's memory until the
+//!   exec, which agentd does not wait for), confined or not; [`syscall`]: the child's raw calls.
 //! - [`preview`]: the head/tail preview of offloaded output.
 //!
 //! Invariants: the result is reported as soon as the shell is reaped and the pipe is drained, or
@@ -15,6 +16,7 @@ pub mod capture;
 pub mod preview;
 pub mod reaper;
 pub mod spawn;
+pub mod syscall;
 pub mod tree;
 
 use std::collections::{BTreeMap, HashMap};
@@ -168,7 +170,7 @@ pub struct Executor {
     next_seq: AtomicU64,
     /// Running execs by sequence number, so shutdown can end them all.
     running: Mutex<HashMap<u64, Target>>,
-    base_env: spawn::BaseEnv,
+    base_env: Arc<spawn::BaseEnv>,
     spawner: spawn::Spawner,
 }
 
@@ -199,7 +201,7 @@ impl Executor {
             tag_prefix: std::process::id().to_string(),
             next_seq: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
-            base_env: spawn::BaseEnv::capture(),
+            base_env: Arc::new(spawn::BaseEnv::capture()),
             spawner: spawn::Spawner::new(),
         }
     }
@@ -263,38 +265,49 @@ impl Executor {
             output: &writer,
         };
         let start = Instant::now();
-        let mut confinement = None;
-        let (target, exited) = {
+        let (target, exited, launch, confinement) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             // Read under it too: an exec asked for as `kill_all` runs never starts.
             if crate::registry::shutting_down() {
                 return Err(ExecError::ShuttingDown);
             }
-            let (spawned, cgroup) = match plan {
+            let (steps, confinement) = match plan {
                 Some(plan) => {
-                    let (mut report, steps, cleanup) = plan.into_parts();
-                    let spawned =
-                        self.reaper.spawn(|| self.spawner.spawn(&shell, Some((&steps, &mut report))));
-                    let cgroup = cleanup.cgroup().map(Path::to_owned);
-                    confinement = Some((report, cleanup));
-                    (spawned, cgroup)
+                    let (report, steps, cleanup) = plan.into_parts();
+                    (Some(steps), Some((report, cleanup)))
                 }
-                None => (self.reaper.spawn(|| self.spawner.spawn(&shell, None)), None),
+                None => (None, None),
             };
-            let (pid, exited) = spawned.map_err(ExecError::spawn)?;
-            let target = Target { root: pid, tag, cgroup };
+            let spawned = self.reaper.spawn(|| {
+                let launch = self.spawner.spawn(&shell, steps)?;
+                Ok((launch.pid, launch))
+            });
+            let (launch, exited) = spawned.map_err(ExecError::spawn)?;
+            let cgroup = confinement.as_ref().and_then(|(_, cleanup)| cleanup.cgroup().map(Path::to_owned));
+            let target = Target { root: launch.pid, tag, cgroup };
             running.insert(seq, target.clone());
-            (target, exited)
+            (target, exited, launch, confinement)
         };
         let pid = target.root;
-        // Our copies of the child's ends must close, or EOF never comes.
+        // Our copies of the child's ends close now, before any other child is cloned (no await
+        // since the clone): no other child holds them, and EOF comes when this command's end.
         drop(writer);
+        let stdin_pipe = stdin_pipe.map(|(read, write)| {
+            drop(read);
+            write
+        });
+        let mut confinement = confinement;
+        let launched = launch.finished(confinement.as_mut().map(|(report, _)| report)).await;
+        if let Err(err) = launched {
+            // The child exited without its exec (its status goes nowhere: `exited` is dropped).
+            self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
+            return Err(ExecError::spawn(err));
+        }
         if let Some(started) = started {
             let _ = started.send(pid);
         }
-        if let (Some((read, write)), Some(bytes)) = (stdin_pipe, spec.stdin) {
-            drop(read);
+        if let (Some(write), Some(bytes)) = (stdin_pipe, spec.stdin) {
             tokio::spawn(feed_stdin(write, bytes));
         }
 

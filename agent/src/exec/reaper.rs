@@ -77,14 +77,14 @@ impl Reaper {
         Ok(reaper)
     }
 
-    /// Runs `start` (which spawns a child and returns its pid) and registers the pid before anyone
-    /// can reap it.
-    pub fn spawn(&self, start: impl FnOnce() -> io::Result<u32>) -> io::Result<(u32, ExitReceiver)> {
+    /// Runs `start` (which spawns a child and returns its pid, with what else it made) and
+    /// registers the pid before anyone can reap it.
+    pub fn spawn<T>(&self, start: impl FnOnce() -> io::Result<(u32, T)>) -> io::Result<(T, ExitReceiver)> {
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        let pid = start()?;
+        let (pid, made) = start()?;
         let (tx, rx) = oneshot::channel();
         waiters.insert(pid as i32, tx);
-        Ok((pid, rx))
+        Ok((made, rx))
     }
 
     /// Reaps every exited child; hands tracked statuses to their waiters, drops orphans' statuses.

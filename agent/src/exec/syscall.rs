@@ -1,0 +1,192 @@
+//! Raw system calls for a child between its clone and its exec.
+//!
+//! The child shares agentd's memory and runs beside the thread that cloned it
+//! ([`super::spawn`]), on that thread's thread-local area. libc's wrappers write `errno` there
+//! (and glibc's cancellation points touch the thread's descriptor), so the child calls the kernel
+//! directly: the result is the return value, `-errno` on failure, and nothing else is written.
+
+use std::ffi::c_long;
+
+/// A system call's failure: the kernel's `errno`.
+pub type Errno = i32;
+
+/// `syscall` with up to 6 arguments; `Err(errno)` when the kernel returns one of -4095..=-1.
+///
+/// # Safety
+/// The arguments must be valid for system call `number` (pointers to memory that lives through
+/// the call, descriptors the caller may use).
+#[inline(always)]
+pub unsafe fn call(number: c_long, args: [usize; 6]) -> Result<usize, Errno> {
+    // SAFETY: the caller's promise; the instruction itself clobbers only what is declared below.
+    let ret = unsafe { raw(number, args) };
+    if (-4095..0).contains(&ret) { Err(-ret as Errno) } else { Ok(ret as usize) }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn raw(number: c_long, a: [usize; 6]) -> isize {
+    let ret: isize;
+    // SAFETY: the x86_64 Linux system call convention: number in rax, arguments in rdi, rsi, rdx,
+    // r10, r8, r9; rcx and r11 are clobbered by the instruction; the result comes back in rax.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") number as isize => ret,
+            in("rdi") a[0],
+            in("rsi") a[1],
+            in("rdx") a[2],
+            in("r10") a[3],
+            in("r8") a[4],
+            in("r9") a[5],
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+#[cfg(target_arch = "aarch64")]
+#[inline(always)]
+unsafe fn raw(number: c_long, a: [usize; 6]) -> isize {
+    let ret: isize;
+    // SAFETY: the aarch64 Linux system call convention: number in x8, arguments in x0-x5, the
+    // result in x0.
+    unsafe {
+        std::arch::asm!(
+            "svc 0",
+            in("x8") number,
+            inlateout("x0") a[0] as isize => ret,
+            in("x1") a[1],
+            in("x2") a[2],
+            in("x3") a[3],
+            in("x4") a[4],
+            in("x5") a[5],
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// A pointer as a system call argument.
+pub fn ptr<T>(p: *const T) -> usize {
+    p as usize
+}
+
+/// A descriptor or other small integer as a system call argument (sign-extended, as the kernel
+/// reads an `int`).
+pub fn int(value: i32) -> usize {
+    value as isize as usize
+}
+
+/// `rt_sigaction(signal, SIG_DFL)`: the kernel's own `struct sigaction` (handler, flags, restorer,
+/// mask), all zero, which is the default action.
+pub fn default_action(signal: i32) -> Result<(), Errno> {
+    let action = [0usize; 4];
+    // SAFETY: `action` is a valid kernel sigaction for the call's duration; no old action asked.
+    unsafe { call(libc::SYS_rt_sigaction, [int(signal), ptr(action.as_ptr()), 0, 8, 0, 0]) }.map(drop)
+}
+
+/// `rt_sigprocmask(SIG_SETMASK, {})`: nothing blocked.
+pub fn unblock_all_signals() -> Result<(), Errno> {
+    let none: u64 = 0;
+    // SAFETY: an 8-byte empty set, alive through the call.
+    unsafe { call(libc::SYS_rt_sigprocmask, [int(libc::SIG_SETMASK), ptr(&raw const none), 0, 8, 0, 0]) }
+        .map(drop)
+}
+
+/// `dup3(from, to, 0)`, or, when they are the same descriptor, its close-on-exec flag cleared.
+pub fn dup_onto(from: i32, to: i32) -> Result<(), Errno> {
+    // SAFETY: descriptor calls on integers; nothing is read from memory.
+    unsafe {
+        if from == to {
+            let flags = call(libc::SYS_fcntl, [int(to), int(libc::F_GETFD), 0, 0, 0, 0])?;
+            call(
+                libc::SYS_fcntl,
+                [int(to), int(libc::F_SETFD), flags & !(libc::FD_CLOEXEC as usize), 0, 0, 0],
+            )
+            .map(drop)
+        } else {
+            call(libc::SYS_dup3, [int(from), int(to), 0, 0, 0, 0]).map(drop)
+        }
+    }
+}
+
+/// `fchdir(fd)`.
+pub fn fchdir(fd: i32) -> Result<(), Errno> {
+    // SAFETY: a descriptor call.
+    unsafe { call(libc::SYS_fchdir, [int(fd), 0, 0, 0, 0, 0]) }.map(drop)
+}
+
+/// `setsid()`.
+pub fn setsid() -> Result<(), Errno> {
+    // SAFETY: no arguments.
+    unsafe { call(libc::SYS_setsid, [0; 6]) }.map(drop)
+}
+
+/// `write(fd, bytes)`: how many were written.
+pub fn write(fd: i32, bytes: &[u8]) -> Result<usize, Errno> {
+    // SAFETY: `bytes` is readable for its length through the call.
+    unsafe { call(libc::SYS_write, [int(fd), ptr(bytes.as_ptr()), bytes.len(), 0, 0, 0]) }
+}
+
+/// `prlimit64(0, resource, {soft, hard}, NULL)`: the calling process's limit.
+pub fn set_rlimit(resource: u32, soft: u64, hard: u64) -> Result<(), Errno> {
+    let limit = [soft, hard];
+    // SAFETY: a `struct rlimit64` alive through the call; no old limit asked.
+    unsafe { call(libc::SYS_prlimit64, [0, resource as usize, ptr(limit.as_ptr()), 0, 0, 0]) }.map(drop)
+}
+
+/// `prctl(option, arg2)`.
+pub fn prctl(option: i32, arg2: usize) -> Result<usize, Errno> {
+    // SAFETY: the options used here take integers only.
+    unsafe { call(libc::SYS_prctl, [int(option), arg2, 0, 0, 0, 0]) }
+}
+
+/// `landlock_restrict_self(ruleset, 0)`.
+pub fn landlock_restrict_self(ruleset: i32) -> Result<(), Errno> {
+    // SAFETY: a descriptor call.
+    unsafe { call(libc::SYS_landlock_restrict_self, [int(ruleset), 0, 0, 0, 0, 0]) }.map(drop)
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, 0, program)`.
+pub fn seccomp_filter(program: &[seccompiler::sock_filter]) -> Result<(), Errno> {
+    /// The kernel's `struct sock_fprog`.
+    #[repr(C)]
+    struct Fprog {
+        len: u16,
+        filter: *const seccompiler::sock_filter,
+    }
+    let fprog =
+        Fprog { len: u16::try_from(program.len()).map_err(|_| libc::EINVAL)?, filter: program.as_ptr() };
+    // SAFETY: `fprog` points at `program`, both alive through the call; the kernel copies them.
+    unsafe {
+        call(libc::SYS_seccomp, [libc::SECCOMP_SET_MODE_FILTER as usize, 0, ptr(&raw const fprog), 0, 0, 0])
+    }
+    .map(drop)
+}
+
+/// `execve(program, argv, envp)`: returns only on failure.
+///
+/// # Safety
+/// `program` is a NUL-terminated path; `argv` and `envp` are null-terminated arrays of
+/// NUL-terminated strings; all alive through the call.
+pub unsafe fn execve(
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> Errno {
+    // SAFETY: the caller's promise.
+    match unsafe { call(libc::SYS_execve, [ptr(program), ptr(argv), ptr(envp), 0, 0, 0]) } {
+        Ok(_) => libc::EIO,
+        Err(errno) => errno,
+    }
+}
+
+/// `exit(code)`: ends the calling task at once (no exit handlers: they are agentd's).
+pub fn exit(code: i32) -> ! {
+    loop {
+        // SAFETY: `exit` takes an integer and does not return.
+        let _ = unsafe { call(libc::SYS_exit, [int(code), 0, 0, 0, 0, 0]) };
+    }
+}
