@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
-use std::mem::MaybeUninit;
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -204,15 +204,18 @@ impl Spawner {
         };
         // SAFETY: the `OwnedFd` stays open, and the same descriptor, while the `AsyncFd` owns it.
         match unsafe { AsyncFd::register_with_interest(done, Interest::READABLE) } {
-            Ok(done) => Ok(Launch { pid: pid as u32, done, ended: false, kept }),
+            Ok(done) => Ok(Launch { pid: pid as u32, done, ended: false, kept: ManuallyDrop::new(kept) }),
             Err(err) => {
                 // Nothing would tell when the child is done with what it reads: it is killed and
                 // waited for here (the pid is not reaped yet: the reaper's lock is held).
                 let (done, err) = err.into_parts();
                 // SAFETY: a signal to our own child, by its pid, which no one can have reaped.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
-                wait_until_done(&done);
-                drop(kept);
+                if wait_until_done(&done, None) {
+                    drop(kept);
+                } else {
+                    std::mem::forget(kept);
+                }
                 Err(err)
             }
         }
@@ -227,7 +230,8 @@ pub struct Launch {
     done: AsyncFd<OwnedFd>,
     /// End of file was read.
     ended: bool,
-    kept: Kept,
+    /// Dropped only once the child is done with it (else leaked, see `Drop`).
+    kept: ManuallyDrop<Kept>,
 }
 
 /// What the child reads until its exec, kept at the same addresses.
@@ -284,24 +288,41 @@ impl Launch {
 
 impl Drop for Launch {
     /// A launch given up before its child was done (shutdown ended the exec that awaited it) waits
-    /// for it here: the child still reads what this value holds.
+    /// for it here: the child still reads what this value holds. A child that is not done within
+    /// [`GIVEN_UP_WAIT`] (stopped before its exec by someone) keeps it: it is leaked, never freed
+    /// under the child.
     fn drop(&mut self) {
-        if !self.ended {
-            wait_until_done(self.done.get_ref());
+        if self.ended || wait_until_done(self.done.get_ref(), Some(GIVEN_UP_WAIT)) {
+            // SAFETY: dropped once, here; the child is done with it.
+            unsafe { ManuallyDrop::drop(&mut self.kept) };
         }
     }
 }
 
-/// Blocks until end of file on `done` (a non-blocking pipe).
-fn wait_until_done(done: &OwnedFd) {
+/// How long a dropped [`Launch`] waits for its child to be done.
+const GIVEN_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Waits for end of file on `done` (a non-blocking pipe), at most `limit`: whether it came.
+fn wait_until_done(done: &OwnedFd, limit: Option<std::time::Duration>) -> bool {
+    let deadline = limit.map(|limit| std::time::Instant::now() + limit);
     let mut byte = [0u8; 1];
     loop {
+        let timeout = match deadline {
+            None => nix::poll::PollTimeout::NONE,
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                if left.is_zero() {
+                    return false;
+                }
+                nix::poll::PollTimeout::try_from(left).unwrap_or(nix::poll::PollTimeout::MAX)
+            }
+        };
         let mut poll = [nix::poll::PollFd::new(done.as_fd(), nix::poll::PollFlags::POLLIN)];
-        let _ = nix::poll::poll(&mut poll, nix::poll::PollTimeout::NONE);
+        let _ = nix::poll::poll(&mut poll, timeout);
         match nix::unistd::read(done, &mut byte) {
-            Ok(0) => break,
+            Ok(0) => return true,
             Ok(_) | Err(Errno::EAGAIN | Errno::EINTR) => {}
-            Err(_) => break,
+            Err(_) => return false,
         }
     }
 }
