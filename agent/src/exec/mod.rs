@@ -265,7 +265,7 @@ impl Executor {
             output: &writer,
         };
         let start = Instant::now();
-        let (target, exited, launch, confinement) = {
+        let (target, exited, mut launch, confinement) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             // Read under it too: an exec asked for as `kill_all` runs never starts.
@@ -298,13 +298,13 @@ impl Executor {
             write
         });
         let mut confinement = confinement;
-        let launched = launch.finished(confinement.as_mut().map(|(report, _)| report)).await;
-        if let Err(err) = launched {
-            // The child exited without its exec (its status goes nowhere: `exited` is dropped).
-            self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
-            return Err(ExecError::spawn(err));
-        }
         if let Some(started) = started {
+            // Told only of a command that started: once its exec is known to have happened.
+            if let Err(err) = launch.exec_done().await {
+                // The child exited without its exec (its status goes nowhere: `exited` is dropped).
+                self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
+                return Err(ExecError::spawn(err));
+            }
             let _ = started.send(pid);
         }
         if let (Some(write), Some(bytes)) = (stdin_pipe, spec.stdin) {
@@ -342,6 +342,10 @@ impl Executor {
             cleanup.killed();
         }
         self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
+        // The child is done with agentd's memory by now (it exec'd or exited before its exit could
+        // be reported): whether it exec'd, and what it measured of its confinement. One that never
+        // exec'd wrote nothing (its output pipe is at its end, no capture file was made).
+        launch.conclude(confinement.as_mut().map(|(report, _)| report)).map_err(ExecError::spawn)?;
         let exit = exit.map_err(|_| ExecError::StatusLost)?;
 
         let drained = match tokio::time::timeout(DRAIN_AFTER_EXIT, &mut drain).await {

@@ -3,11 +3,14 @@
 //! The child shares agentd's memory until its exec, as in glibc's `posix_spawn`: no page tables are
 //! copied and no copy-on-write faults follow, which measured about 60–200 µs faster per exec than
 //! std's `fork` path. Unlike `posix_spawn` (and `vfork`), the parent does not wait for the exec: it
-//! goes on serving while the child works through its steps and exec, and hears that the child is
-//! done with its memory from a pipe that only the child holds (its exec or exit closes it,
-//! [`Launch::finished`]). Waiting there cost the runtime thread a median 80–130 µs per spawn, and
-//! the whole life of `sh -c true` (about 1 ms) at the 90th percentile, when the scheduler woke the
-//! parent on the child's CPU; every other request waited with it.
+//! goes on serving while the child works through its steps and exec. The kernel clears a word of the
+//! child's once the child is done with agentd's memory (`CLONE_CHILD_CLEARTID`: at its exec, or its
+//! exit, before either is seen), and only then is what the child read given back ([`Launch`]). A
+//! command's exit comes later still, so most commands are never waited for; a streamed one waits
+//! for the word before `exec_started` is sent ([`Launch::exec_done`]). Waiting in the clone cost the
+//! runtime thread a median 80–130 µs per spawn, and the whole life of `sh -c true` (about 1 ms) at
+//! the 90th percentile, when the scheduler woke the parent on the child's CPU; every other request
+//! waited with it.
 //!
 //! agentd makes the clone itself because a command under a profile needs steps `posix_spawn` cannot
 //! express (cgroup, rlimits, landlock, seccomp), and because what every spawn needs is kept across
@@ -23,16 +26,13 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::io;
 use std::mem::{ManuallyDrop, MaybeUninit};
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use agentd_protocol::profile::Enforcement;
-
-use nix::errno::Errno;
-use nix::fcntl::OFlag;
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
 
 use super::syscall;
 
@@ -118,7 +118,7 @@ impl Spawner {
     /// The child borrows the parent's memory, page tables included, until it execs, so nothing is
     /// copied, and it hands back what it measured through that memory. The parent does not wait
     /// for the exec (no `CLONE_VFORK`): everything the child reads is owned by the `Launch`, which
-    /// keeps it until the child exec'd or exited. Every descriptor this thread holds at the clone is
+    /// keeps it until the child exec'd or exited (see [`Launch::conclude`]). Every descriptor this thread holds at the clone is
     /// copied into the child until its exec, so make a command's pipe and close its child's ends in
     /// one step with this call, with no other spawn between: no child then holds another command's
     /// pipe.
@@ -144,9 +144,9 @@ impl Spawner {
                 dev_null.as_raw_fd()
             }
         };
-        // Closed in the child by its exec (or its exit), and by nobody else: no other child is
-        // cloned while this thread holds the write end.
-        let (done, done_writer) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+        // Set to 0 by the kernel, with a futex wake, once the child is done with our memory: at its
+        // exec or its exit (`CLONE_CHILD_CLEARTID`).
+        let done = Arc::new(AtomicI32::new(IN_USE));
         let stack = match self.stacks.lock().unwrap_or_else(PoisonError::into_inner).pop() {
             Some(stack) => stack,
             None => ChildStack::new()?,
@@ -170,19 +170,21 @@ impl Spawner {
             let _blocked = BlockedSignals::all()?;
             // SAFETY: `child` runs on its own stack (`stack`, which no other child uses until this
             // one is done), gets `context`, and reads only what the `Launch` below owns and keeps
-            // until the child exec'd or exited (the `done` pipe tells). It makes raw system calls
-            // only ([`super::syscall`]): nothing of this thread's (its `errno`, its locks) is
-            // touched while both run.
+            // until the child exec'd or exited (`done` tells). It makes raw system calls only
+            // ([`super::syscall`]): nothing of this thread's (its `errno`, its locks) is touched
+            // while both run. `done` outlives the child's use of it (the `Launch` keeps it).
             unsafe {
                 libc::clone(
                     child,
                     stack.top(),
-                    libc::CLONE_VM | libc::SIGCHLD,
+                    libc::CLONE_VM | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD,
                     std::ptr::from_mut(&mut *context).cast(),
+                    std::ptr::null_mut::<libc::pid_t>(),
+                    std::ptr::null_mut::<libc::c_void>(),
+                    done.as_ptr(),
                 )
             }
         };
-        drop(done_writer);
         if pid < 0 {
             let err = io::Error::last_os_error();
             self.stacks.lock().unwrap_or_else(PoisonError::into_inner).push(stack);
@@ -202,34 +204,19 @@ impl Spawner {
             },
             steps,
         };
-        // SAFETY: the `OwnedFd` stays open, and the same descriptor, while the `AsyncFd` owns it.
-        match unsafe { AsyncFd::register_with_interest(done, Interest::READABLE) } {
-            Ok(done) => Ok(Launch { pid: pid as u32, done, ended: false, kept: ManuallyDrop::new(kept) }),
-            Err(err) => {
-                // Nothing would tell when the child is done with what it reads: it is killed and
-                // waited for here (the pid is not reaped yet: the reaper's lock is held).
-                let (done, err) = err.into_parts();
-                // SAFETY: a signal to our own child, by its pid, which no one can have reaped.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-                if wait_until_done(&done, None) {
-                    drop(kept);
-                } else {
-                    std::mem::forget(kept);
-                }
-                Err(err)
-            }
-        }
+        Ok(Launch { pid: pid as u32, done, kept: ManuallyDrop::new(kept) })
     }
 }
+
+/// `done` while the child may still read the `Launch`'s memory.
+const IN_USE: i32 = -1;
 
 /// A child between its clone and its exec, and everything it reads meanwhile.
 pub struct Launch {
     pub pid: u32,
-    /// Read end of a pipe whose only write end is the child's: end of file once it exec'd or exited
-    /// (the exec closes it after the child left our memory; so does an exit).
-    done: AsyncFd<OwnedFd>,
-    /// End of file was read.
-    ended: bool,
+    /// The child's clear-tid word: 0 once it exec'd or exited (the kernel clears it when the child
+    /// leaves our memory, before its exec closes its descriptors or its exit is reported).
+    done: Arc<AtomicI32>,
     /// Dropped only once the child is done with it (else leaked, see `Drop`).
     kept: ManuallyDrop<Kept>,
 }
@@ -260,28 +247,46 @@ struct Strings {
 unsafe impl Send for Strings {}
 
 impl Launch {
-    /// Waits until the child exec'd or exited: `Ok` when it exec'd. With `report` (confined), the
-    /// report is corrected with what the child measured; a strict child that got less than it asked
-    /// for did not exec, and the error holds a [`crate::confine::ConfineError::NotEnforceable`].
-    /// Either way its exit status goes to the reaper's waiter.
-    pub async fn finished(mut self, report: Option<&mut Enforcement>) -> io::Result<()> {
-        let mut byte = [0u8; 1];
-        while !self.ended {
-            let mut ready = self.done.readable().await?;
-            // Only end of file comes: nobody writes to the pipe.
-            match ready.try_io(|done| nix::unistd::read(done.get_ref(), &mut byte).map_err(io::Error::from)) {
-                Ok(Ok(0)) => self.ended = true,
-                Ok(Ok(_)) | Err(_) => {}
-                Ok(Err(err)) if err.kind() == io::ErrorKind::Interrupted => {}
-                Ok(Err(err)) => return Err(err),
-            }
+    /// Waits, on the blocking pool, until the child exec'd or exited: `Ok` when it exec'd (what
+    /// must not be said of a command that never started, `exec_started`, waits for this). A
+    /// command's exit needs no wait: its child was done by then.
+    pub async fn exec_done(&mut self) -> io::Result<()> {
+        if !self.is_done() {
+            let done = Arc::clone(&self.done);
+            tokio::task::spawn_blocking(move || wait_until_done(&done, None))
+                .await
+                .map_err(io::Error::other)?;
         }
-        let context = &self.kept.context;
-        let spawned =
-            if context.errno == 0 { Ok(self.pid) } else { Err(io::Error::from_raw_os_error(context.errno)) };
+        self.spawned().map(drop)
+    }
+
+    /// After the child exec'd or exited (its exit was reaped, or [`Launch::exec_done`]): `Ok` when
+    /// it exec'd. With `report` (confined), the report is corrected with what the child measured; a
+    /// strict child that got less than it asked for did not exec, and the error holds a
+    /// [`crate::confine::ConfineError::NotEnforceable`].
+    pub fn conclude(self, report: Option<&mut Enforcement>) -> io::Result<()> {
+        if !self.is_done() {
+            // Not reached: an exit is reported only after the child left our memory.
+            wait_until_done(&self.done, None);
+        }
+        let spawned = self.spawned();
         match (self.kept.steps.as_deref(), report) {
-            (Some(steps), Some(report)) => steps.conclude(&context.status, spawned, report).map(drop),
+            (Some(steps), Some(report)) => {
+                steps.conclude(&self.kept.context.status, spawned, report).map(drop)
+            }
             _ => spawned.map(drop),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire) == 0
+    }
+
+    /// What the child said of its steps and exec (once it is done).
+    fn spawned(&self) -> io::Result<u32> {
+        match self.kept.context.errno {
+            0 => Ok(self.pid),
+            errno => Err(io::Error::from_raw_os_error(errno)),
         }
     }
 }
@@ -292,7 +297,7 @@ impl Drop for Launch {
     /// [`GIVEN_UP_WAIT`] (stopped before its exec by someone) keeps it: it is leaked, never freed
     /// under the child.
     fn drop(&mut self) {
-        if self.ended || wait_until_done(self.done.get_ref(), Some(GIVEN_UP_WAIT)) {
+        if self.is_done() || wait_until_done(&self.done, Some(GIVEN_UP_WAIT)) {
             // SAFETY: dropped once, here; the child is done with it.
             unsafe { ManuallyDrop::drop(&mut self.kept) };
         }
@@ -300,29 +305,31 @@ impl Drop for Launch {
 }
 
 /// How long a dropped [`Launch`] waits for its child to be done.
-const GIVEN_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const GIVEN_UP_WAIT: Duration = Duration::from_secs(1);
 
-/// Waits for end of file on `done` (a non-blocking pipe), at most `limit`: whether it came.
-fn wait_until_done(done: &OwnedFd, limit: Option<std::time::Duration>) -> bool {
-    let deadline = limit.map(|limit| std::time::Instant::now() + limit);
-    let mut byte = [0u8; 1];
+/// Waits until the kernel cleared `done` (a futex it wakes), at most `limit`: whether it did. In
+/// slices, as the kernel wakes one waiter only and a second may wait beside the first.
+fn wait_until_done(done: &AtomicI32, limit: Option<Duration>) -> bool {
+    const SLICE: Duration = Duration::from_millis(50);
+    let start = Instant::now();
     loop {
-        let timeout = match deadline {
-            None => nix::poll::PollTimeout::NONE,
-            Some(deadline) => {
-                let left = deadline.saturating_duration_since(std::time::Instant::now());
-                if left.is_zero() {
-                    return false;
-                }
-                nix::poll::PollTimeout::try_from(left).unwrap_or(nix::poll::PollTimeout::MAX)
-            }
+        let seen = done.load(Ordering::Acquire);
+        if seen == 0 {
+            return true;
+        }
+        let slice = match limit {
+            None => SLICE,
+            Some(limit) => match limit.checked_sub(start.elapsed()) {
+                Some(left) if !left.is_zero() => left.min(SLICE),
+                _ => return false,
+            },
         };
-        let mut poll = [nix::poll::PollFd::new(done.as_fd(), nix::poll::PollFlags::POLLIN)];
-        let _ = nix::poll::poll(&mut poll, timeout);
-        match nix::unistd::read(done, &mut byte) {
-            Ok(0) => return true,
-            Ok(_) | Err(Errno::EAGAIN | Errno::EINTR) => {}
-            Err(_) => return false,
+        let timeout = libc::timespec { tv_sec: 0, tv_nsec: i64::from(slice.subsec_nanos()) };
+        // SAFETY: a wait on a live word, with a timeout alive through the call; a shared (not
+        // private) futex, as the kernel's wake at the child's exit or exec is one. Woken, timed out,
+        // interrupted or changed meanwhile, the loop looks again.
+        unsafe {
+            libc::syscall(libc::SYS_futex, done.as_ptr(), libc::FUTEX_WAIT, seen, &raw const timeout);
         }
     }
 }
