@@ -118,10 +118,11 @@ impl Spawner {
     /// The child borrows the parent's memory, page tables included, until it execs, so nothing is
     /// copied, and it hands back what it measured through that memory. The parent does not wait
     /// for the exec (no `CLONE_VFORK`): everything the child reads is owned by the `Launch`, which
-    /// keeps it until the child exec'd or exited (see [`Launch::conclude`]). Every descriptor this thread holds at the clone is
-    /// copied into the child until its exec, so make a command's pipe and close its child's ends in
-    /// one step with this call, with no other spawn between: no child then holds another command's
-    /// pipe.
+    /// keeps it until the child exec'd or exited (see [`Launch::conclude`]).
+    ///
+    /// Every descriptor agentd holds at the clone is copied into the child until its exec, so make
+    /// a command's pipe and close agentd's copies of its child's ends in one step with this call,
+    /// with no other spawn between: no child then holds another command's pipe.
     ///
     /// Call with the reaper's lock held ([`super::reaper::Reaper::spawn`]), so the pid is registered
     /// before anyone reaps it.
