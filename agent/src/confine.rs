@@ -700,9 +700,7 @@ impl ChildSteps {
     /// agentd's thread, on its `errno`), nothing allocated, nothing of `self` changed. What landlock
     /// and seccomp gave goes to `status`; a strict profile that got less fails with `EPERM`.
     ///
-    /// The ruleset asks exactly what this kernel offers ([`build_ruleset`]), so a
-    /// `landlock_restrict_self` that succeeds enforces all of it: what the landlock crate would
-    /// report as fully enforced.
+    /// A `landlock_restrict_self` that succeeds enforces all of the ruleset ([`Applied`]).
     pub fn enter(&self, status: &mut ChildStatus) -> Result<(), i32> {
         use crate::exec::syscall;
         if let Some(join) = &self.cgroup_join {
@@ -776,13 +774,13 @@ struct Measured {
     seccomp: bool,
 }
 
-/// Landlock's own account (`restrict_self`).
+/// What `landlock_restrict_self` gave. Nothing partial: the ruleset asks exactly what this kernel
+/// offers ([`build_ruleset`]), so a ruleset in force is in force in full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Applied {
     NotAsked = 1,
     Failed,
     NotEnforced,
-    Partial,
     Full,
 }
 
@@ -798,8 +796,7 @@ impl Measured {
             1 => Applied::NotAsked,
             2 => Applied::Failed,
             3 => Applied::NotEnforced,
-            4 => Applied::Partial,
-            5 => Applied::Full,
+            4 => Applied::Full,
             _ => return None,
         };
         (bytes[0] == b'S' && bytes[2] <= 1 && bytes[3] <= 1).then_some(Self {
@@ -832,12 +829,6 @@ fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) 
     if expect.landlock {
         match measured.landlock {
             Applied::Full => {}
-            Applied::Partial => {
-                for level in [&mut report.filesystem, &mut report.network, &mut report.signals] {
-                    lower(level, Level::Partial);
-                }
-                report.notes.push("landlock enforced the rules only partially".to_owned());
-            }
             failed => {
                 lower(&mut report.filesystem, Level::NotEnforced);
                 lower(&mut report.signals, Level::NotEnforced);

@@ -139,9 +139,7 @@ const BOTH: Expect = Expect { landlock: true, seccomp: true };
 
 #[test]
 fn the_measurement_travels_intact() {
-    for landlock in
-        [Applied::NotAsked, Applied::Failed, Applied::NotEnforced, Applied::Partial, Applied::Full]
-    {
+    for landlock in [Applied::NotAsked, Applied::Failed, Applied::NotEnforced, Applied::Full] {
         for (no_new_privs, seccomp) in [(true, true), (true, false), (false, true), (false, false)] {
             let m = Measured { landlock, no_new_privs, seccomp };
             assert_eq!(Measured::decode(m.encode()), Some(m));
@@ -155,7 +153,7 @@ fn the_measurement_travels_intact() {
 fn short_of_is_anything_less_than_asked() {
     let full = Measured { landlock: Applied::Full, no_new_privs: true, seccomp: true };
     assert!(!full.short_of(BOTH));
-    assert!(Measured { landlock: Applied::Partial, ..full }.short_of(BOTH));
+    assert!(Measured { landlock: Applied::NotEnforced, ..full }.short_of(BOTH));
     assert!(Measured { landlock: Applied::Failed, ..full }.short_of(BOTH));
     assert!(Measured { seccomp: false, ..full }.short_of(BOTH));
     assert!(Measured { no_new_privs: false, ..full }.short_of(BOTH));
@@ -176,10 +174,6 @@ fn the_report_takes_what_the_child_measured() {
     // Seccomp still refuses sockets, nothing else holds.
     assert_eq!(levels(&report), (No, Partial, No, No));
     assert!(report.notes.iter().any(|n| n.contains("landlock_restrict_self failed")));
-
-    let mut report = full_report();
-    record(&mut report, BOTH, Some(Measured { landlock: Applied::Partial, ..full }));
-    assert_eq!(levels(&report), (Partial, Partial, Partial, Partial));
 
     let mut report = full_report();
     record(&mut report, BOTH, Some(Measured { seccomp: false, ..full }));

@@ -265,7 +265,7 @@ impl Executor {
             output: &writer,
         };
         let start = Instant::now();
-        let (target, exited, mut launch, confinement) = {
+        let (target, exited, mut launch, mut confinement) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             // Read under it too: an exec asked for as `kill_all` runs never starts.
@@ -297,7 +297,6 @@ impl Executor {
             drop(read);
             write
         });
-        let mut confinement = confinement;
         if let Some(started) = started {
             // Told only of a command that started: once its exec is known to have happened.
             if let Err(err) = launch.exec_done().await {

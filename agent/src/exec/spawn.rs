@@ -8,7 +8,7 @@
 //! exit, before either is seen), and only then is what the child read given back ([`Launch`]). A
 //! command's exit comes later still, so most commands are never waited for; a streamed one waits
 //! for the word before `exec_started` is sent ([`Launch::exec_done`]). Waiting in the clone cost the
-//! runtime thread a median 80–130 µs per spawn, and the whole life of `sh -c true` (about 1 ms) at
+//! runtime thread a median 69–129 µs per spawn, and the whole life of `sh -c true` (about 1 ms) at
 //! the 90th percentile, when the scheduler woke the parent on the child's CPU; every other request
 //! waited with it.
 //!
