@@ -23,8 +23,9 @@
 //! 4. the CPU time per exec of agentd and of its children, next to raw spawns' (their threads' and
 //!    their children's), and how much of the time the machine was idle;
 //! 5. the latency of `true` while another exec writes 1 GiB to its capture, next to its idle latency;
-//! 6. a 1 GiB capture next to `head -c 1G /dev/zero | cat > /dev/null` and next to the floor: the same
-//!    `head` into a reader that splices the pipe to /dev/null (this binary, run as that reader);
+//! 6. a 1 GiB capture next to `head -c 1G /dev/zero | cat > /dev/null`, next to the same `head` into
+//!    a reader that splices the pipe to /dev/null with blocking calls, and next to the floor: that
+//!    reader trying an empty pipe again for 20 µs before it sleeps (this binary, run as the readers);
 //! 7. an upload and a download of 256 MiB over the link, next to the sha256 of the same bytes (each
 //!    end hashes everything it moves);
 //! 8. agentd's binary size, idle RSS and peak RSS.
@@ -32,6 +33,7 @@
 // A benchmark binary: a failed step aborts it with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::os::fd::AsFd as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -80,7 +82,7 @@ fn agentd_path() -> PathBuf {
 
 fn main() {
     if std::env::args().nth(1).as_deref() == Some(SPLICE_READER) {
-        splice_stdin_to_null();
+        splice_stdin_to_null(&std::env::args().nth(2).unwrap_or_default());
         return;
     }
     let agentd = agentd_path();
@@ -536,25 +538,28 @@ fn shell_time(script: &str) -> Duration {
 async fn capture(sb: &LocalSandbox) {
     let path = sb.workspace().join("capture.bin").to_string_lossy().into_owned();
     let me = std::env::current_exe().unwrap();
-    let floor_script = format!("head -c {GIB} /dev/zero | '{}' {SPLICE_READER}", me.display());
+    let reader = |mode: &str| format!("head -c {GIB} /dev/zero | '{}' {SPLICE_READER} {mode}", me.display());
+    let (blocking_script, floor_script) = (reader("blocking"), reader("spin"));
     let cat_script = format!("head -c {GIB} /dev/zero | cat > /dev/null");
     let mut times = Vec::new();
-    let (mut cat, mut floor) = (Vec::new(), Vec::new());
+    let (mut cat, mut blocking, mut floor) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..CAPTURE_RUNS {
         let start = Instant::now();
         let r = sb.agentd().exec(capture_request(&path), None).await.unwrap();
         times.push(start.elapsed());
         assert_eq!((r.total_bytes, r.capped), (GIB, true));
         cat.push(shell_time(&cat_script));
+        blocking.push(shell_time(&blocking_script));
         floor.push(shell_time(&floor_script));
     }
-    let (c, d, f) = (median(times), median(cat), median(floor));
+    let (c, d, b, f) = (median(times), median(cat), median(blocking), median(floor));
     println!("1 GiB of output ({CAPTURE_RUNS} runs each, interleaved):");
-    println!("  `head -c 1G /dev/zero | cat > /dev/null`:        median {:.0} ms", millis(d));
-    println!("  floor: `head -c 1G /dev/zero | splice to /dev/null`: median {:.0} ms", millis(f));
+    println!("  `head -c 1G /dev/zero | cat > /dev/null`:                   median {:.0} ms", millis(d));
+    println!("  `head -c 1G /dev/zero | splice to /dev/null`, blocking:     median {:.0} ms", millis(b));
+    println!("  floor: the same splice, an empty pipe tried for 20 µs:      median {:.0} ms", millis(f));
     println!(
-        "  agentd capture (10 MiB cap, offloaded):          median {:.0} ms ({:.2}x the cat pipe, target \
-         <= 0.8x; {:.2}x the floor{})",
+        "  agentd capture (10 MiB cap, offloaded):                     median {:.0} ms ({:.2}x the cat \
+         pipe, target <= 0.8x; {:.2}x the floor{})",
         millis(c),
         c.as_secs_f64() / d.as_secs_f64(),
         c.as_secs_f64() / f.as_secs_f64(),
@@ -595,17 +600,37 @@ async fn transfer(sb: &LocalSandbox) {
     println!("  download:                 median {:.0} ms ({:.0} MiB/s)", millis(d), rate(d));
 }
 
-/// The floor's reader: moves its stdin pipe to /dev/null inside the kernel until EOF, with the pipe
+/// The floor's readers: move their stdin pipe to /dev/null inside the kernel until EOF, with the pipe
 /// widened to 1 MiB as agentd widens a command's output pipe (fewer wakeups for the writer).
-fn splice_stdin_to_null() {
+/// `blocking`: one blocking `splice` after another, asleep whenever the pipe is empty, so every write
+/// that finds it so wakes the reader. `spin`: a pipe found empty is tried again for 20 µs before the
+/// reader sleeps in `poll` (agentd's draining thread does the same), so a fast writer is seldom
+/// woken for.
+fn splice_stdin_to_null(mode: &str) {
+    use nix::fcntl::{FcntlArg, SpliceFFlags, fcntl, splice};
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
     let stdin = std::io::stdin();
-    nix::fcntl::fcntl(&stdin, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20)).unwrap();
+    fcntl(&stdin, FcntlArg::F_SETPIPE_SZ(1 << 20)).unwrap();
+    let spin = match mode {
+        "blocking" => None,
+        "spin" => Some(Duration::from_micros(20)),
+        other => panic!("no floor reader {other:?}"),
+    };
+    let flags = if spin.is_some() { SpliceFFlags::SPLICE_F_NONBLOCK } else { SpliceFFlags::empty() };
+    let mut empty_since = None;
     loop {
-        let moved = nix::fcntl::splice(&stdin, None, &null, None, 1 << 20, nix::fcntl::SpliceFFlags::empty())
-            .unwrap();
-        if moved == 0 {
-            return;
+        match splice(&stdin, None, &null, None, 1 << 20, flags) {
+            Ok(0) => return,
+            Ok(_) => empty_since = None,
+            Err(nix::errno::Errno::EAGAIN) => {
+                let since: Instant = *empty_since.get_or_insert_with(Instant::now);
+                if spin.is_some_and(|spin| since.elapsed() >= spin) {
+                    empty_since = None;
+                    let mut fds = [nix::poll::PollFd::new(stdin.as_fd(), nix::poll::PollFlags::POLLIN)];
+                    nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE).unwrap();
+                }
+            }
+            Err(err) => panic!("splice: {err}"),
         }
     }
 }
