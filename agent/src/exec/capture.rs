@@ -509,24 +509,17 @@ impl<'a> Pace<'a> {
         }
         self.empty_since = None;
         self.moves = 0;
-        let pipe = PollFd::new(self.pipe, PollFlags::POLLIN);
-        let mut both;
-        let mut one;
-        let fds: &mut [PollFd<'_>] = match self.stop {
-            Some(stop) => {
-                both = [pipe, PollFd::new(stop, PollFlags::POLLIN)];
-                &mut both
-            }
-            None => {
-                one = [pipe];
-                &mut one
-            }
-        };
-        match poll(fds, PollTimeout::NONE) {
+        // Without a stop, only the first entry is polled (the second is a placeholder).
+        let mut fds = [
+            PollFd::new(self.pipe, PollFlags::POLLIN),
+            PollFd::new(self.stop.unwrap_or(self.pipe), PollFlags::POLLIN),
+        ];
+        let polled = if self.stop.is_some() { 2 } else { 1 };
+        match poll(&mut fds[..polled], PollTimeout::NONE) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(err) => return Err(err.into()),
         }
-        Ok(fds.get(1).is_some_and(|stop| stop.any().unwrap_or(true)))
+        Ok(self.stop.is_some() && fds[1].any().unwrap_or(true))
     }
 }
 
