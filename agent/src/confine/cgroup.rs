@@ -1,0 +1,351 @@
+//! The per-command pids cgroups' lifecycle: where agentd makes them (beneath its own pids cgroup, in
+//! `agentd-<pid>`, swept when that agentd is gone), the empty ones kept for later commands, and the
+//! files each is driven through.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+use super::Confiner;
+
+/// The directory agentd makes its per-command cgroups in, and the lock that tells other agentds it
+/// is alive (see [`sweep_dead_agentds`]).
+pub(super) struct CgroupParent {
+    pub(super) dir: PathBuf,
+    /// An exclusive `flock` on `dir`, held for agentd's whole life (the kernel drops it when agentd
+    /// dies, however it dies). `None` where the lock could not be taken.
+    pub(super) _alive: Option<Flock<File>>,
+}
+
+/// Where agentd can create pids cgroups: beneath its own pids cgroup (so every limit on agentd
+/// bounds its commands too; a cgroup at the hierarchy's root once gave a command more processes than
+/// agentd itself was allowed), in a directory `agentd-<pid>` with one child per command. What dead
+/// agentds left there is swept first.
+pub(super) fn pids_cgroup_parent() -> Option<CgroupParent> {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let own = own_pids_cgroup(&membership, &mounts)?;
+    let pid = std::process::id();
+    sweep_dead_agentds(&own.dir, pid);
+    let dir = own.dir.join(format!("agentd-{pid}"));
+    if own.v2 {
+        // v2: the controller must be enabled for our children and for theirs.
+        std::fs::write(own.dir.join("cgroup.subtree_control"), "+pids").ok()?;
+        std::fs::create_dir_all(&dir).ok()?;
+        if std::fs::write(dir.join("cgroup.subtree_control"), "+pids").is_err() {
+            let _ = std::fs::remove_dir(&dir);
+            return None;
+        }
+    } else {
+        std::fs::create_dir_all(&dir).ok()?;
+    }
+    let alive = lock_dir(&dir);
+    Some(CgroupParent { dir, _alive: alive })
+}
+
+/// An exclusive `flock` on the directory `dir`, or `None` when another process holds one (or the
+/// directory cannot be opened).
+pub(super) fn lock_dir(dir: &Path) -> Option<Flock<File>> {
+    Flock::lock(File::open(dir).ok()?, FlockArg::LockExclusiveNonblock).ok()
+}
+
+/// The pid in a directory name `agentd-<pid>` of another agentd than `own`. Pure.
+pub(super) fn other_agentds_pid(name: &str, own: u32) -> Option<i32> {
+    let pid: u32 = name.strip_prefix("agentd-")?.parse().ok()?;
+    (pid != 0 && pid != own).then_some(i32::try_from(pid).ok()?)
+}
+
+/// Removes the `agentd-<pid>` directories in `parent` whose agentd died without removing them
+/// (SIGKILL, a crash), with their empty per-command cgroups: without this they would pile up, one per
+/// agentd ever killed. One is left alone while its pid is alive here (an agentd of an older version
+/// holds no lock) or while anyone holds its lock (an agentd in another pid namespace), and a
+/// cgroup that still holds a process cannot be removed (`rmdir` refuses it).
+pub(super) fn sweep_dead_agentds(parent: &Path, own: u32) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| other_agentds_pid(name, own)) else {
+            continue;
+        };
+        let dead = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH);
+        let dir = entry.path();
+        if dead && let Some(_held) = lock_dir(&dir) {
+            tracing::debug!("removing {}, left by an agentd that is gone", dir.display());
+            remove_cgroup_tree(&dir);
+        }
+    }
+}
+
+/// Removes `dir`'s per-command cgroups, then `dir`: each one that is empty (no process, no child).
+pub(super) fn remove_cgroup_tree(dir: &Path) {
+    if let Ok(children) = std::fs::read_dir(dir) {
+        for child in children.flatten() {
+            if child.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir(child.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// agentd's own pids cgroup directory.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct OwnCgroup {
+    pub(super) dir: PathBuf,
+    v2: bool,
+}
+
+/// Finds the directory of our pids cgroup from `/proc/self/cgroup` and `/proc/self/mountinfo`: the
+/// v1 hierarchy that has `pids`, else the v2 one (when it offers `pids`, checked by the caller's
+/// write). Pure.
+pub(super) fn own_pids_cgroup(membership: &str, mountinfo: &str) -> Option<OwnCgroup> {
+    // mountinfo: `id parent dev ROOT MOUNTPOINT opts… - FSTYPE SOURCE SUPEROPTS`.
+    let mount = |v2: bool| {
+        mountinfo.lines().find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mut right = right.split(' ');
+            let fstype = right.next()?;
+            let superopts = right.nth(1)?;
+            let wanted = if v2 {
+                fstype == "cgroup2"
+            } else {
+                fstype == "cgroup" && superopts.split(',').any(|o| o == "pids")
+            };
+            let mut left = left.split(' ');
+            let root = left.nth(3)?;
+            let point = left.next()?;
+            wanted.then(|| (root.to_owned(), PathBuf::from(point)))
+        })
+    };
+    let within = |(root, point): (String, PathBuf), path: &str| {
+        // The mount shows the hierarchy from `root` down; our path is absolute in the hierarchy.
+        let relative = Path::new(path).strip_prefix(&root).ok()?;
+        Some(point.join(relative))
+    };
+    for line in membership.lines() {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        if controllers.split(',').any(|c| c == "pids") {
+            return Some(OwnCgroup { dir: within(mount(false)?, path)?, v2: false });
+        }
+    }
+    let path = membership.lines().find_map(|line| line.strip_prefix("0::"))?;
+    Some(OwnCgroup { dir: within(mount(true)?, path)?, v2: true })
+}
+
+impl Confiner {
+    pub(super) fn cgroup_parent(&self) -> Option<&PathBuf> {
+        self.cgroups.get_or_init(pids_cgroup_parent).as_ref().map(|parent| &parent.dir)
+    }
+
+    /// The per-command cgroups that exist now (commands running, or a finished command's
+    /// background processes still in its cgroup).
+    pub fn command_cgroups(&self) -> Vec<PathBuf> {
+        let Some(Some(parent)) = self.cgroups.get() else { return Vec::new() };
+        std::fs::read_dir(&parent.dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|entry| entry.path())
+            .collect()
+    }
+
+    /// Removes agentd's cgroups at shutdown, once every process is gone.
+    pub fn remove_cgroups(&self) {
+        let Some(Some(parent)) = self.cgroups.get() else { return };
+        remove_cgroup_tree(&parent.dir);
+    }
+}
+
+/// Empty per-command cgroups kept for the next commands. Making and removing a cgroup per command
+/// cost more than everything else planned (in v1, the `rmdir` also waits for the kernel to take the
+/// cgroup offline), so while commands run, as many are kept as ran at once, up to a bound that
+/// leaves room for the rest of agentd's descriptors (each holds 3). Once agentd is idle, all but
+/// [`IDLE_CGROUPS_KEPT`] are removed ([`Confiner::trim_idle_cgroups`]).
+pub(super) struct IdleCgroups {
+    pub(super) list: std::sync::Mutex<Vec<PidsCgroup>>,
+    /// Kept at most while busy.
+    pub(super) busy: usize,
+}
+
+/// Idle cgroups kept for good.
+pub(super) const IDLE_CGROUPS_KEPT: usize = 8;
+
+/// Idle cgroups kept at most while busy, whatever the descriptor limit.
+pub(super) const IDLE_CGROUPS_BUSY: usize = 256;
+
+impl IdleCgroups {
+    /// The bound while busy: a sixteenth of the descriptor limit (3 per cgroup, and the rest for
+    /// connections and work), between the two constants.
+    pub(super) fn new() -> Self {
+        let fds = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .map_or(1024, |(soft, _)| soft);
+        let busy =
+            usize::try_from(fds / 16).unwrap_or(usize::MAX).clamp(IDLE_CGROUPS_KEPT, IDLE_CGROUPS_BUSY);
+        Self { list: Default::default(), busy }
+    }
+
+    pub(super) fn list(&self) -> std::sync::MutexGuard<'_, Vec<PidsCgroup>> {
+        self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(super) fn take(&self) -> Option<PidsCgroup> {
+        self.list().pop()
+    }
+
+    /// Keeps `cgroup` for another command; it comes back when there is no room (to be removed).
+    pub(super) fn keep(&self, cgroup: PidsCgroup) -> Option<PidsCgroup> {
+        let mut list = self.list();
+        if list.len() >= self.busy {
+            return Some(cgroup);
+        }
+        list.push(cgroup);
+        None
+    }
+
+    /// The idle cgroups beyond [`IDLE_CGROUPS_KEPT`], taken out (to be removed).
+    pub(super) fn trim(&self) -> Vec<PidsCgroup> {
+        let mut list = self.list();
+        let keep = list.len().min(IDLE_CGROUPS_KEPT);
+        list.split_off(keep)
+    }
+}
+
+/// One command's pids cgroup.
+pub(super) struct PidsCgroup {
+    pub(super) dir: PathBuf,
+    /// The file the child writes `0` to, to move in, opened by the parent: `tasks` in cgroup v1,
+    /// `cgroup.procs` in v2. In v1, `0` written to `tasks` moves only the writer's thread (the
+    /// whole child, which has one), and the kernel then skips the lock that a move of a whole
+    /// process takes (`cgroup_threadgroup_rwsem`): taking it after a quiet spell waits out an RCU
+    /// grace period, 15–23 ms on this project's machine, against about 40 µs through `tasks`.
+    pub(super) join: OwnedFd,
+    /// `pids.max`, open for the next command's limit.
+    pub(super) max: File,
+    /// What agentd last wrote to `pids.max` through `max`; `None`: not known (the kill ladder
+    /// writes 0 through the path). Nothing else writes it: commands cannot reach the cgroup tree.
+    pub(super) limit: Option<u64>,
+    /// `pids.current`, open to tell an empty cgroup without a path lookup.
+    pub(super) current: File,
+}
+
+/// `tasks` where the cgroup has one that agentd may write (v1), else `cgroup.procs` (v2, or a
+/// delegation that handed over `cgroup.procs` only).
+pub(super) fn open_join_file(dir: &Path) -> io::Result<OwnedFd> {
+    let open = |name: &str| File::options().write(true).open(dir.join(name));
+    Ok(open("tasks").or_else(|_| open("cgroup.procs"))?.into())
+}
+
+impl PidsCgroup {
+    pub(super) fn create(parent: &Path, seq: u64, max: u64) -> io::Result<Self> {
+        let dir = parent.join(seq.to_string());
+        std::fs::create_dir_all(&dir)?;
+        let mut cgroup = Self {
+            max: File::options().write(true).open(dir.join("pids.max"))?,
+            limit: None,
+            current: File::open(dir.join("pids.current"))?,
+            join: open_join_file(&dir)?,
+            dir,
+        };
+        cgroup.set_max(max)?;
+        Ok(cgroup)
+    }
+
+    /// Tasks charged to it now (zombies not yet reaped included).
+    pub(super) fn tasks(&self) -> io::Result<u64> {
+        use std::os::unix::fs::FileExt as _;
+        let mut buf = [0u8; 24];
+        // A cgroup file is generated anew by a read at offset 0.
+        let read = self.current.read_at(&mut buf, 0)?;
+        let text = std::str::from_utf8(&buf[..read]).map_err(io::Error::other)?;
+        text.trim().parse().map_err(io::Error::other)
+    }
+
+    /// Sets `pids.max`, unless it already holds `max` (most commands of a profile share their
+    /// limit, and the write is a system call on the runtime).
+    pub(super) fn set_max(&mut self, max: u64) -> io::Result<()> {
+        use std::os::unix::fs::FileExt as _;
+        if self.limit == Some(max) {
+            return Ok(());
+        }
+        self.limit = None;
+        let text = max.to_string();
+        // A cgroup file takes each write whole, wherever it is written.
+        let written = self.max.write_at(text.as_bytes(), 0)?;
+        if written != text.len() {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        self.limit = Some(max);
+        Ok(())
+    }
+}
+
+impl Drop for PidsCgroup {
+    /// Removes the cgroup; it fails (harmlessly) while a background process still lives in it, and
+    /// shutdown sweeps what is left.
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::confine::child::join_cgroup;
+
+    #[test]
+    pub(super) fn only_other_agentds_directories_are_swept() {
+        assert_eq!(other_agentds_pid("agentd-4656", 7), Some(4656));
+        for name in
+            ["agentd-7", "agentd-0", "agentd-", "agentd-x1", "agentd--3", "agentd-99999999999", "docker"]
+        {
+            assert_eq!(other_agentds_pid(name, 7), None, "{name}");
+        }
+    }
+
+    /// The join goes through `tasks` where there is one (v1), else through `cgroup.procs` (v2).
+    #[test]
+    pub(super) fn the_child_joins_through_tasks_where_there_is_one() {
+        let written = |names: &[&str]| {
+            let dir = tempfile::tempdir().unwrap();
+            for name in names {
+                std::fs::write(dir.path().join(name), "").unwrap();
+            }
+            join_cgroup(&open_join_file(dir.path()).unwrap()).unwrap();
+            names
+                .iter()
+                .map(|name| std::fs::read_to_string(dir.path().join(name)).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(written(&["tasks", "cgroup.procs"]), ["0", ""]);
+        assert_eq!(written(&["cgroup.procs"]), ["0"]);
+    }
+
+    #[test]
+    pub(super) fn own_pids_cgroup_is_found_in_v1_and_v2() {
+        let v1_mounts = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+            36 31 0:33 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n";
+        let v1 = "9:name=systemd:/\n8:pids:/user.slice/job\n0::/\n";
+        assert_eq!(
+            own_pids_cgroup(v1, v1_mounts),
+            Some(OwnCgroup { dir: PathBuf::from("/sys/fs/cgroup/pids/user.slice/job"), v2: false })
+        );
+        // A container whose mount shows the hierarchy from its own cgroup down.
+        let ns_mounts = "40 31 0:33 /docker/abc /sys/fs/cgroup/pids ro - cgroup cgroup rw,pids\n";
+        assert_eq!(
+            own_pids_cgroup("4:pids:/docker/abc/sub\n", ns_mounts),
+            Some(OwnCgroup { dir: PathBuf::from("/sys/fs/cgroup/pids/sub"), v2: false })
+        );
+        let v2_mounts = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        assert_eq!(
+            own_pids_cgroup("0::/system.slice/agentd.service\n", v2_mounts),
+            Some(OwnCgroup { dir: PathBuf::from("/sys/fs/cgroup/system.slice/agentd.service"), v2: true })
+        );
+        assert_eq!(own_pids_cgroup("0::/x\n", v1_mounts), None, "no v2 mount");
+        assert_eq!(own_pids_cgroup("", v2_mounts), None);
+    }
+}

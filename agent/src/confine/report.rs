@@ -1,0 +1,221 @@
+//! The enforcement report, pure: what a profile gets on a machine, rule by rule, with the reasons for
+//! anything less than full ([`enforcement`]), and the correction with what the command's own process
+//! measured before its exec ([`record`]).
+
+use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, SandboxProfile};
+
+use super::Withheld;
+use super::child::{Applied, Expect, Measured};
+
+/// What the report depends on, besides the profile.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Machine {
+    /// The kernel's landlock ABI.
+    pub(super) abi: u32,
+    /// The seccomp filter of `network = "deny"` exists for this build and kernel.
+    pub(super) seccomp: bool,
+    /// `limits.processes` binds: a pids cgroup can be made, or RLIMIT_NPROC binds (not uid 0).
+    pub(super) processes_contained: bool,
+}
+
+/// What `profile` gets on `machine`, rule by rule, with the reasons for anything less than full.
+pub(super) fn enforcement(profile: &SandboxProfile, machine: &Machine, withheld: &[Withheld]) -> Enforcement {
+    let abi = machine.abi;
+    let mut notes = Vec::new();
+    let abi_short = profile.landlock_abi.filter(|need| *need > abi);
+    let landlock_level = |what: &str, min_abi: u32, notes: &mut Vec<String>| {
+        if abi < min_abi {
+            notes.push(format!("{what}: needs landlock ABI {min_abi}, the kernel has {abi}"));
+            Level::NotEnforced
+        } else if let Some(need) = abi_short {
+            notes.push(format!("{what}: the profile requires landlock ABI {need}, the kernel has {abi}"));
+            Level::Partial
+        } else {
+            Level::Full
+        }
+    };
+    let fs_rules = has_fs_rules(profile);
+    let filesystem = if fs_rules || !withheld.is_empty() {
+        let what = if fs_rules { "filesystem rules" } else { "withheld paths" };
+        match landlock_level(what, 1, &mut notes) {
+            Level::Full if abi < 3 => {
+                notes.push(format!(
+                    "{what}: truncate(2) is refused only from landlock ABI 3, the kernel has {abi}"
+                ));
+                Level::Partial
+            }
+            Level::NotEnforced if !withheld.is_empty() => {
+                notes.push("without landlock, commands can read and write what agentd withholds".to_owned());
+                Level::NotEnforced
+            }
+            level => level,
+        }
+    } else {
+        Level::NotRequested
+    };
+    let deny = profile.network == Network::Deny;
+    let network = if deny {
+        let what = "network = \"deny\"";
+        match (machine.seccomp, abi) {
+            (true, 1..) => landlock_level(what, 1, &mut notes),
+            (true, 0) => {
+                notes.push(format!(
+                    "{what}: sockets are refused (seccomp), but without landlock a command can ptrace a \
+                     process outside its sandbox and use its network"
+                ));
+                Level::Partial
+            }
+            (false, 4..) => {
+                notes.push(format!(
+                    "{what}: no seccomp filter on this machine, so only TCP bind and connect are refused \
+                     (landlock): UDP, raw and Unix sockets stay open"
+                ));
+                landlock_level(what, 4, &mut notes).min(Level::Partial)
+            }
+            (false, _) => {
+                notes.push(format!(
+                    "{what}: needs a seccomp filter or landlock ABI 4; this machine has neither"
+                ));
+                Level::NotEnforced
+            }
+        }
+    } else {
+        Level::NotRequested
+    };
+    let signals =
+        if fs_rules || deny { landlock_level("signal scoping", 6, &mut notes) } else { Level::NotRequested };
+    let limits = if profile.limits == Limits::default() {
+        Level::NotRequested
+    } else if !machine.processes_contained {
+        notes.push(
+            "processes: no pids cgroup could be created and RLIMIT_NPROC does not bind uid 0".to_owned(),
+        );
+        Level::Partial
+    } else {
+        Level::Full
+    };
+    let mode =
+        profile.mode.unwrap_or(if asks_for_landlock(profile) { Mode::Strict } else { Mode::BestEffort });
+    if !withheld.is_empty() {
+        let what: Vec<String> = withheld.iter().map(Withheld::describe).collect();
+        notes.push(format!("withheld: {}", what.join(", ")));
+    }
+    let mut report = Enforcement {
+        profile: profile.name.clone(),
+        mode,
+        level: Level::NotRequested,
+        landlock_abi: abi,
+        filesystem,
+        network,
+        signals,
+        limits,
+        privileges: Level::NotRequested,
+        notes,
+    };
+    report.level = overall(&report);
+    report
+}
+
+/// The notes that say why something is less than full.
+pub(super) fn reasons(report: &Enforcement) -> String {
+    let reasons: Vec<&str> =
+        report.notes.iter().map(String::as_str).filter(|n| !n.starts_with("withheld:")).collect();
+    reasons.join("; ")
+}
+
+/// The weakest level among the rules asked for.
+pub(super) fn overall(report: &Enforcement) -> Level {
+    [report.filesystem, report.network, report.signals, report.limits]
+        .into_iter()
+        .filter(|l| *l != Level::NotRequested)
+        .min()
+        .unwrap_or(Level::NotRequested)
+}
+
+/// Lowers a rule that was asked for to at most `to`.
+pub(super) fn lower(level: &mut Level, to: Level) {
+    if *level != Level::NotRequested && *level > to {
+        *level = to;
+    }
+}
+
+/// What the child asks of landlock and seccomp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Intent {
+    /// A landlock domain (filesystem rules: the profile's, or "everything" less what is withheld).
+    pub(super) landlock: bool,
+    pub(super) tcp: bool,
+    pub(super) abstract_sockets: bool,
+    pub(super) signals: bool,
+    pub(super) seccomp: bool,
+}
+
+pub(super) fn intent(profile: &SandboxProfile, abi: u32, filter: bool, withheld: bool) -> Intent {
+    let deny = profile.network == Network::Deny;
+    let landlock = abi >= 1 && (has_fs_rules(profile) || deny || withheld);
+    Intent {
+        landlock,
+        tcp: landlock && deny && abi >= 4,
+        abstract_sockets: landlock && deny && abi >= 6,
+        signals: landlock && abi >= 6,
+        seccomp: deny && filter,
+    }
+}
+
+/// Corrects the planned report with what the child measured.
+pub(super) fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) {
+    let Some(measured) = measured else {
+        if expect.landlock || expect.seccomp {
+            for level in [&mut report.filesystem, &mut report.network, &mut report.signals] {
+                lower(level, Level::NotEnforced);
+            }
+            report.notes.push("the command did not report its confinement".to_owned());
+            report.level = overall(report);
+        }
+        return;
+    };
+    if expect.landlock {
+        match measured.landlock {
+            Applied::Full => {}
+            failed => {
+                lower(&mut report.filesystem, Level::NotEnforced);
+                lower(&mut report.signals, Level::NotEnforced);
+                let network =
+                    if expect.seccomp && measured.seccomp { Level::Partial } else { Level::NotEnforced };
+                lower(&mut report.network, network);
+                report.notes.push(if failed == Applied::Failed {
+                    "landlock_restrict_self failed: no landlock rule is in force".to_owned()
+                } else {
+                    "landlock was not enforced".to_owned()
+                });
+            }
+        }
+    }
+    if expect.seccomp && !measured.seccomp {
+        let tcp_left = report.landlock_abi >= 4 && (!expect.landlock || measured.landlock == Applied::Full);
+        lower(&mut report.network, if tcp_left { Level::Partial } else { Level::NotEnforced });
+        report.notes.push(
+            "the seccomp filter could not be installed: UDP, raw and Unix sockets stay open".to_owned(),
+        );
+    }
+    if !measured.no_new_privs {
+        for level in [&mut report.filesystem, &mut report.network, &mut report.signals] {
+            lower(level, Level::Partial);
+        }
+        report.notes.push("no_new_privs is not set".to_owned());
+    }
+    report.level = overall(report);
+}
+
+pub(super) fn has_fs_rules(profile: &SandboxProfile) -> bool {
+    profile.writable_roots.is_some() || profile.readable_roots.is_some()
+}
+
+/// The profile itself asks for landlock (what makes `strict` its default mode).
+pub(super) fn asks_for_landlock(profile: &SandboxProfile) -> bool {
+    has_fs_rules(profile) || profile.network == Network::Deny
+}
+
+#[cfg(test)]
+#[path = "report_tests.rs"]
+mod tests;

@@ -1,0 +1,94 @@
+//! The landlock ruleset of a command, and the kernel's landlock ABI.
+
+use std::path::Path;
+
+use agentd_protocol::profile::SandboxProfile;
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible as _, Ruleset, RulesetAttr as _,
+    RulesetCreated, Scope,
+};
+
+use super::report::{Intent, has_fs_rules};
+use super::{Withheld, carve};
+
+/// The landlock ABI our filesystem rules are written for (rights up to `IoctlDev`).
+const RULES_ABI: ABI = ABI::V5;
+
+/// The landlock ruleset of one command. It asks exactly what this kernel offers (up to the rules'
+/// ABI), so landlock reports "fully enforced" unless something failed; what an older ABI leaves
+/// uncovered is the report's business ([`enforcement`](super::report::enforcement)).
+pub(super) fn build_ruleset(
+    profile: &SandboxProfile,
+    want: &Intent,
+    abi: u32,
+    withheld: &[Withheld],
+    seen: &mut Vec<carve::Seen>,
+) -> Result<RulesetCreated, String> {
+    let error = |e: landlock::RulesetError| e.to_string();
+    let fs_abi = ABI::from(i32::try_from(abi).unwrap_or(i32::MAX)).min(RULES_ABI);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(fs_abi))
+        .map_err(error)?;
+    if want.tcp {
+        ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp).map_err(error)?;
+    }
+    let mut scopes = landlock::BitFlags::<Scope>::empty();
+    if want.signals {
+        scopes |= Scope::Signal;
+    }
+    if want.abstract_sockets {
+        scopes |= Scope::AbstractUnixSocket;
+    }
+    if !scopes.is_empty() {
+        ruleset = ruleset.scope(scopes).map_err(error)?;
+    }
+    let mut created = ruleset.create().map_err(error)?;
+    let all = AccessFs::from_all(fs_abi);
+    if has_fs_rules(profile) {
+        let readable = profile.readable_roots.clone().unwrap_or_else(|| vec!["/".to_owned()]);
+        for root in &readable {
+            created = carve::add_root(
+                created,
+                Path::new(root),
+                AccessFs::from_read(fs_abi),
+                withheld,
+                fs_abi,
+                seen,
+            )?;
+        }
+        // Writable roots default to nothing when only readable roots are given.
+        for root in profile.writable_roots.iter().flatten() {
+            created = carve::add_root(created, Path::new(root), all, withheld, fs_abi, seen)?;
+        }
+        // Every shell writes to /dev/null.
+        created = carve::add_root(
+            created,
+            Path::new("/dev/null"),
+            AccessFs::from_file(fs_abi),
+            withheld,
+            fs_abi,
+            seen,
+        )?;
+    } else {
+        // No filesystem rules: everything, less what is withheld.
+        created = carve::add_root(created, Path::new("/"), all, withheld, fs_abi, seen)?;
+    }
+    Ok(created)
+}
+
+/// The kernel's landlock ABI: `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.
+pub(super) fn kernel_landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, size 0 and the VERSION flag the kernel only returns the
+    // ABI number (or -1 with errno); no memory is read or written.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(abi).unwrap_or(0)
+}
