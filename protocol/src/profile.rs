@@ -47,6 +47,9 @@ pub struct SandboxProfile {
     pub allowed_commands: Option<Vec<String>>,
     #[serde(default)]
     pub limits: Limits,
+    /// Who commands run as. Default: `sandbox`, an unprivileged user without capabilities.
+    #[serde(default, skip_serializing_if = "User::is_sandbox")]
+    pub user: User,
     /// Landlock ABI the profile's rules need; above the kernel's, they count as partially enforced.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub landlock_abi: Option<u32>,
@@ -71,6 +74,91 @@ pub struct Limits {
     /// Open file descriptors (`RLIMIT_NOFILE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_files: Option<u64>,
+}
+
+/// Who a profile's commands (and agentd's file verbs for them) run as. On the wire and in a profile
+/// file: `"sandbox"`, `"agentd"`, or `"UID:GID"` (`"UID"`: the gid is the uid).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum User {
+    /// Unprivileged, without capabilities: when agentd runs as root, a uid and gid of this agentd's
+    /// own ([`sandbox_id`]), with no supplementary groups, which the workspace and writable roots are
+    /// lent to for agentd's life; otherwise agentd's own (unprivileged) user.
+    #[default]
+    Sandbox,
+    /// agentd's own user, with its capabilities: root inside a container whose walls are the
+    /// container's (e.g. for `apt-get`). Never the embedded default on a host.
+    Agentd,
+    /// This uid and gid (not 0), without capabilities or supplementary groups; agentd must be root.
+    Id { uid: u32, gid: u32 },
+}
+
+/// The first uid (and gid) of the range sandbox users are taken from: far above the ranges of
+/// login users, system users and the usual `/etc/subuid` blocks.
+pub const SANDBOX_ID_BASE: u32 = 1_600_000_000;
+
+/// How many ids the range holds: one per pid (Linux's `pid_max` is at most 2^22).
+pub const SANDBOX_ID_COUNT: u32 = 1 << 22;
+
+/// The uid and gid of the sandbox user of the agentd whose pid is `pid`.
+pub fn sandbox_id(pid: u32) -> u32 {
+    SANDBOX_ID_BASE + pid % SANDBOX_ID_COUNT
+}
+
+/// Whether `id` is in the range sandbox users are taken from.
+pub fn is_sandbox_id(id: u32) -> bool {
+    (SANDBOX_ID_BASE..SANDBOX_ID_BASE + SANDBOX_ID_COUNT).contains(&id)
+}
+
+impl User {
+    pub fn is_sandbox(&self) -> bool {
+        *self == Self::Sandbox
+    }
+}
+
+impl std::fmt::Display for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Sandbox => f.write_str("sandbox"),
+            Self::Agentd => f.write_str("agentd"),
+            Self::Id { uid, gid } => write!(f, "{uid}:{gid}"),
+        }
+    }
+}
+
+impl std::str::FromStr for User {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let id = |part: &str| {
+            part.parse::<u32>().ok().filter(|id| *id != 0 && *id != u32::MAX).ok_or_else(|| {
+                format!("`{part}` is not a uid or gid above 0 (use \"agentd\" for agentd's own)")
+            })
+        };
+        match text {
+            "sandbox" => Ok(Self::Sandbox),
+            "agentd" => Ok(Self::Agentd),
+            _ => {
+                let (uid, gid) = text.split_once(':').unwrap_or((text, text));
+                if uid.is_empty() || !uid.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(format!("user `{text}`: expected \"sandbox\", \"agentd\" or \"UID:GID\""));
+                }
+                Ok(Self::Id { uid: id(uid)?, gid: id(gid)? })
+            }
+        }
+    }
+}
+
+impl Serialize for User {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for User {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -146,6 +234,11 @@ pub struct Enforcement {
     pub signals: Level,
     /// `limits` (rlimits, pids cgroup).
     pub limits: Level,
+    /// `user`: the command runs as a user other than root, without capabilities (`full`), or not
+    /// (`not_enforced`); `not_requested` for `user = "agentd"`. Absent from older agentd: not
+    /// requested.
+    #[serde(default = "not_requested")]
+    pub privileges: Level,
     /// For a person: why something is less than full, and what agentd withholds from every command
     /// (its token file, the cgroup tree: one note starting `withheld:`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -171,5 +264,38 @@ mod tests {
             "filesystem":"full","network":"not_requested","limits":"not_requested"}"#;
         let report: Enforcement = serde_json::from_str(old).unwrap();
         assert_eq!(report.signals, Level::NotRequested);
+        assert_eq!(report.privileges, Level::NotRequested);
+    }
+
+    #[test]
+    fn users_read_and_write_as_their_names_or_ids() {
+        for (text, user) in [
+            ("sandbox", User::Sandbox),
+            ("agentd", User::Agentd),
+            ("1000:1000", User::Id { uid: 1000, gid: 1000 }),
+            ("1000:50", User::Id { uid: 1000, gid: 50 }),
+        ] {
+            assert_eq!(text.parse::<User>(), Ok(user), "{text}");
+            assert_eq!(user.to_string(), text);
+        }
+        assert_eq!("1000".parse::<User>(), Ok(User::Id { uid: 1000, gid: 1000 }));
+        for bad in ["root", "0", "0:0", "1000:0", "", ":5", "-1", "1000:x", "4294967295", "1e3"] {
+            assert!(bad.parse::<User>().is_err(), "{bad}");
+        }
+        let profile: SandboxProfile = serde_json::from_str(r#"{"name":"p","user":"agentd"}"#).unwrap();
+        assert_eq!(profile.user, User::Agentd);
+        let default: SandboxProfile = serde_json::from_str(r#"{"name":"p"}"#).unwrap();
+        assert_eq!(default.user, User::Sandbox);
+        assert!(!serde_json::to_string(&default).unwrap().contains("user"));
+        let err = serde_json::from_str::<SandboxProfile>(r#"{"name":"p","user":"root"}"#).unwrap_err();
+        assert!(err.to_string().contains("expected \"sandbox\""), "{err}");
+    }
+
+    #[test]
+    fn sandbox_ids_stay_in_their_range() {
+        assert_eq!(sandbox_id(1), SANDBOX_ID_BASE + 1);
+        assert!(is_sandbox_id(sandbox_id(u32::MAX)));
+        assert!(!is_sandbox_id(0) && !is_sandbox_id(1000) && !is_sandbox_id(SANDBOX_ID_BASE - 1));
+        assert!(SANDBOX_ID_BASE.checked_add(SANDBOX_ID_COUNT).is_some_and(|end| end < i32::MAX as u32));
     }
 }
