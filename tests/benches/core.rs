@@ -322,7 +322,7 @@ fn raw_rate(threads: usize, total: usize) -> f64 {
 async fn connect_links(sb: &LocalSandbox) -> Vec<AgentdSandbox> {
     let mut links = Vec::with_capacity(LINKS);
     for _ in 0..LINKS {
-        links.push(AgentdSandbox::connect(sb.url(), None).await.unwrap());
+        links.push(sb.connect().await.unwrap());
     }
     links
 }

@@ -75,7 +75,9 @@ fn up_upload_exec_download_down() {
     // The session file holds no secret, and a command that uses it to drive its own agentd (the
     // attack: read ~/.agentd/session.json, connect, write outside the profile's roots) is refused.
     let text = std::fs::read_to_string(&session).unwrap();
-    assert!(saved["url"].as_str().unwrap().starts_with("unix:") && !text.contains("token"), "{text}");
+    assert!(saved["url"].as_str().unwrap().starts_with("unix:") && saved.get("token").is_none(), "{text}");
+    let token = std::fs::read_to_string(saved["token_file"].as_str().unwrap()).unwrap();
+    assert!(!text.contains(token.trim()), "{text}");
     let outside = tempfile::tempdir().unwrap();
     let planted = outside.path().join("planted");
     let inner = format!(
@@ -86,7 +88,11 @@ fn up_upload_exec_download_down() {
     );
     let out = succeed(agentctl(&session).args(["exec", "--", &inner]));
     let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(printed.contains("403") && printed.contains("inner=125"), "{printed}");
+    // The token file is withheld from the command; without it agentd refuses the upgrade.
+    assert!(
+        printed.contains("token") && printed.contains("Permission denied") && printed.contains("inner=125"),
+        "{printed}"
+    );
     assert!(!planted.exists());
 
     succeed(agentctl(&session).arg("down"));

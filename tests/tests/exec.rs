@@ -286,12 +286,12 @@ async fn quick_exits_among_dying_orphans_each_get_their_own_status() {
 #[tokio::test]
 async fn shutdown_in_a_stream_of_spawns_leaves_no_command_behind() {
     let sb = sandbox().await;
-    let url = sb.url().to_owned();
+    let (url, token) = (sb.url().to_owned(), sb.token().to_owned());
     let streams: Vec<_> = (0..4)
         .map(|_| {
-            let url = url.clone();
+            let (url, token) = (url.clone(), token.clone());
             tokio::spawn(async move {
-                let Ok(link) = agentd_host::AgentdSandbox::connect(&url, None).await else { return };
+                let Ok(link) = agentd_host::AgentdSandbox::connect(&url, Some(&token)).await else { return };
                 let link = Arc::new(link);
                 // A new command every millisecond until the link is gone.
                 let mut starts = Vec::new();
@@ -584,7 +584,7 @@ async fn concurrent_children_each_exec_their_own_command_and_environment() {
     let sb = sandbox().await;
     let mut links = Vec::new();
     for _ in 0..8 {
-        links.push(agentd_host::AgentdSandbox::connect(sb.url(), None).await.unwrap());
+        links.push(sb.connect().await.unwrap());
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let workers = (0..64).map(|i| {

@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use agentd_host::Link;
-use agentd_host::adapters::local::{DEFAULT_PROCESSES, DefaultProfile, Lifetime, socket_dir, spawn_agentd};
+use agentd_host::adapters::local::{
+    DEFAULT_PROCESSES, DefaultProfile, Lifetime, TokenSource, socket_dir, spawn_agentd,
+};
 use agentd_protocol::ExecRequest;
 use agentd_tests::stats::{median, ms};
 use agentd_tests::{Need, PidsCap, skip};
@@ -61,11 +63,18 @@ async fn exec_stays_responsive_while_forty_timeouts_kill_1500_processes() {
     let sockets = socket_dir().unwrap();
     let (child, started) = {
         let _inside = cap.join_thread();
-        spawn_agentd(workspace.path(), sockets.path(), Lifetime::TiedToParent, Some(&profile.file())).unwrap()
+        spawn_agentd(
+            workspace.path(),
+            sockets.path(),
+            Lifetime::TiedToParent,
+            Some(&profile.file()),
+            TokenSource::Env("latency-token"),
+        )
+        .unwrap()
     };
     let agentd = Stop(child);
-    let storm_link = Link::connect(&started.url, None).await.unwrap();
-    let probe = Link::connect(&started.url, None).await.unwrap();
+    let storm_link = Link::connect(&started.url, Some("latency-token")).await.unwrap();
+    let probe = Link::connect(&started.url, Some("latency-token")).await.unwrap();
 
     let storm_over = AtomicBool::new(false);
     let storm = async {

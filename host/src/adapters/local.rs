@@ -1,7 +1,12 @@
 //! [`LocalSandbox`]: the embedded default. It starts `agentd serve` as a child on a Unix socket in a
-//! private directory (no token: agentd refuses its own commands by their process, so nothing a
-//! command can read lets it drive agentd) with a temporary workspace, links to it, and on drop stops it
-//! (agentd kills every running command's tree on SIGTERM) and removes the workspace.
+//! private directory with a temporary workspace, links to it, and on drop stops it (agentd kills
+//! every running command's tree on SIGTERM) and removes the workspace.
+//!
+//! Who may drive that agentd: only a client holding its token, a fresh one per sandbox that lives in
+//! this process's memory and agentd's (handed over in agentd's environment, which agentd erases at
+//! start), never in a file. A process that can reach the socket (another sandbox's command, a
+//! container sharing the directory, anything of the same user) cannot connect without it, whatever
+//! its ancestry; agentd also refuses its own commands by their process.
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::process::CommandExt as _;
@@ -33,6 +38,8 @@ pub struct LocalSandbox {
     sandbox: AgentdSandbox,
     /// `unix:PATH` of agentd's socket.
     url: String,
+    /// The bearer token agentd requires on its socket.
+    token: String,
     child: Child,
     workspace: tempfile::TempDir,
     /// Holds agentd's socket; mode 0700.
@@ -105,6 +112,16 @@ pub struct Started {
     pub pid: u32,
 }
 
+/// How a started agentd learns its token.
+#[derive(Debug)]
+pub enum TokenSource<'a> {
+    /// In its environment (`AGENTD_TOKEN`), which agentd erases at start: the token then lives only
+    /// in memory.
+    Env(&'a str),
+    /// In a file agentd reads (`--token-file`) and withholds from its commands.
+    File(&'a Path),
+}
+
 /// How to start a [`LocalSandbox`]. The default is the embedded default: confined by
 /// [`DefaultProfile`], nothing writable beyond the workspace and its private tmp.
 #[derive(Debug, Clone)]
@@ -150,14 +167,21 @@ impl LocalSandbox {
         };
         let profile = confinement.as_ref().map(DefaultProfile::file);
         let socket_dir = socket_dir()?;
-        let (child, started) =
-            spawn_agentd(workspace.path(), socket_dir.path(), Lifetime::TiedToParent, profile.as_deref())?;
+        let token = crate::adapters::inject::random_hex();
+        let (child, started) = spawn_agentd(
+            workspace.path(),
+            socket_dir.path(),
+            Lifetime::TiedToParent,
+            profile.as_deref(),
+            TokenSource::Env(&token),
+        )?;
         let mut guard = ChildGuard(Some(child));
-        let sandbox = AgentdSandbox::connect(&started.url, None).await?;
+        let sandbox = AgentdSandbox::connect(&started.url, Some(&token)).await?;
         let child = guard.0.take().ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
         Ok(Self {
             sandbox,
             url: started.url,
+            token,
             child,
             workspace,
             _socket_dir: socket_dir,
@@ -175,10 +199,20 @@ impl LocalSandbox {
         &self.sandbox
     }
 
-    /// `unix:PATH` of agentd's socket: more links to the same agentd
-    /// ([`AgentdSandbox::connect`]`(url, None)`) while this value lives.
+    /// `unix:PATH` of agentd's socket.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The bearer token agentd requires on its socket: with [`LocalSandbox::url`], what another link
+    /// to the same agentd needs ([`LocalSandbox::connect`]).
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Another link to the same agentd, valid while this value lives.
+    pub async fn connect(&self) -> Result<AgentdSandbox> {
+        AgentdSandbox::connect(&self.url, Some(&self.token)).await
     }
 
     /// Process id of the agentd child.
@@ -236,12 +270,13 @@ pub fn socket_dir() -> Result<tempfile::TempDir> {
 }
 
 /// Starts `agentd serve` on a Unix socket in `socket_dir` (which should be private), in `workspace`,
-/// with the sandbox profile in `profile` if given.
+/// with the sandbox profile in `profile` if given, requiring the bearer token `token`.
 pub fn spawn_agentd(
     workspace: &Path,
     socket_dir: &Path,
     lifetime: Lifetime,
     profile: Option<&Path>,
+    token: TokenSource<'_>,
 ) -> Result<(Child, Started)> {
     let binary = agentd_binary()?;
     let mut command = Command::new(&binary);
@@ -255,6 +290,10 @@ pub fn spawn_agentd(
         .args(profile.map(|p| ["--profile".as_ref(), p.as_os_str()]).into_iter().flatten())
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
+    match token {
+        TokenSource::Env(token) => command.env("AGENTD_TOKEN", token),
+        TokenSource::File(file) => command.env_remove("AGENTD_TOKEN").arg("--token-file").arg(file),
+    };
     match lifetime {
         Lifetime::TiedToParent => {
             command.stderr(Stdio::inherit());

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agentd_host::adapters::local::{DefaultProfile, Lifetime, Started, socket_dir, spawn_agentd};
+use agentd_host::adapters::local::{
+    DefaultProfile, Lifetime, Started, TokenSource, socket_dir, spawn_agentd,
+};
 use agentd_host::derived::shell_quote;
 use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
 use agentd_host::{AgentdSandbox, BaseSandbox, LocalSandbox, SandboxError};
@@ -130,11 +132,15 @@ fn parse_env(raw: &str) -> Result<(String, String), String> {
 /// What `agentctl up` leaves for later commands.
 #[derive(Serialize, Deserialize)]
 struct SessionFile {
-    /// `unix:PATH`: a local session needs no token (agentd refuses its own commands by process).
+    /// `unix:PATH` of the session's agentd.
     url: String,
     /// For a session recorded by an older agentctl (a TCP url).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     token: Option<String>,
+    /// The file holding the token agentd requires (mode 0600 in the session's private socket
+    /// directory; agentd withholds it from its commands). The secret is never in this file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token_file: Option<PathBuf>,
     pid: u32,
     workspace: PathBuf,
     /// The workspace was created by `up`, so `down` removes it.
@@ -192,7 +198,16 @@ async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
         return Ok(Target::Remote(AgentdSandbox::connect(url, cli.token.as_deref()).await?));
     }
     if let Some(session) = read_session()? {
-        return Ok(Target::Remote(AgentdSandbox::connect(&session.url, session.token.as_deref()).await?));
+        let token = match &session.token_file {
+            Some(file) => Some(
+                std::fs::read_to_string(file)
+                    .map_err(|e| format!("the session's token {}: {e}", file.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => session.token.clone(),
+        };
+        return Ok(Target::Remote(AgentdSandbox::connect(&session.url, token.as_deref()).await?));
     }
     Ok(Target::Private(LocalSandbox::start().await?))
 }
@@ -526,8 +541,21 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
     // The same default profile as the embedded sandbox: writes only to the workspace and a private tmp.
     let profile = DefaultProfile::create(&workspace)?;
     let socket_dir = socket_dir()?;
-    let spawned =
-        spawn_agentd(&workspace, socket_dir.path(), Lifetime::Detached { log }, Some(&profile.file()));
+    // Readable by this user only, in a directory only this user can enter.
+    let token_file = socket_dir.path().join("token");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&token_file)?
+        .write_all(agentd_host::adapters::inject::random_hex().as_bytes())?;
+    let spawned = spawn_agentd(
+        &workspace,
+        socket_dir.path(),
+        Lifetime::Detached { log },
+        Some(&profile.file()),
+        TokenSource::File(&token_file),
+    );
     let (tmp, profile_dir) = profile.keep();
     let socket_dir = socket_dir.keep();
     let (_child, Started { url, pid }) = match spawned {
@@ -542,6 +570,7 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
     let session = SessionFile {
         url: url.clone(),
         token: None,
+        token_file: Some(token_file),
         pid,
         workspace: workspace.clone(),
         owns_workspace,
@@ -550,7 +579,8 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    // No secret in it, but it names this user's sandbox: readable by this user only.
+    // No secret in it (the token stays in its own file), but it names this user's sandbox:
+    // readable by this user only.
     let mut file =
         std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
     file.write_all(serde_json::to_string_pretty(&session)?.as_bytes())?;
