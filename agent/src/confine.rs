@@ -42,6 +42,8 @@
 mod carve;
 mod cgroup;
 mod child;
+mod identity;
+mod lease;
 mod report;
 mod ruleset;
 mod seccomp;
@@ -51,7 +53,7 @@ pub use carve::{Withheld, agentd_withheld};
 pub use child::{ChildStatus, ChildSteps};
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -103,6 +105,12 @@ pub struct Confiner {
     idle_cgroups: Arc<IdleCgroups>,
     /// agentd runs as uid 0 (RLIMIT_NPROC does not bind it): asked once, not per report.
     root: bool,
+    /// What the profile's `user` gets here (every request shares the server's).
+    user: identity::Decision,
+    /// The highest capability number of this kernel.
+    last_cap: u32,
+    /// agentd's IPC namespace for its commands, made on first need (`None`: it could not be).
+    ipc: std::sync::OnceLock<Option<OwnedFd>>,
 }
 
 impl Confiner {
@@ -122,6 +130,7 @@ impl Confiner {
 
     /// `withheld`: paths kept from every command under a profile (see [`agentd_withheld`]).
     pub fn new(profile: SandboxProfile, withheld: Vec<Withheld>) -> Self {
+        let profile_user = profile.user;
         let network_filter = if seccomp::kernel_has_seccomp() {
             match seccomp::network_filter() {
                 Ok(program) => Some(Arc::new(program)),
@@ -145,6 +154,9 @@ impl Confiner {
             cgroups: Default::default(),
             idle_cgroups: Arc::new(IdleCgroups::new()),
             root: nix::unistd::geteuid().is_root(),
+            user: identity::decide(profile_user, &identity::Facts::read()),
+            last_cap: identity::last_capability(),
+            ipc: std::sync::OnceLock::new(),
         }
     }
 
@@ -273,6 +285,7 @@ impl Confiner {
                 strict,
                 rlimits,
                 cgroup_join,
+                identity: self.identity(),
             },
             cgroup,
             idle_cgroups: Arc::clone(&self.idle_cgroups),
@@ -403,11 +416,44 @@ impl Confiner {
         self.report_with(profile, links, cgroups)
     }
 
+    /// Lends `roots` (the workspace and writable roots) to the sandbox user, when commands run as
+    /// one ([`lease`]); what it returns gives them back at shutdown. File system work: before
+    /// serving, or off the runtime.
+    pub fn lend_roots(&self, roots: Vec<PathBuf>) -> Lent {
+        let Some(to) =
+            self.user.switch.filter(|_| self.profile.user == agentd_protocol::profile::User::Sandbox)
+        else {
+            return Lent { roots: Vec::new(), back: None };
+        };
+        let agentd = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+        let lend = lease::Handover { to, from: Some(agentd.0), sandbox_ids: true };
+        for root in &roots {
+            let changed = lease::hand_over(root, &lend);
+            tracing::debug!("{} lent to uid {}: {changed} entries", root.display(), to.0);
+        }
+        Lent { roots, back: Some(lease::Handover { to: agentd, from: Some(to.0), sandbox_ids: false }) }
+    }
+
+    /// Who commands become, with agentd's IPC namespace (made on the first call).
+    fn identity(&self) -> Option<identity::Identity> {
+        let ipc =
+            self.ipc.get_or_init(|| if self.user.root_steps { identity::ipc_namespace() } else { None });
+        identity::Identity::new(&self.user, self.last_cap, ipc.as_ref().map(|fd| fd.as_raw_fd()))
+    }
+
     /// The report, given the withheld files' link notes and whether pids cgroups can be made.
     fn report_with(&self, profile: &SandboxProfile, links: Vec<String>, cgroups: bool) -> Enforcement {
-        let processes_contained = profile.limits.processes.is_none() || cgroups || !self.root;
-        let machine = Machine { abi: self.abi, seccomp: self.network_filter.is_some(), processes_contained };
+        // RLIMIT_NPROC binds any uid but 0.
+        let unprivileged = !self.root || self.user.switch.is_some();
+        let processes_contained = profile.limits.processes.is_none() || cgroups || unprivileged;
+        let machine = Machine {
+            abi: self.abi,
+            seccomp: self.network_filter.is_some(),
+            processes_contained,
+            privileges: self.user.level,
+        };
         let mut report = enforcement(profile, &machine, &self.withheld);
+        report.notes.extend(self.user.notes.iter().cloned());
         // A withheld file's other names are not withheld (links come and go).
         if !links.is_empty() {
             lower(&mut report.filesystem, Level::Partial);
@@ -415,6 +461,23 @@ impl Confiner {
             report.level = overall(&report);
         }
         report
+    }
+}
+
+/// Roots lent to the sandbox user ([`Confiner::lend_roots`]).
+pub struct Lent {
+    roots: Vec<PathBuf>,
+    back: Option<lease::Handover>,
+}
+
+impl Lent {
+    /// Gives back to agentd's user what the sandbox user owns in the roots (agentd is shutting down).
+    pub fn give_back(self) {
+        if let Some(back) = &self.back {
+            for root in &self.roots {
+                lease::hand_over(root, back);
+            }
+        }
     }
 }
 

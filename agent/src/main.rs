@@ -238,6 +238,18 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         room: outbox::Room::new(),
         large_messages: inbound::LargeMessages::new(),
     });
+    // Under `user = "sandbox"`, the roots commands write become the sandbox user's, before the
+    // first command (and back to agentd's user at the end).
+    let lent = match &shared.policy.profile {
+        Some(profile) => {
+            let roots = match &profile.profile().writable_roots {
+                Some(roots) => roots.iter().map(PathBuf::from).collect(),
+                None => vec![workspace.clone()],
+            };
+            Some(shared.confiner.lend_roots(roots))
+        }
+        None => None,
+    };
     let idle = Arc::clone(&shared);
     tokio::spawn(memory::release_when_idle(Arc::clone(&shared.global), move || {
         idle.confiner.trim_idle_cgroups();
@@ -277,6 +289,9 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     exec::tree::end_cgroups(shared.confiner.command_cgroups()).await;
     shared.executor.kill_all().await;
     shared.confiner.remove_cgroups();
+    if let Some(lent) = lent {
+        lent.give_back();
+    }
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())
 }

@@ -9,6 +9,7 @@ use agentd_protocol::profile::Enforcement;
 use seccompiler::BpfProgram;
 
 use super::ConfineError;
+use super::identity::Identity;
 use super::report::{reasons, record};
 
 /// What the child applies to itself between `clone` and `exec`; prepared by the parent.
@@ -25,6 +26,8 @@ pub struct ChildSteps {
     pub(super) strict: bool,
     /// `(RLIMIT_*, soft, hard)`.
     pub(super) rlimits: Vec<(libc::__rlimit_resource_t, u64, u64)>,
+    /// Who the command becomes (`None`: `user = "agentd"`, it stays agentd's user).
+    pub(super) identity: Option<Identity>,
     /// A duplicate of the command's cgroup join file ([`PidsCgroup::join`](super::cgroup::PidsCgroup::join)).
     pub(super) cgroup_join: Option<OwnedFd>,
 }
@@ -38,7 +41,11 @@ pub struct ChildStatus {
 
 impl ChildSteps {
     pub(super) fn expect(&self) -> Expect {
-        Expect { landlock: self.ruleset.is_some(), seccomp: self.filter.is_some() }
+        Expect {
+            landlock: self.ruleset.is_some(),
+            seccomp: self.filter.is_some(),
+            privileges: self.identity.is_some(),
+        }
     }
 
     /// Runs in the child: raw system calls only ([`crate::exec::syscall`]: the child runs beside
@@ -54,6 +61,9 @@ impl ChildSteps {
         for &(resource, soft, hard) in &self.rlimits {
             syscall::set_rlimit(resource, soft, hard)?;
         }
+        // After the steps that need root (the cgroup, raised limits), before landlock: a failure
+        // here is measured, not returned, so a best-effort profile still reports what it got.
+        let privileges = self.identity.is_some_and(|identity| identity.apply().is_ok() && identity.holds());
         syscall::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)?;
         let expect = self.expect();
         let landlock = match &self.ruleset {
@@ -66,7 +76,7 @@ impl ChildSteps {
         };
         let seccomp = self.filter.as_deref().is_some_and(|program| syscall::seccomp_filter(program).is_ok());
         let no_new_privs = syscall::prctl(libc::PR_GET_NO_NEW_PRIVS, 0) == Ok(1);
-        let measured = Measured { landlock, no_new_privs, seccomp };
+        let measured = Measured { landlock, no_new_privs, seccomp, privileges };
         status.bytes = measured.encode();
         if self.strict && measured.short_of(expect) {
             return Err(libc::EPERM);
@@ -109,6 +119,7 @@ impl ChildSteps {
 pub(super) struct Expect {
     pub(super) landlock: bool,
     pub(super) seccomp: bool,
+    pub(super) privileges: bool,
 }
 
 /// What the child got, measured after landlock and seccomp were applied.
@@ -117,6 +128,8 @@ pub(super) struct Measured {
     pub(super) landlock: Applied,
     pub(super) no_new_privs: bool,
     pub(super) seccomp: bool,
+    /// The identity was applied and holds: the ids asked for, no capability left.
+    pub(super) privileges: bool,
 }
 
 /// What `landlock_restrict_self` gave. Nothing partial: the ruleset asks exactly what this kernel
@@ -129,11 +142,17 @@ pub(super) enum Applied {
     Full,
 }
 
-pub(super) const STATUS_LEN: usize = 4;
+pub(super) const STATUS_LEN: usize = 5;
 
 impl Measured {
     pub(super) fn encode(self) -> [u8; STATUS_LEN] {
-        [b'S', self.landlock as u8, u8::from(self.no_new_privs), u8::from(self.seccomp)]
+        [
+            b'S',
+            self.landlock as u8,
+            u8::from(self.no_new_privs),
+            u8::from(self.seccomp),
+            u8::from(self.privileges),
+        ]
     }
 
     pub(super) fn decode(bytes: [u8; STATUS_LEN]) -> Option<Self> {
@@ -144,10 +163,11 @@ impl Measured {
             4 => Applied::Full,
             _ => return None,
         };
-        (bytes[0] == b'S' && bytes[2] <= 1 && bytes[3] <= 1).then_some(Self {
+        (bytes[0] == b'S' && bytes[2..].iter().all(|b| *b <= 1)).then_some(Self {
             landlock,
             no_new_privs: bytes[2] == 1,
             seccomp: bytes[3] == 1,
+            privileges: bytes[4] == 1,
         })
     }
 
@@ -155,13 +175,14 @@ impl Measured {
     pub(super) fn short_of(self, expect: Expect) -> bool {
         (expect.landlock && self.landlock != Applied::Full)
             || (expect.seccomp && !self.seccomp)
+            || (expect.privileges && !self.privileges)
             || !self.no_new_privs
     }
 }
 
 /// Moves the calling process (one thread: a child before its exec) into the cgroup whose join file
-/// ([`PidsCgroup::join`](super::cgroup::PidsCgroup::join)) is `join`. It writes `0`, which the kernel reads as "the writer": no pid to
-/// format, whatever pid namespace agentd is in.
+/// ([`PidsCgroup::join`](super::cgroup::PidsCgroup::join)) is `join`. It writes `0`, which the
+/// kernel reads as "the writer": no pid to format, whatever pid namespace agentd is in.
 pub(super) fn join_cgroup(join: &OwnedFd) -> Result<(), i32> {
     let written = crate::exec::syscall::write(join.as_raw_fd(), b"0")?;
     if written == 1 { Ok(()) } else { Err(libc::EIO) }

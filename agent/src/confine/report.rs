@@ -16,6 +16,9 @@ pub(super) struct Machine {
     pub(super) seccomp: bool,
     /// `limits.processes` binds: a pids cgroup can be made, or RLIMIT_NPROC binds (not uid 0).
     pub(super) processes_contained: bool,
+    /// What the profile's `user` gets here ([`super::identity::decide`]; its notes are added by the
+    /// caller).
+    pub(super) privileges: Level,
 }
 
 /// What `profile` gets on `machine`, rule by rule, with the reasons for anything less than full.
@@ -109,7 +112,7 @@ pub(super) fn enforcement(profile: &SandboxProfile, machine: &Machine, withheld:
         network,
         signals,
         limits,
-        privileges: Level::NotRequested,
+        privileges: machine.privileges,
         notes,
     };
     report.level = overall(&report);
@@ -125,7 +128,7 @@ pub(super) fn reasons(report: &Enforcement) -> String {
 
 /// The weakest level among the rules asked for.
 pub(super) fn overall(report: &Enforcement) -> Level {
-    [report.filesystem, report.network, report.signals, report.limits]
+    [report.filesystem, report.network, report.signals, report.limits, report.privileges]
         .into_iter()
         .filter(|l| *l != Level::NotRequested)
         .min()
@@ -156,7 +159,9 @@ pub(super) fn intent(profile: &SandboxProfile, abi: u32, filter: bool, withheld:
     Intent {
         landlock,
         tcp: landlock && deny && abi >= 4,
-        abstract_sockets: landlock && deny && abi >= 6,
+        // Whatever the network rule: an abstract socket is a way out of the sandbox that needs no
+        // path (a session bus, another agentd's helper), and no command needs another's.
+        abstract_sockets: landlock && abi >= 6,
         signals: landlock && abi >= 6,
         seccomp: deny && filter,
     }
@@ -165,8 +170,10 @@ pub(super) fn intent(profile: &SandboxProfile, abi: u32, filter: bool, withheld:
 /// Corrects the planned report with what the child measured.
 pub(super) fn record(report: &mut Enforcement, expect: Expect, measured: Option<Measured>) {
     let Some(measured) = measured else {
-        if expect.landlock || expect.seccomp {
-            for level in [&mut report.filesystem, &mut report.network, &mut report.signals] {
+        if expect.landlock || expect.seccomp || expect.privileges {
+            for level in
+                [&mut report.filesystem, &mut report.network, &mut report.signals, &mut report.privileges]
+            {
                 lower(level, Level::NotEnforced);
             }
             report.notes.push("the command did not report its confinement".to_owned());
@@ -198,8 +205,14 @@ pub(super) fn record(report: &mut Enforcement, expect: Expect, measured: Option<
             "the seccomp filter could not be installed: UDP, raw and Unix sockets stay open".to_owned(),
         );
     }
+    if expect.privileges && !measured.privileges {
+        lower(&mut report.privileges, Level::NotEnforced);
+        report.notes.push("the command could not drop its privileges: it runs as agentd's user".to_owned());
+    }
     if !measured.no_new_privs {
-        for level in [&mut report.filesystem, &mut report.network, &mut report.signals] {
+        for level in
+            [&mut report.filesystem, &mut report.network, &mut report.signals, &mut report.privileges]
+        {
             lower(level, Level::Partial);
         }
         report.notes.push("no_new_privs is not set".to_owned());

@@ -7,7 +7,7 @@ fn profile(toml: &str) -> SandboxProfile {
 }
 
 fn machine(abi: u32, seccomp: bool) -> Machine {
-    Machine { abi, seccomp, processes_contained: true }
+    Machine { abi, seccomp, processes_contained: true, privileges: Level::Full }
 }
 
 fn withheld() -> Vec<Withheld> {
@@ -101,7 +101,7 @@ fn a_profile_needing_a_newer_abi_is_partial_on_every_landlock_rule() {
 #[test]
 fn processes_without_a_cgroup_as_root_are_partial() {
     let p = profile("name = \"p\"\n[limits]\nprocesses = 8\n");
-    let m = Machine { abi: 7, seccomp: true, processes_contained: false };
+    let m = Machine { abi: 7, seccomp: true, processes_contained: false, privileges: Level::Full };
     let report = enforcement(&p, &m, &[]);
     assert_eq!((report.limits, report.level), (Partial, Partial));
 }
@@ -122,10 +122,11 @@ fn intent_follows_the_abi() {
         intent(&deny, 0, false, true),
         Intent { landlock: false, tcp: false, abstract_sockets: false, signals: false, seccomp: false }
     );
-    // Network allowed, something withheld: a landlock domain with signals scoped, no network rule.
+    // Network allowed, something withheld: a landlock domain with signals and abstract sockets
+    // scoped, no network rule.
     assert_eq!(
         intent(&allow, 6, true, true),
-        Intent { landlock: true, tcp: false, abstract_sockets: false, signals: true, seccomp: false }
+        Intent { landlock: true, tcp: false, abstract_sockets: true, signals: true, seccomp: false }
     );
     assert!(!intent(&allow, 7, true, false).landlock);
 }
@@ -135,36 +136,41 @@ fn full_report() -> Enforcement {
     enforcement(&p, &machine(7, true), &withheld())
 }
 
-const BOTH: Expect = Expect { landlock: true, seccomp: true };
+const BOTH: Expect = Expect { landlock: true, seccomp: true, privileges: true };
 
 #[test]
 fn the_measurement_travels_intact() {
     for landlock in [Applied::NotAsked, Applied::Failed, Applied::NotEnforced, Applied::Full] {
-        for (no_new_privs, seccomp) in [(true, true), (true, false), (false, true), (false, false)] {
-            let m = Measured { landlock, no_new_privs, seccomp };
+        for bits in 0..8u8 {
+            let (no_new_privs, seccomp, privileges) = (bits & 1 == 1, bits & 2 == 2, bits & 4 == 4);
+            let m = Measured { landlock, no_new_privs, seccomp, privileges };
             assert_eq!(Measured::decode(m.encode()), Some(m));
         }
     }
-    assert_eq!(Measured::decode([0, 5, 1, 1]), None);
-    assert_eq!(Measured::decode([b'S', 9, 1, 1]), None);
+    assert_eq!(Measured::decode([0, 5, 1, 1, 1]), None);
+    assert_eq!(Measured::decode([b'S', 9, 1, 1, 1]), None);
+    assert_eq!(Measured::decode([b'S', 4, 1, 1, 2]), None);
 }
 
 #[test]
 fn short_of_is_anything_less_than_asked() {
-    let full = Measured { landlock: Applied::Full, no_new_privs: true, seccomp: true };
+    let full = Measured { landlock: Applied::Full, no_new_privs: true, seccomp: true, privileges: true };
     assert!(!full.short_of(BOTH));
+    assert!(Measured { privileges: false, ..full }.short_of(BOTH));
     assert!(Measured { landlock: Applied::NotEnforced, ..full }.short_of(BOTH));
     assert!(Measured { landlock: Applied::Failed, ..full }.short_of(BOTH));
     assert!(Measured { seccomp: false, ..full }.short_of(BOTH));
     assert!(Measured { no_new_privs: false, ..full }.short_of(BOTH));
     // What was not asked is not missed.
-    let none = Expect { landlock: false, seccomp: false };
-    assert!(!Measured { landlock: Applied::NotAsked, no_new_privs: true, seccomp: false }.short_of(none));
+    let none = Expect { landlock: false, seccomp: false, privileges: false };
+    let bare =
+        Measured { landlock: Applied::NotAsked, no_new_privs: true, seccomp: false, privileges: false };
+    assert!(!bare.short_of(none));
 }
 
 #[test]
 fn the_report_takes_what_the_child_measured() {
-    let full = Measured { landlock: Applied::Full, no_new_privs: true, seccomp: true };
+    let full = Measured { landlock: Applied::Full, no_new_privs: true, seccomp: true, privileges: true };
     let mut report = full_report();
     record(&mut report, BOTH, Some(full));
     assert_eq!(report, full_report());
@@ -182,6 +188,12 @@ fn the_report_takes_what_the_child_measured() {
     assert!(report.notes.iter().any(|n| n.contains("UDP, raw and Unix sockets stay open")));
 
     let mut report = full_report();
+    record(&mut report, BOTH, Some(Measured { privileges: false, ..full }));
+    assert_eq!((report.privileges, report.level), (No, No));
+    assert!(report.notes.iter().any(|n| n.contains("could not drop its privileges")));
+
+    let mut report = full_report();
     record(&mut report, BOTH, None);
     assert_eq!(levels(&report), (No, No, No, No));
+    assert_eq!(report.privileges, No);
 }

@@ -44,7 +44,9 @@ pub(super) fn build_ruleset(
         ruleset = ruleset.scope(scopes).map_err(error)?;
     }
     let mut created = ruleset.create().map_err(error)?;
-    let all = AccessFs::from_all(fs_abi);
+    // Handled, and granted nowhere: no command makes a device node, in its roots or anywhere (a
+    // node of the disk or of a loop device reads and writes what no root covers).
+    let all = AccessFs::from_all(fs_abi) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
     if has_fs_rules(profile) {
         let readable = profile.readable_roots.clone().unwrap_or_else(|| vec!["/".to_owned()]);
         for root in &readable {

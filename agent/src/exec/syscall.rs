@@ -190,3 +190,81 @@ pub fn exit(code: i32) -> ! {
         let _ = unsafe { call(libc::SYS_exit, [int(code), 0, 0, 0, 0, 0]) };
     }
 }
+
+/// `setgroups(0, NULL)`: no supplementary groups (the calling thread only, unlike libc's).
+pub fn drop_groups() -> Result<(), Errno> {
+    // SAFETY: an empty list; nothing is read.
+    unsafe { call(libc::SYS_setgroups, [0; 6]) }.map(drop)
+}
+
+/// `setresgid(gid, gid, gid)` (the calling thread only, unlike libc's).
+pub fn set_gid(gid: u32) -> Result<(), Errno> {
+    let gid = gid as usize;
+    // SAFETY: integers only.
+    unsafe { call(libc::SYS_setresgid, [gid, gid, gid, 0, 0, 0]) }.map(drop)
+}
+
+/// `setresuid(uid, uid, uid)` (the calling thread only, unlike libc's).
+pub fn set_uid(uid: u32) -> Result<(), Errno> {
+    let uid = uid as usize;
+    // SAFETY: integers only.
+    unsafe { call(libc::SYS_setresuid, [uid, uid, uid, 0, 0, 0]) }.map(drop)
+}
+
+/// The kernel's `struct __user_cap_header_struct` and two `__user_cap_data_struct`s (version 3:
+/// 64 capabilities).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+/// `capset`: no effective, permitted or inheritable capability left to the calling thread.
+pub fn clear_capabilities() -> Result<(), Errno> {
+    let header = CapHeader { version: CAP_VERSION_3, pid: 0 };
+    let data = [CapData::default(); 2];
+    // SAFETY: a header and two data structs alive through the call; the kernel only reads them.
+    unsafe { call(libc::SYS_capset, [ptr(&raw const header), ptr(data.as_ptr()), 0, 0, 0, 0]) }.map(drop)
+}
+
+/// `capget`: whether the calling thread holds no effective, permitted or inheritable capability.
+pub fn has_no_capabilities() -> Result<bool, Errno> {
+    let header = CapHeader { version: CAP_VERSION_3, pid: 0 };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: a header and room for two data structs, alive through the call.
+    unsafe { call(libc::SYS_capget, [ptr(&raw const header), ptr(data.as_mut_ptr()), 0, 0, 0, 0]) }?;
+    Ok(data.iter().all(|d| d.effective == 0 && d.permitted == 0 && d.inheritable == 0))
+}
+
+/// `getuid()` and `getgid()`: the calling thread's real ids.
+pub fn ids() -> (u32, u32) {
+    // SAFETY: no arguments; they cannot fail.
+    unsafe {
+        (
+            call(libc::SYS_getuid, [0; 6]).unwrap_or(usize::MAX) as u32,
+            call(libc::SYS_getgid, [0; 6]).unwrap_or(usize::MAX) as u32,
+        )
+    }
+}
+
+/// `setns(fd, nstype)`.
+pub fn setns(fd: i32, nstype: i32) -> Result<(), Errno> {
+    // SAFETY: a descriptor call.
+    unsafe { call(libc::SYS_setns, [int(fd), int(nstype), 0, 0, 0, 0]) }.map(drop)
+}
+
+/// `prctl(option, arg2, arg3)`.
+pub fn prctl3(option: i32, arg2: usize, arg3: usize) -> Result<usize, Errno> {
+    // SAFETY: the options used here take integers only.
+    unsafe { call(libc::SYS_prctl, [int(option), arg2, arg3, 0, 0, 0]) }
+}
