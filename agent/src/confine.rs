@@ -111,6 +111,8 @@ pub struct Confiner {
     last_cap: u32,
     /// agentd's IPC namespace for its commands, made on first need (`None`: it could not be).
     ipc: std::sync::OnceLock<Option<OwnedFd>>,
+    /// agentd's `PATH` less what the sandbox user cannot search, when commands become one.
+    sandbox_path: Option<String>,
 }
 
 impl Confiner {
@@ -131,6 +133,10 @@ impl Confiner {
     /// `withheld`: paths kept from every command under a profile (see [`agentd_withheld`]).
     pub fn new(profile: SandboxProfile, withheld: Vec<Withheld>) -> Self {
         let profile_user = profile.user;
+        let user = identity::decide(profile_user, &identity::Facts::read());
+        let sandbox_path = user.switch.and_then(|(uid, gid)| {
+            std::env::var("PATH").ok().map(|path| identity::searchable_path(&path, uid, gid))
+        });
         let network_filter = if seccomp::kernel_has_seccomp() {
             match seccomp::network_filter() {
                 Ok(program) => Some(Arc::new(program)),
@@ -154,7 +160,8 @@ impl Confiner {
             cgroups: Default::default(),
             idle_cgroups: Arc::new(IdleCgroups::new()),
             root: nix::unistd::geteuid().is_root(),
-            user: identity::decide(profile_user, &identity::Facts::read()),
+            user,
+            sandbox_path,
             last_cap: identity::last_capability(),
             ipc: std::sync::OnceLock::new(),
         }
@@ -414,6 +421,12 @@ impl Confiner {
         let now = self.watch.as_ref().map(watch::Watch::current);
         let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
         self.report_with(profile, links, cgroups)
+    }
+
+    /// The `PATH` commands get when the profile sets none: agentd's, less the directories the
+    /// sandbox user cannot search (`None`: agentd's own).
+    pub fn sandbox_path(&self) -> Option<&str> {
+        self.sandbox_path.as_deref()
     }
 
     /// Lends `roots` (the workspace and writable roots) to the sandbox user, when commands run as

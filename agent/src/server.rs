@@ -511,10 +511,16 @@ impl Session {
                     };
                     DecodeError::new(Some(id), code, e.to_string())
                 })?;
+                let mut fixed_env = profile.env;
+                if let Some(path) = self.shared.confiner.sandbox_path()
+                    && profile.env_allowlist.as_ref().is_none_or(|names| names.iter().any(|n| n == "PATH"))
+                {
+                    fixed_env.entry("PATH".to_owned()).or_insert_with(|| path.to_owned());
+                }
                 Some(Confined {
                     plan,
                     env_allowlist: profile.env_allowlist,
-                    fixed_env: profile.env,
+                    fixed_env,
                     limits: profile.limits,
                 })
             }

@@ -145,11 +145,6 @@ impl Identity {
         })
     }
 
-    /// The same, without the IPC namespace (a thread of agentd's own keeps agentd's).
-    pub fn for_thread(self) -> Self {
-        Self { ipc: None, ..self }
-    }
-
     /// Applies it to the calling thread: raw system calls only.
     pub fn apply(&self) -> Result<(), Errno> {
         if let Some(ipc) = self.ipc {
@@ -178,6 +173,33 @@ impl Identity {
         let ids = self.switch.is_none_or(|wanted| syscall::ids() == wanted);
         ids && syscall::has_no_capabilities() == Ok(true)
     }
+}
+
+/// `path` (a `PATH` value) without the directories `uid`:`gid` cannot search (`/root/.cargo/bin` in
+/// root's `PATH`): a shell that meets one reports a missing command as "Permission denied".
+pub fn searchable_path(path: &str, uid: u32, gid: u32) -> String {
+    let searchable = |dir: &std::path::Path| {
+        dir.is_absolute()
+            && dir.ancestors().all(|step| {
+                use std::os::unix::fs::MetadataExt as _;
+                std::fs::metadata(step).is_ok_and(|meta| {
+                    let mode = meta.mode();
+                    meta.is_dir()
+                        && if meta.uid() == uid {
+                            mode & 0o100 != 0
+                        } else if meta.gid() == gid {
+                            mode & 0o010 != 0
+                        } else {
+                            mode & 0o001 != 0
+                        }
+                })
+            })
+    };
+    std::env::split_paths(path)
+        .filter(|dir| searchable(dir))
+        .map(|dir| dir.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// The highest capability number this kernel knows (`/proc/sys/kernel/cap_last_cap`; 40 on Linux
@@ -209,6 +231,21 @@ mod tests {
     fn facts(euid: u32) -> Facts {
         let all = vec![(0, 0, u32::MAX)];
         Facts { euid, pid: 4242, uid_map: all.clone(), gid_map: all }
+    }
+
+    #[test]
+    fn path_keeps_the_directories_the_user_can_search() {
+        let top = tempfile::tempdir().unwrap();
+        let closed = top.path().join("closed");
+        let open = top.path().join("open");
+        for (dir, mode) in [(&closed, 0o700), (&open, 0o755)] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+        }
+        std::fs::set_permissions(top.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let path = format!("/usr/bin:{}:{}:relative:/nonexistent", closed.display(), open.display());
+        let id = sandbox_id(1);
+        assert_eq!(searchable_path(&path, id, id), format!("/usr/bin:{}", open.display()));
     }
 
     #[test]
