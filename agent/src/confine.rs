@@ -167,10 +167,11 @@ impl Confiner {
         }
     }
 
-    /// Removes the idle cgroups kept beyond the few kept for good ([`IdleCgroups::trim`]), when
-    /// agentd is idle again. Path work: off the runtime.
-    pub fn trim_idle_cgroups(&self) {
-        drop(self.idle_cgroups.trim());
+    /// Removes the idle cgroups kept beyond the few kept for good, and those of finished commands
+    /// whose background processes are gone ([`IdleCgroups::trim`]), when agentd is idle again; true
+    /// while some still hold processes (call again later). Path work: off the runtime.
+    pub fn trim_idle_cgroups(&self) -> bool {
+        self.idle_cgroups.trim()
     }
 
     /// The kernel's landlock ABI (0: none).
@@ -214,12 +215,7 @@ impl Confiner {
                 .unwrap_or_else(|| self.links()),
             Some(now) => self.links_ready(now)?,
         };
-        // Made on first need only.
-        let cgroups = match (profile.limits.processes, build) {
-            (None, _) => None,
-            (Some(_), true) => self.cgroup_parent(),
-            (Some(_), false) => self.cgroups.get()?.as_ref().map(|parent| &parent.dir),
-        };
+        let cgroups = self.cgroups_ready(build)?;
         let report = self.report_with(profile, links, cgroups.is_some());
         let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
         let strict = report.mode == Mode::Strict;
@@ -249,27 +245,11 @@ impl Confiner {
         rlimits.extend(limits.open_files.map(|v| (libc::RLIMIT_NOFILE, v, v)));
         // Last: the one step that takes something (an idle cgroup), so nothing is left to give back
         // when an earlier step was not ready.
-        let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let cgroup = match profile.limits.processes.zip(cgroups) {
-            Some((max, parent)) => {
-                let made = if build {
-                    self.pids_cgroup(parent, seq, max)
-                } else {
-                    match self.idle_cgroup(max) {
-                        Ok(idle) => Ok(idle?),
-                        Err((cgroup, _)) => {
-                            // Given back: removing it is path work; `plan` meets the error off the
-                            // runtime.
-                            drop(self.idle_cgroups.keep(cgroup));
-                            return None;
-                        }
-                    }
-                };
-                match made {
-                    Ok(cgroup) => Some(cgroup),
-                    Err(err) => return Some(Err(prepare(err.to_string()))),
-                }
-            }
+        let cgroup = match cgroups {
+            Some(parent) => match self.command_cgroup(parent, profile.limits.processes, build)? {
+                Ok(cgroup) => Some(cgroup),
+                Err(err) => return Some(Err(prepare(err.to_string()))),
+            },
             None => None,
         };
         // Without a cgroup, the per-user process limit is the fallback (it does not bind uid 0).
@@ -284,8 +264,9 @@ impl Confiner {
             None => None,
         };
         Some(Ok(Plan {
-            report,
+            report: Some(report),
             child: ChildSteps {
+                confined: true,
                 // A ruleset the crate made no descriptor for: landlock is not there.
                 ruleset: ruleset.map(Option::<OwnedFd>::from),
                 filter,
@@ -299,13 +280,80 @@ impl Confiner {
         }))
     }
 
-    /// An idle per-command cgroup with its limit set to `max` (a write to a file it holds open, no
-    /// path looked up; the list's lock is only ever held to push or pop); `None` when there is none.
-    /// One whose limit cannot be set comes back with the error, still to be removed.
+    /// The plan of a command without a profile: nothing confines it, but it runs in a pids cgroup
+    /// of its own with no limit of its own, beneath the commands' budget, so it and whatever it
+    /// leaves running can neither starve agentd nor pile up across execs, and a fork bomb is ended
+    /// whole. `Some(None)`: no cgroup can be had here (the command runs as before). `None` when
+    /// `build` is false and something must be made first (call again with `build`, off the
+    /// runtime).
+    pub fn unconfined_plan(&self, build: bool) -> Option<Option<Plan>> {
+        let Some(parent) = self.cgroups_ready(build)? else { return Some(None) };
+        let cgroup = match self.command_cgroup(parent, None, build)? {
+            Ok(cgroup) => cgroup,
+            Err(err) => {
+                tracing::warn!("a command runs without a cgroup of its own: {err}");
+                return Some(None);
+            }
+        };
+        let cgroup_join = match cgroup.join.try_clone() {
+            Ok(join) => join,
+            Err(err) => {
+                tracing::warn!("a command runs without a cgroup of its own: {err}");
+                return Some(None);
+            }
+        };
+        Some(Some(Plan {
+            report: None,
+            child: ChildSteps {
+                confined: false,
+                ruleset: None,
+                filter: None,
+                strict: false,
+                rlimits: Vec::new(),
+                cgroup_join: Some(cgroup_join),
+                identity: None,
+            },
+            cgroup: Some(cgroup),
+            idle_cgroups: Arc::clone(&self.idle_cgroups),
+        }))
+    }
+
+    /// Where per-command cgroups are made: `Some(None)` where they cannot be; `None` when not
+    /// `build` and it is not known yet (finding agentd's own cgroup is path work).
+    fn cgroups_ready(&self, build: bool) -> Option<Option<&Path>> {
+        if build {
+            return Some(self.cgroup_parent().map(PathBuf::as_path));
+        }
+        Some(self.cgroups.get()?.as_ref().map(|parent| parent.dir.as_path()))
+    }
+
+    /// A cgroup for one command allowed `max` tasks (`None`: the budget only). Not `build`: only an
+    /// idle one will do, taken without a path lookup (`None` when there is none, or when its limit
+    /// could not be set: it goes back, and `build` meets the error off the runtime).
+    fn command_cgroup(&self, parent: &Path, max: Option<u64>, build: bool) -> Option<io::Result<PidsCgroup>> {
+        let max = max.unwrap_or(cgroup::NO_LIMIT);
+        if build {
+            let seq = self.next_plan.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Some(self.pids_cgroup(parent, seq, max));
+        }
+        match self.idle_cgroup(max) {
+            Ok(idle) => Some(Ok(idle?)),
+            Err((cgroup, _)) => {
+                // Given back: removing it is path work.
+                drop(self.idle_cgroups.keep(cgroup));
+                None
+            }
+        }
+    }
+
+    /// An idle per-command cgroup taken for a command allowed `max` tasks (writes and reads of
+    /// files it holds open, no path looked up; the list's lock is only ever held to push or pop);
+    /// `None` when there is none. One that cannot be taken comes back with the error, still to be
+    /// removed.
     fn idle_cgroup(&self, max: u64) -> Result<Option<PidsCgroup>, (PidsCgroup, io::Error)> {
         match self.idle_cgroups.take() {
             None => Ok(None),
-            Some(mut cgroup) => match cgroup.set_max(max) {
+            Some(mut cgroup) => match cgroup.took(max) {
                 Ok(()) => Ok(Some(cgroup)),
                 Err(err) => Err((cgroup, err)),
             },
@@ -522,23 +570,33 @@ struct CachedRuleset {
 }
 /// One command's confinement: the report, what the child applies, and what the parent cleans up.
 pub struct Plan {
-    pub report: Enforcement,
+    /// `None`: an unconfined command's plan ([`Confiner::unconfined_plan`]).
+    pub report: Option<Enforcement>,
     child: ChildSteps,
     cgroup: Option<PidsCgroup>,
     idle_cgroups: Arc<IdleCgroups>,
 }
 
 impl Plan {
-    pub fn into_parts(self) -> (Enforcement, ChildSteps, Cleanup) {
+    pub fn into_parts(self) -> (Option<Enforcement>, ChildSteps, Cleanup) {
         (self.report, self.child, Cleanup { cgroup: self.cgroup, idle_cgroups: self.idle_cgroups })
     }
 }
 
 /// What remains to undo once the command ended.
 pub struct Cleanup {
-    /// Removed on drop, unless [`Cleanup::finish`] keeps it for another command.
+    /// Removed on drop (path work: drop it off the runtime), or once its processes are gone,
+    /// unless [`Cleanup::finish`] keeps it for another command.
     cgroup: Option<PidsCgroup>,
     idle_cgroups: Arc<IdleCgroups>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(cgroup) = self.cgroup.take() {
+            self.idle_cgroups.remove(cgroup);
+        }
+    }
 }
 
 impl Cleanup {
@@ -546,6 +604,12 @@ impl Cleanup {
     /// through it ([`crate::exec::tree::end_cgroups`]).
     pub fn cgroup(&self) -> Option<&Path> {
         self.cgroup.as_ref().map(|cgroup| cgroup.dir.as_path())
+    }
+
+    /// Forks refused in the command's cgroup since the command took it (0 without one, or when it
+    /// cannot be read): a read through a descriptor it holds.
+    pub fn refused_forks(&self) -> u64 {
+        self.cgroup.as_ref().and_then(|cgroup| cgroup.refused_forks().ok()).unwrap_or(0)
     }
 
     /// Processes still in the command's pids cgroup (`None` without one).

@@ -163,8 +163,11 @@ fn main() -> ExitCode {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .max_blocking_threads(MAX_BLOCKING_THREADS)
-                // Idle pool threads retire soon after a burst instead of lingering (10 s default).
-                .thread_keep_alive(Duration::from_secs(2))
+                // Pool threads never retire: tokio panics (and agentd, built with panic = "abort",
+                // dies) when it cannot make a thread while it has none, as when a fork bomb beside
+                // agentd has taken every task the machine has. A pool that always has a thread
+                // queues the work instead. One is made at start (`serve`).
+                .thread_keep_alive(Duration::MAX)
                 .on_thread_start(exec::reaper::keep_signals_off_this_thread)
                 .build();
             match runtime {
@@ -189,6 +192,8 @@ fn main() -> ExitCode {
 }
 
 async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
+    // The blocking pool's first thread, made while tasks are to be had; it never retires.
+    tokio::task::spawn_blocking(|| ()).await?;
     let token = Token::load(args.token_file.as_deref(), env_token)?;
     if !args.stdio && args.unix.is_none() {
         auth::check_listen(args.listen, token.as_ref())?;
@@ -252,7 +257,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     };
     let idle = Arc::clone(&shared);
     tokio::spawn(memory::release_when_idle(Arc::clone(&shared.global), move || {
-        idle.confiner.trim_idle_cgroups();
+        idle.confiner.trim_idle_cgroups()
     }));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

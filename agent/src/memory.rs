@@ -15,23 +15,29 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// Runs for the daemon's life: after each busy period, once no request is in flight, returns the
 /// allocator's free pages to the system, and runs `also` (both off the runtime: it walks every
-/// arena).
-pub async fn release_when_idle(global: Arc<Global>, also: impl Fn() + Send + Sync + 'static) {
+/// arena). While `also` says it has more to do later, it runs again at each idle check.
+pub async fn release_when_idle(global: Arc<Global>, also: impl Fn() -> bool + Send + Sync + 'static) {
     let also = Arc::new(also);
     let mut seen = global.taken();
+    let mut again = false;
     let mut ticks = tokio::time::interval(CHECK_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let taken = global.taken();
-        if taken != seen && global.in_flight() == 0 {
+        let worked = taken != seen;
+        if (worked || again) && global.in_flight() == 0 {
             seen = taken;
             let also = Arc::clone(&also);
-            let _ = tokio::task::spawn_blocking(move || {
-                also();
-                release();
+            again = tokio::task::spawn_blocking(move || {
+                let again = also();
+                if worked {
+                    release();
+                }
+                again
             })
-            .await;
+            .await
+            .unwrap_or(false);
         }
     }
 }

@@ -120,7 +120,7 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     };
     let policy = ServerPolicy { profile: None, default_timeout: None };
     let spec = match admission::admit(&policy, request) {
-        Ok(admitted) => ExecSpec::new(admitted, None),
+        Ok(admitted) => ExecSpec::new(admitted, None, None),
         Err(err) => return usage(&err.to_string()),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

@@ -489,8 +489,20 @@ impl Session {
         let id = request.id;
         let mut admitted = admission::admit(&self.shared.policy, request)
             .map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?;
-        let confined = match admitted.profile.take() {
-            None => None,
+        let (confined, plan) = match admitted.profile.take() {
+            None => {
+                // Its cgroup: an idle one at once, else made off the runtime.
+                let plan = match self.shared.confiner.unconfined_plan(false) {
+                    Some(plan) => plan,
+                    None => {
+                        let shared = Arc::clone(&self.shared);
+                        tokio::task::spawn_blocking(move || shared.confiner.unconfined_plan(true).flatten())
+                            .await
+                            .map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?
+                    }
+                };
+                (None, plan)
+            }
             Some(profile) => {
                 // What earlier commands prepared is taken at once. Building the landlock ruleset,
                 // making the command's cgroup (and the first time, finding agentd's own in /proc) is
@@ -517,15 +529,12 @@ impl Session {
                 {
                     fixed_env.entry("PATH".to_owned()).or_insert_with(|| path.to_owned());
                 }
-                Some(Confined {
-                    plan,
-                    env_allowlist: profile.env_allowlist,
-                    fixed_env,
-                    limits: profile.limits,
-                })
+                let confined =
+                    Confined { env_allowlist: profile.env_allowlist, fixed_env, limits: profile.limits };
+                (Some(confined), Some(plan))
             }
         };
-        Ok(ExecSpec::new(admitted, confined))
+        Ok(ExecSpec::new(admitted, confined, plan))
     }
 
     /// Records a new request of any kind; answers `duplicate_id` or `too_many_requests` and returns

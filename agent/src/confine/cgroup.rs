@@ -44,7 +44,71 @@ pub(super) fn pids_cgroup_parent() -> Option<CgroupParent> {
         std::fs::create_dir_all(&dir).ok()?;
     }
     let alive = lock_dir(&dir);
+    let budget = commands_budget(&limits_above(&own.dir), machine_headroom());
+    if let Err(err) = std::fs::write(dir.join("pids.max"), budget.to_string()) {
+        tracing::warn!("cannot set the commands' task budget in {}: {err}", dir.display());
+    }
+    tracing::debug!("commands' task budget: {budget}");
     Some(CgroupParent { dir, _alive: alive })
+}
+
+/// Tasks kept for agentd itself out of what the limits above it leave: its runtime, at most
+/// `MAX_BLOCKING_THREADS` pool threads (each of which may run grep's workers), a drain thread per
+/// large output, and children between their clone and their cgroup join (they count where agentd
+/// is until then).
+pub(super) const AGENTD_TASK_RESERVE: u64 = 256;
+
+/// The share of the machine's task table (`kernel.pid_max`, `kernel.threads-max`) that all of
+/// agentd's commands may hold at most, where no cgroup limit is tighter.
+const MACHINE_SHARE: u64 = 4;
+
+/// The commands' task budget (`pids.max` of `agentd-<pid>`, over every command and whatever they
+/// leave running): what the tightest limit above agentd leaves free (`headrooms`: each limited
+/// cgroup from agentd's own up, and the machine's free task slots), less agentd's reserve, and at
+/// most a [`MACHINE_SHARE`] of the machine's table. Where little is free, agentd keeps half of it.
+/// Pure.
+pub(super) fn commands_budget(headrooms: &[u64], machine: (u64, u64)) -> u64 {
+    let (table, free_on_machine) = machine;
+    let free = headrooms.iter().copied().chain([free_on_machine]).min().unwrap_or(free_on_machine);
+    let reserve = AGENTD_TASK_RESERVE.min(free / 2);
+    (free - reserve).min(table / MACHINE_SHARE)
+}
+
+/// What each limited pids cgroup from `dir` up to the top of its mount leaves free (`pids.max`
+/// less `pids.current`).
+fn limits_above(dir: &Path) -> Vec<u64> {
+    let read = |dir: &Path, name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    dir.ancestors()
+        .map_while(|dir| {
+            let current = read(dir, "pids.current")?;
+            Some((read(dir, "pids.max").unwrap_or_default(), current))
+        })
+        .filter_map(|(max, current)| {
+            let max: u64 = max.trim().parse().ok()?;
+            Some(max.saturating_sub(current.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The machine's task table (the smaller of `kernel.pid_max` and `kernel.threads-max`) and how
+/// much of it is free now (`/proc/loadavg` counts every task).
+fn machine_headroom() -> (u64, u64) {
+    let read =
+        |path: &str| std::fs::read_to_string(path).ok().and_then(|text| text.trim().parse::<u64>().ok());
+    let table = match (read("/proc/sys/kernel/pid_max"), read("/proc/sys/kernel/threads-max")) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(32_768),
+    };
+    let used = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|text| parse_loadavg_tasks(&text))
+        .unwrap_or(0);
+    (table, table.saturating_sub(used))
+}
+
+/// The task count of `/proc/loadavg` (`0.00 0.01 0.05 2/245 1234`: the 245). Pure.
+fn parse_loadavg_tasks(text: &str) -> Option<u64> {
+    text.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()
 }
 
 /// An exclusive `flock` on the directory `dir`, or `None` when another process holds one (or the
@@ -168,6 +232,9 @@ impl Confiner {
 /// [`IDLE_CGROUPS_KEPT`] are removed ([`Confiner::trim_idle_cgroups`]).
 pub(super) struct IdleCgroups {
     pub(super) list: std::sync::Mutex<Vec<PidsCgroup>>,
+    /// Cgroups of finished commands that could not be removed when they ended (their background
+    /// processes still lived in them): removed once those are gone ([`IdleCgroups::trim`]).
+    left_behind: std::sync::Mutex<Vec<PathBuf>>,
     /// Kept at most while busy.
     pub(super) busy: usize,
 }
@@ -186,7 +253,7 @@ impl IdleCgroups {
             .map_or(1024, |(soft, _)| soft);
         let busy =
             usize::try_from(fds / 16).unwrap_or(usize::MAX).clamp(IDLE_CGROUPS_KEPT, IDLE_CGROUPS_BUSY);
-        Self { list: Default::default(), busy }
+        Self { list: Default::default(), left_behind: Default::default(), busy }
     }
 
     pub(super) fn list(&self) -> std::sync::MutexGuard<'_, Vec<PidsCgroup>> {
@@ -207,11 +274,28 @@ impl IdleCgroups {
         None
     }
 
-    /// The idle cgroups beyond [`IDLE_CGROUPS_KEPT`], taken out (to be removed).
-    pub(super) fn trim(&self) -> Vec<PidsCgroup> {
-        let mut list = self.list();
-        let keep = list.len().min(IDLE_CGROUPS_KEPT);
-        list.split_off(keep)
+    /// Removes the idle cgroups beyond [`IDLE_CGROUPS_KEPT`], and the cgroups left behind whose
+    /// processes are gone; true while some are still left behind. Path work: off the runtime.
+    pub(super) fn trim(&self) -> bool {
+        let extra = {
+            let mut list = self.list();
+            let keep = list.len().min(IDLE_CGROUPS_KEPT);
+            list.split_off(keep)
+        };
+        drop(extra);
+        let mut left = self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        left.retain(|dir| std::fs::remove_dir(dir).is_err_and(|err| err.kind() != io::ErrorKind::NotFound));
+        !left.is_empty()
+    }
+
+    /// `cgroup`, which a finished command used, is removed now, or once the processes it left
+    /// there are gone.
+    pub(super) fn remove(&self, cgroup: PidsCgroup) {
+        let dir = cgroup.dir.clone();
+        drop(cgroup);
+        if dir.exists() {
+            self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(dir);
+        }
     }
 }
 
@@ -231,6 +315,10 @@ pub(super) struct PidsCgroup {
     pub(super) limit: Option<u64>,
     /// `pids.current`, open to tell an empty cgroup without a path lookup.
     pub(super) current: File,
+    /// `pids.events`, open to read how many forks were refused in it.
+    events: File,
+    /// Forks refused in it before the current command took it ([`PidsCgroup::took`]).
+    refused_before: u64,
 }
 
 /// `tasks` where the cgroup has one that agentd may write (v1), else `cgroup.procs` (v2, or a
@@ -241,6 +329,8 @@ pub(super) fn open_join_file(dir: &Path) -> io::Result<OwnedFd> {
 }
 
 impl PidsCgroup {
+    /// A new cgroup in `parent` for a command allowed `max` tasks ([`NO_LIMIT`]: only the
+    /// commands' budget binds it).
     pub(super) fn create(parent: &Path, seq: u64, max: u64) -> io::Result<Self> {
         let dir = parent.join(seq.to_string());
         std::fs::create_dir_all(&dir)?;
@@ -248,32 +338,48 @@ impl PidsCgroup {
             max: File::options().write(true).open(dir.join("pids.max"))?,
             limit: None,
             current: File::open(dir.join("pids.current"))?,
+            events: File::open(dir.join("pids.events"))?,
+            refused_before: 0,
             join: open_join_file(&dir)?,
             dir,
         };
-        cgroup.set_max(max)?;
+        cgroup.took(max)?;
         Ok(cgroup)
+    }
+
+    /// A command takes it: its limit set to `max`, and the refused forks counted so far noted, so
+    /// [`PidsCgroup::refused_forks`] tells this command's own.
+    pub(super) fn took(&mut self, max: u64) -> io::Result<()> {
+        self.set_max(max)?;
+        self.refused_before = self.refused_total()?;
+        Ok(())
     }
 
     /// Tasks charged to it now (zombies not yet reaped included).
     pub(super) fn tasks(&self) -> io::Result<u64> {
-        use std::os::unix::fs::FileExt as _;
-        let mut buf = [0u8; 24];
-        // A cgroup file is generated anew by a read at offset 0.
-        let read = self.current.read_at(&mut buf, 0)?;
-        let text = std::str::from_utf8(&buf[..read]).map_err(io::Error::other)?;
-        text.trim().parse().map_err(io::Error::other)
+        read_number(&self.current, None)
     }
 
-    /// Sets `pids.max`, unless it already holds `max` (most commands of a profile share their
-    /// limit, and the write is a system call on the runtime).
+    /// Forks refused in it since the current command took it: by its own limit or by the budget
+    /// above it. A command that met its task limit (a fork bomb's signature) is ended whole.
+    pub(super) fn refused_forks(&self) -> io::Result<u64> {
+        Ok(self.refused_total()?.saturating_sub(self.refused_before))
+    }
+
+    fn refused_total(&self) -> io::Result<u64> {
+        // `max N` (cgroup v2 may add other lines).
+        read_number(&self.events, Some("max "))
+    }
+
+    /// Sets `pids.max` (`NO_LIMIT`: "max"), unless it already holds `max` (most commands of a
+    /// profile share their limit, and the write is a system call on the runtime).
     pub(super) fn set_max(&mut self, max: u64) -> io::Result<()> {
         use std::os::unix::fs::FileExt as _;
         if self.limit == Some(max) {
             return Ok(());
         }
         self.limit = None;
-        let text = max.to_string();
+        let text = if max == NO_LIMIT { "max".to_owned() } else { max.to_string() };
         // A cgroup file takes each write whole, wherever it is written.
         let written = self.max.write_at(text.as_bytes(), 0)?;
         if written != text.len() {
@@ -282,6 +388,27 @@ impl PidsCgroup {
         self.limit = Some(max);
         Ok(())
     }
+}
+
+/// The limit of a command without `limits.processes`: none of its own, the commands' budget only.
+pub(super) const NO_LIMIT: u64 = u64::MAX;
+
+/// The number in a small cgroup file read through `file` (a cgroup file is generated anew by a
+/// read at offset 0): the whole file, or the line that starts with `key`.
+fn read_number(file: &File, key: Option<&str>) -> io::Result<u64> {
+    use std::os::unix::fs::FileExt as _;
+    let mut buf = [0u8; 128];
+    let read = file.read_at(&mut buf, 0)?;
+    let text = std::str::from_utf8(&buf[..read]).map_err(io::Error::other)?;
+    let value = match key {
+        None => Some(text.trim()),
+        Some(key) => text.lines().find_map(|line| line.strip_prefix(key)),
+    };
+    value
+        .ok_or_else(|| io::Error::other(format!("no `{}` in `{text}`", key.unwrap_or_default())))?
+        .trim()
+        .parse()
+        .map_err(io::Error::other)
 }
 
 impl Drop for PidsCgroup {
@@ -296,6 +423,22 @@ impl Drop for PidsCgroup {
 mod tests {
     use super::*;
     use crate::confine::child::join_cgroup;
+
+    #[test]
+    fn the_commands_budget_leaves_agentd_its_reserve_under_the_tightest_limit() {
+        let machine = (32_768, 32_000);
+        // Nothing limited above agentd: a quarter of the machine's table.
+        assert_eq!(commands_budget(&[], machine), 8192);
+        // agentd's cgroup (or a container's) leaves 1000: agentd keeps its reserve.
+        assert_eq!(commands_budget(&[5000, 1000], machine), 1000 - AGENTD_TASK_RESERVE);
+        // Capped just above what agentd needs: it keeps half of what is free.
+        assert_eq!(commands_budget(&[300], machine), 150);
+        assert_eq!(commands_budget(&[0], machine), 0);
+        // The machine nearly full: its free slots are the limit.
+        assert_eq!(commands_budget(&[], (32_768, 600)), 600 - AGENTD_TASK_RESERVE);
+        assert_eq!(parse_loadavg_tasks("0.31 0.52 0.60 3/245 12345\n"), Some(245));
+        assert_eq!(parse_loadavg_tasks("0.31 0.52"), None);
+    }
 
     #[test]
     pub(super) fn only_other_agentds_directories_are_swept() {

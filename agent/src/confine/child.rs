@@ -19,6 +19,8 @@ use super::report::{reasons, record};
 /// changed here, the parent would see as its own. The parent keeps it unchanged until the child
 /// exec'd or exited.
 pub struct ChildSteps {
+    /// Under a profile; `false`: the cgroup join only (an unconfined command's plan).
+    pub(super) confined: bool,
     /// The landlock ruleset's descriptor (`Some(None)`: asked, but landlock is not there).
     pub(super) ruleset: Option<Option<OwnedFd>>,
     pub(super) filter: Option<Arc<BpfProgram>>,
@@ -57,6 +59,9 @@ impl ChildSteps {
         use crate::exec::syscall;
         if let Some(join) = &self.cgroup_join {
             join_cgroup(join)?;
+        }
+        if !self.confined {
+            return Ok(());
         }
         for &(resource, soft, hard) in &self.rlimits {
             syscall::set_rlimit(resource, soft, hard)?;

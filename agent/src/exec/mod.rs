@@ -63,11 +63,14 @@ pub struct ExecSpec {
     pub mode: CaptureMode,
     /// The sandbox profile's part, when one is in force.
     pub confined: Option<Confined>,
+    /// What the child applies and what is cleaned up after it: the profile's plan, or an
+    /// unconfined command's cgroup ([`crate::confine::Confiner::unconfined_plan`]).
+    pub plan: Option<Plan>,
 }
 
 impl ExecSpec {
     /// The spec of an admitted request, with its prepared confinement.
-    pub fn new(admitted: Admitted, confined: Option<Confined>) -> Self {
+    pub fn new(admitted: Admitted, confined: Option<Confined>, plan: Option<Plan>) -> Self {
         Self {
             command: admitted.command,
             cwd: admitted.cwd,
@@ -80,13 +83,13 @@ impl ExecSpec {
                 Capture::Offload { path, inline_budget } => CaptureMode::Offload { path, inline_budget },
             },
             confined,
+            plan,
         }
     }
 }
 
 /// A command under a sandbox profile: its prepared confinement and the profile's environment rules.
 pub struct Confined {
-    pub plan: Plan,
     pub env_allowlist: Option<Vec<String>>,
     pub fixed_env: BTreeMap<String, String>,
     pub limits: Limits,
@@ -249,10 +252,11 @@ impl Executor {
             None => None,
         };
         let no_env = BTreeMap::new();
-        let (plan, env_allowlist, fixed_env, limits) = match spec.confined {
-            Some(c) => (Some(c.plan), c.env_allowlist, c.fixed_env, Some(c.limits)),
-            None => (None, None, no_env, None),
+        let (env_allowlist, fixed_env, limits) = match spec.confined {
+            Some(c) => (c.env_allowlist, c.fixed_env, Some(c.limits)),
+            None => (None, no_env, None),
         };
+        let plan = spec.plan;
         let shell = spawn::Shell {
             env_allowlist: env_allowlist.as_deref(),
             fixed_env: &fixed_env,
@@ -265,29 +269,29 @@ impl Executor {
             output: &writer,
         };
         let start = Instant::now();
-        let (target, exited, mut launch, mut confinement) = {
+        let (target, exited, mut launch, mut report, mut cleanup) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             // Read under it too: an exec asked for as `kill_all` runs never starts.
             if crate::registry::shutting_down() {
                 return Err(ExecError::ShuttingDown);
             }
-            let (steps, confinement) = match plan {
+            let (steps, report, cleanup) = match plan {
                 Some(plan) => {
                     let (report, steps, cleanup) = plan.into_parts();
-                    (Some(steps), Some((report, cleanup)))
+                    (Some(steps), report, Some(cleanup))
                 }
-                None => (None, None),
+                None => (None, None, None),
             };
             let spawned = self.reaper.spawn(|| {
                 let launch = self.spawner.spawn(&shell, steps)?;
                 Ok((launch.pid, launch))
             });
             let (launch, exited) = spawned.map_err(ExecError::spawn)?;
-            let cgroup = confinement.as_ref().and_then(|(_, cleanup)| cleanup.cgroup().map(Path::to_owned));
+            let cgroup = cleanup.as_ref().and_then(|cleanup| cleanup.cgroup().map(Path::to_owned));
             let target = Target { root: launch.pid, tag, cgroup };
             running.insert(seq, target.clone());
-            (target, exited, launch, confinement)
+            (target, exited, launch, report, cleanup)
         };
         let pid = target.root;
         // Our copies of the child's ends close now, before any other child is cloned (no await
@@ -336,15 +340,27 @@ impl Executor {
         };
         let duration = start.elapsed();
         if (timed_out || cancelled)
-            && let Some((_, cleanup)) = &mut confinement
+            && let Some(cleanup) = &mut cleanup
         {
+            cleanup.killed();
+        }
+        // Forks were refused in the command's cgroup: it met its task limit (a fork bomb's
+        // signature, by its own limit or the commands' budget). Whatever it left is ended with it,
+        // through the cgroup, so a bomb cannot outlive its exec.
+        let mut bombed = false;
+        if let Some(cleanup) = &mut cleanup
+            && cleanup.refused_forks() > 0
+            && let Some(dir) = cleanup.cgroup().map(Path::to_owned)
+        {
+            bombed = true;
+            tree::end_cgroups(vec![dir]).await;
             cleanup.killed();
         }
         self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
         // The child is done with agentd's memory by now (it exec'd or exited before its exit could
         // be reported): whether it exec'd, and what it measured of its confinement. One that never
         // exec'd wrote nothing (its output pipe is at its end, no capture file was made).
-        launch.conclude(confinement.as_mut().map(|(report, _)| report)).map_err(ExecError::spawn)?;
+        launch.conclude(report.as_mut()).map_err(ExecError::spawn)?;
         let exit = exit.map_err(|_| ExecError::StatusLost)?;
 
         let drained = match tokio::time::timeout(DRAIN_AFTER_EXIT, &mut drain).await {
@@ -377,7 +393,11 @@ impl Executor {
             duration: duration.as_secs_f64(),
             total_bytes: capture.total(),
             capped: capture.is_full(),
-            limit_exceeded: limit_exceeded(exit, limits.as_ref()),
+            limit_exceeded: if bombed {
+                Some("processes".to_owned())
+            } else {
+                limit_exceeded(exit, limits.as_ref())
+            },
             ..ExecResult::default()
         };
         let path = capture.path().to_owned();
@@ -389,17 +409,17 @@ impl Executor {
         // Output held in memory, no cgroup or an empty one (told through a descriptor it holds) and
         // nothing left running: no file system work, so no trip to the blocking pool (most commands
         // end this way, confined or not).
-        let left_now = match &confinement {
+        result.enforcement = report;
+        let left_now = match &cleanup {
             None => Some(None),
-            Some((_, cleanup)) => cleanup.left_now(),
+            Some(cleanup) => cleanup.left_now(),
         };
         if let Some(left) = left_now
             && !pipe_held
             && capture.in_memory()
             && matches!(mode, CaptureMode::Inline)
         {
-            if let Some((report, cleanup)) = confinement {
-                result.enforcement = Some(report);
+            if let Some(cleanup) = cleanup {
                 result.stray_processes = left;
                 if let Some(rest) = cleanup.keep(left) {
                     // Removing a cgroup that cannot be kept is path work; nobody waits for it.
@@ -414,8 +434,7 @@ impl Executor {
         // a cgroup) and removing the cgroup are blocking work: off the runtime thread, so other
         // connections' requests do not wait for it.
         let finished = tokio::task::spawn_blocking(move || {
-            if let Some((report, cleanup)) = confinement {
-                result.enforcement = Some(report);
+            if let Some(cleanup) = cleanup {
                 result.stray_processes = cleanup.processes_left();
                 cleanup.finish(result.stray_processes);
             }

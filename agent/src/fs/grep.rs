@@ -167,6 +167,20 @@ fn workers() -> usize {
     thread::available_parallelism().map_or(2, NonZero::get).clamp(2, 4)
 }
 
+/// Runs `work` on `n` threads, the calling one among them. Each is a worker loop that takes what is
+/// left, so a thread the system refuses (agentd's cgroup or the machine out of tasks, a fork bomb
+/// beside it) leaves its share to the others: never a panic, as `Scope::spawn` would.
+fn on_threads(n: usize, work: impl Fn() + Sync) {
+    thread::scope(|scope| {
+        for _ in 1..n {
+            if thread::Builder::new().spawn_scoped(scope, &work).is_err() {
+                break;
+            }
+        }
+        work();
+    });
+}
+
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -218,11 +232,7 @@ fn route_a(
     parallel.set(workers > 1);
     // The walkers see the request's cancellation too.
     let cancel = crate::registry::current();
-    thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| cancel.enter(|| walker.work()));
-        }
-    });
+    on_threads(workers, || cancel.enter(|| walker.work()));
     let mut found = walker.found.into_inner().unwrap_or_else(PoisonError::into_inner);
     found.sort_unstable();
     found
@@ -442,11 +452,7 @@ fn search_in_order(
         work();
     } else {
         let cancel = crate::registry::current();
-        thread::scope(|scope| {
-            for _ in 0..threads {
-                scope.spawn(|| cancel.enter(work));
-            }
-        });
+        on_threads(threads, || cancel.enter(work));
     }
     let slots = slots.into_inner().unwrap_or_else(PoisonError::into_inner);
     slots.done.into_iter().take(slots.prefix).flatten().flatten().collect()
