@@ -42,6 +42,7 @@
 mod carve;
 mod cgroup;
 mod child;
+mod files;
 mod identity;
 mod lease;
 mod report;
@@ -51,6 +52,7 @@ mod watch;
 
 pub use carve::{Withheld, agentd_withheld};
 pub use child::{ChildStatus, ChildSteps};
+pub use files::{FileWork, FileWorkers};
 
 use std::io;
 use std::os::fd::{AsRawFd as _, OwnedFd};
@@ -493,6 +495,24 @@ impl Confiner {
             tracing::debug!("{} lent to uid {}: {changed} entries", root.display(), to.0);
         }
         Lent { roots, back: Some(lease::Handover { to: agentd, from: Some(to.0), sandbox_ids: false }) }
+    }
+
+    /// Where file work for the sandbox runs: on [`FileWorkers`] that carry the server profile's
+    /// user and landlock domain ([`files`]). Builds the ruleset: path work, at start.
+    pub fn file_workers(&self) -> Result<FileWorkers, ConfineError> {
+        let profile = &self.profile;
+        let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
+        let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
+        let ruleset = match want.landlock {
+            true => Some(Option::<OwnedFd>::from(self.ruleset(profile, want).map_err(prepare)?)),
+            false => None,
+        };
+        let steps = files::ThreadSteps {
+            identity: self.identity().map(identity::Identity::for_thread),
+            ruleset,
+            strict: self.capability().mode == Mode::Strict,
+        };
+        FileWorkers::start(steps).map_err(|err| prepare(format!("no thread for file work: {err}")))
     }
 
     /// Who commands become, with agentd's IPC namespace (made on the first call).

@@ -51,7 +51,7 @@ use clap::{Parser, Subcommand};
 
 use crate::admission::ServerPolicy;
 use crate::auth::Token;
-use crate::confine::Confiner;
+use crate::confine::{Confiner, FileWork};
 use crate::exec::Executor;
 use crate::exec::reaper::Reaper;
 use crate::registry::Connections;
@@ -229,10 +229,17 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         Some(profile) => profile.profile().clone(),
         None => SandboxProfile { name: "none".to_owned(), ..SandboxProfile::default() },
     };
+    let confiner = Confiner::new(reported, confine::agentd_withheld(args.token_file.as_deref()));
+    // Under a profile, the file verbs and transfers get the walls commands get.
+    let file_work = match &profile {
+        Some(_) => FileWork::Confined(Arc::new(confiner.file_workers()?)),
+        None => FileWork::Open,
+    };
     let shared = Arc::new(Shared {
         executor,
         workspace: files,
-        confiner: Confiner::new(reported, confine::agentd_withheld(args.token_file.as_deref())),
+        confiner,
+        files: file_work,
         token,
         policy: ServerPolicy {
             profile,

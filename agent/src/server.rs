@@ -38,7 +38,7 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
-use crate::confine::{ConfineError, Confiner};
+use crate::confine::{ConfineError, Confiner, FileWork};
 use crate::exec::{CancelHandle, Confined, ExecError, ExecSpec, Executor, tree};
 use crate::inbound::{LargeMessages, Meter, Metered};
 use crate::outbox::{self, Outbox, Room};
@@ -59,6 +59,9 @@ pub struct Shared {
     pub workspace: Workspace,
     /// The sandbox profile (a permissive one when `--profile` was not given).
     pub confiner: Confiner,
+    /// Where file verbs and transfers do their file work: behind the profile's walls when there is
+    /// one ([`FileWork`]).
+    pub files: FileWork,
     pub token: Option<Token>,
     /// What a request may do: the server's profile (`--profile`) and default timeout.
     pub policy: ServerPolicy,
@@ -354,8 +357,9 @@ impl Session {
                 let (events, rx) = mpsc::channel(UPLOAD_QUEUE);
                 let Some(slot) = self.register(id, Handle::Upload(events)).await else { return };
                 let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
+                let shared = Arc::clone(&self.shared);
                 tokio::spawn(async move {
-                    let error = transfer::upload(dest, request.mode, rx).await;
+                    let error = transfer::upload(&shared.files, dest, request.mode, rx).await;
                     requests.finish(id);
                     drop(slot);
                     let reply = ServerMessage::UploadResult(UploadResult { id, path: request.path, error });
@@ -379,6 +383,7 @@ impl Session {
                 };
                 let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
                 let permits = Arc::clone(&self.blocking);
+                let shared = Arc::clone(&self.shared);
                 tokio::spawn(async move {
                     // Its reads run on the blocking pool: it waits for one of the connection's permits.
                     let permit = tokio::select! {
@@ -387,8 +392,15 @@ impl Session {
                     };
                     let result = match permit {
                         Some(permit) => {
-                            let result =
-                                transfer::download(id, request.path, source, out.clone(), cancel).await;
+                            let result = transfer::download(
+                                &shared.files,
+                                id,
+                                request.path,
+                                source,
+                                out.clone(),
+                                cancel,
+                            )
+                            .await;
                             drop(permit);
                             result
                         }
@@ -573,16 +585,19 @@ impl Session {
             let response = match permit {
                 Some(permit) => {
                     let token = cancel.clone();
-                    let ran = tokio::task::spawn_blocking(move || {
-                        let response = token.enter(|| crate::fs::run(request, &shared.workspace));
-                        // The slot goes with the work, when it has really ended.
-                        drop(slot);
-                        response
-                    })
-                    .await;
+                    let work = Arc::clone(&shared);
+                    let ran = shared
+                        .files
+                        .run(move || {
+                            let response = token.enter(|| crate::fs::run(request, &work.workspace));
+                            // The slot goes with the work, when it has really ended.
+                            drop(slot);
+                            response
+                        })
+                        .await;
                     let response = match ran {
                         Ok(_) if read_only && cancel.is_cancelled() => Ok(cancelled),
-                        ran => ran.map_err(|err| err.to_string()),
+                        ran => ran,
                     };
                     (response, Some(permit))
                 }

@@ -30,6 +30,7 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::{Notify, mpsc};
 use tokio_tungstenite::tungstenite::Bytes;
 
+use crate::confine::FileWork;
 use crate::root::{Made, ResolveError, Workspace};
 use temp::Temp;
 
@@ -58,14 +59,15 @@ pub fn error_text(err: &io::Error) -> String {
 /// the blocking pool, one chunk at a time, so waiting for the disk is the upload's backpressure and
 /// the runtime only passes chunks on.
 pub async fn upload(
+    work: &FileWork,
     dest: Result<Destination, String>,
     mode: Option<u32>,
     mut events: mpsc::Receiver<UploadEvent>,
 ) -> Option<String> {
-    let opened = tokio::task::spawn_blocking(move || UploadTarget::open(&dest?, mode)).await;
+    let opened = work.run(move || UploadTarget::open(&dest?, mode)).await;
     // The file being written with the digest of what it holds so far: they go to a blocking thread
     // and back together.
-    let mut target = match opened.unwrap_or_else(|e| Err(e.to_string())) {
+    let mut target = match opened.unwrap_or_else(Err) {
         Ok(target) => Some((target, Sha256::new())),
         Err(error) => {
             // Keep consuming the chunks already on their way; answer once, at the end.
@@ -82,17 +84,18 @@ pub async fn upload(
         match event {
             UploadEvent::Data(data) => {
                 let Some((mut t, mut h)) = target.take() else { continue };
-                let written = tokio::task::spawn_blocking(move || {
-                    h.update(&data);
-                    let result = t.write(&data);
-                    (t, h, result)
-                })
-                .await;
+                let written = work
+                    .run(move || {
+                        h.update(&data);
+                        let result = t.write(&data);
+                        (t, h, result)
+                    })
+                    .await;
                 match written {
                     Ok((t, h, Ok(()))) => target = Some((t, h)),
                     Ok((t, _, Err(err))) => {
                         failure = Some(format!("write failed: {err}"));
-                        blocking(move || t.remove()).await;
+                        blocking(work, move || t.remove()).await;
                     }
                     Err(err) => failure = Some(format!("write failed: {err}")),
                 }
@@ -101,30 +104,27 @@ pub async fn upload(
                 let Some((t, hasher)) = target.take() else { return failure };
                 let received = format!("{:x}", hasher.finalize());
                 if !received.eq_ignore_ascii_case(&sha256) {
-                    blocking(move || t.remove()).await;
+                    blocking(work, move || t.remove()).await;
                     return Some(format!("sha256 mismatch: expected {sha256}, received {received}"));
                 }
-                return tokio::task::spawn_blocking(move || t.commit())
-                    .await
-                    .unwrap_or_else(|e| Err(e.to_string()))
-                    .err();
+                return work.run(move || t.commit()).await.unwrap_or_else(Err).err();
             }
             UploadEvent::Abort(reason) => {
                 if let Some((t, _)) = target.take() {
-                    blocking(move || t.remove()).await;
+                    blocking(work, move || t.remove()).await;
                 }
                 return Some(reason);
             }
         }
     }
     if let Some((t, _)) = target.take() {
-        blocking(move || t.remove()).await;
+        blocking(work, move || t.remove()).await;
     }
     Some("connection closed before upload_end".to_owned())
 }
 
-async fn blocking(work: impl FnOnce() + Send + 'static) {
-    let _ = tokio::task::spawn_blocking(work).await;
+async fn blocking(work: &FileWork, job: impl FnOnce() + Send + 'static) {
+    let _ = work.run(job).await;
 }
 
 /// The file a transfer's path names, not resolved yet (that is file IO, done off the runtime).
@@ -336,6 +336,7 @@ pub fn sweep_recorded(ws: &Workspace) -> usize {
 
 /// Sends one file as `download_start`, chunks and the final result.
 pub async fn download(
+    work: &FileWork,
     id: u64,
     path: String,
     source: Result<Destination, String>,
@@ -353,8 +354,9 @@ pub async fn download(
         Ok(source) => source,
         Err(error) => return failed(error),
     };
-    let opened = tokio::task::spawn_blocking(move || open_for_download(&source)).await;
-    let mut file = match opened.unwrap_or_else(|e| Err(e.to_string())) {
+    // Opened where the sandbox's file work runs; read from the descriptor afterwards.
+    let opened = work.run(move || open_for_download(&source)).await;
+    let mut file = match opened.unwrap_or_else(Err) {
         Ok(file) => tokio::fs::File::from_std(file),
         Err(error) => return failed(error),
     };

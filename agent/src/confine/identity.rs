@@ -145,6 +145,11 @@ impl Identity {
         })
     }
 
+    /// The same for a thread of agentd's own ([`super::files`]): it keeps agentd's IPC namespace.
+    pub fn for_thread(self) -> Self {
+        Self { ipc: None, ..self }
+    }
+
     /// Applies it to the calling thread: raw system calls only.
     pub fn apply(&self) -> Result<(), Errno> {
         if let Some(ipc) = self.ipc {
