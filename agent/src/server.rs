@@ -39,7 +39,7 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner, FileWork};
-use crate::exec::{CancelHandle, Confined, ExecError, ExecSpec, Executor, tree};
+use crate::exec::{CancelHandle, CaptureMode, Confined, ExecError, ExecSpec, Executor, offload_target, tree};
 use crate::inbound::{LargeMessages, Meter, Metered};
 use crate::outbox::{self, Outbox, Room};
 use crate::registry::{Admitted, Cancel, Connections, Global, Handle, Requests, Slot};
@@ -546,7 +546,17 @@ impl Session {
                 (Some(confined), Some(plan))
             }
         };
-        Ok(ExecSpec::new(admitted, confined, plan))
+        let mut spec = ExecSpec::new(admitted, confined, plan);
+        // Under a server profile an offload's capture file is made where the sandbox's file work
+        // runs: agentd never makes it as itself outside what the sandbox may write.
+        if let (FileWork::Confined(_), CaptureMode::Offload { path, .. }) = (&self.shared.files, &spec.mode) {
+            let (shared, path) = (Arc::clone(&self.shared), path.clone());
+            let made = self.shared.files.run(move || offload_target(&shared.workspace, &path)).await;
+            let made = made.map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e))?;
+            spec.offload =
+                Some(made.map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?);
+        }
+        Ok(spec)
     }
 
     /// Records a new request of any kind; answers `duplicate_id` or `too_many_requests` and returns

@@ -69,14 +69,26 @@ pub struct CaptureTarget {
     name: CString,
     /// The path shown in results and messages.
     shown: PathBuf,
+    /// The file, made ahead by whoever may make it ([`CaptureTarget::made`]).
+    made: Option<File>,
 }
 
 impl CaptureTarget {
     pub fn new(dir: Arc<OwnedFd>, name: CString, shown: PathBuf) -> Self {
-        Self { dir, name, shown }
+        Self { dir, name, shown, made: None }
+    }
+
+    /// The file made now, by the calling thread: where only the sandbox's own file work may make
+    /// it (a server profile), agentd does not make it later as itself.
+    pub fn made(mut self) -> io::Result<Self> {
+        self.made = Some(self.create()?);
+        Ok(self)
     }
 
     fn create(&self) -> io::Result<File> {
+        if let Some(file) = &self.made {
+            return file.try_clone();
+        }
         let flags = OFlag::O_RDWR
             | OFlag::O_CREAT
             | OFlag::O_TRUNC

@@ -66,6 +66,9 @@ pub struct ExecSpec {
     /// What the child applies and what is cleaned up after it: the profile's plan, or an
     /// unconfined command's cgroup ([`crate::confine::Confiner::unconfined_plan`]).
     pub plan: Option<Plan>,
+    /// An offload's capture file, already made where the sandbox's file work runs
+    /// ([`offload_target`]); `None`: made by agentd when needed.
+    pub offload: Option<CaptureTarget>,
 }
 
 impl ExecSpec {
@@ -84,6 +87,7 @@ impl ExecSpec {
             },
             confined,
             plan,
+            offload: None,
         }
     }
 }
@@ -234,7 +238,7 @@ impl Executor {
     /// reserved there (returned with the result, to be held until the reply is sent).
     pub async fn run(
         &self,
-        spec: ExecSpec,
+        mut spec: ExecSpec,
         cancel: &CancelHandle,
         started: Option<oneshot::Sender<u32>>,
         live: Option<mpsc::Sender<Vec<u8>>>,
@@ -243,7 +247,10 @@ impl Executor {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{}.{seq}", self.tag_prefix);
         let cwd = self.working_dir(spec.cwd.as_deref())?;
-        let capture = self.capture_for(&spec, seq)?;
+        let capture = match spec.offload.take() {
+            Some(target) => CaptureFile::new(target, spec.max_capture_bytes),
+            None => self.capture_for(&spec, seq)?,
+        };
 
         let (reader, writer) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
         fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(|e| ExecError::Pipe(e.into()))?;
@@ -483,6 +490,15 @@ impl Executor {
             }
         }
     }
+}
+
+/// An offload's capture file `path` in `ws`, parents made and the file made, by the calling thread:
+/// under a server profile, a thread that carries the sandbox's walls makes it, as it would any file
+/// a verb writes.
+pub fn offload_target(ws: &Workspace, path: &str) -> Result<CaptureTarget, ExecError> {
+    let shown = ws.shown(path);
+    let target = target_in(ws, path, shown.clone())?;
+    target.made().map_err(|source| ExecError::CapturePath { path: shown, source })
 }
 
 /// The capture file `path` names in `ws` (`shown` in results and messages), parents made.
