@@ -169,11 +169,22 @@ impl Confiner {
         }
     }
 
-    /// Removes the idle cgroups kept beyond the few kept for good, and those of finished commands
-    /// whose background processes are gone ([`IdleCgroups::trim`]), when agentd is idle again; true
-    /// while some still hold processes (call again later). Path work: off the runtime.
-    pub fn trim_idle_cgroups(&self) -> bool {
-        self.idle_cgroups.trim()
+    /// Removes the idle cgroups kept beyond the few kept for good ([`IdleCgroups::trim`]), when
+    /// agentd is idle again. Path work: off the runtime.
+    pub fn trim_idle_cgroups(&self) {
+        drop(self.idle_cgroups.trim());
+    }
+
+    /// Looks at the cgroups finished commands left processes in: removes those that are empty
+    /// again, and returns those whose processes met their limit since (a fork bomb that outlived
+    /// its exec), to be ended ([`crate::exec::tree::end_cgroups`]). Path work: off the runtime.
+    pub fn watch_left_behind(&self) -> Vec<PathBuf> {
+        self.idle_cgroups.watch_left_behind()
+    }
+
+    /// Whether finished commands left processes in cgroups: a look at a list, for the runtime.
+    pub fn left_behind(&self) -> bool {
+        self.idle_cgroups.has_left_behind()
     }
 
     /// The kernel's landlock ABI (0: none).

@@ -191,6 +191,30 @@ fn main() -> ExitCode {
     }
 }
 
+/// How often the cgroups that finished commands left processes in are looked at.
+const LEFT_BEHIND_EVERY: Duration = Duration::from_millis(250);
+
+/// For agentd's life: what finished commands left running that meets its task limit later (a fork
+/// bomb that outlived its exec) is ended whole, and their cgroups go once empty.
+async fn end_bombs_left_behind(shared: Arc<Shared>) {
+    let mut ticks = tokio::time::interval(LEFT_BEHIND_EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        if !shared.confiner.left_behind() {
+            continue;
+        }
+        let looked = Arc::clone(&shared);
+        let bombs = tokio::task::spawn_blocking(move || looked.confiner.watch_left_behind()).await;
+        if let Ok(bombs) = bombs
+            && !bombs.is_empty()
+        {
+            tracing::debug!("ending {} fork bombs left by finished commands", bombs.len());
+            exec::tree::end_cgroups(bombs).await;
+        }
+    }
+}
+
 async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
     // The blocking pool's first thread, made while tasks are to be had; it never retires.
     tokio::task::spawn_blocking(|| ()).await?;
@@ -264,8 +288,9 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     };
     let idle = Arc::clone(&shared);
     tokio::spawn(memory::release_when_idle(Arc::clone(&shared.global), move || {
-        idle.confiner.trim_idle_cgroups()
+        idle.confiner.trim_idle_cgroups();
     }));
+    tokio::spawn(end_bombs_left_behind(Arc::clone(&shared)));
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     if args.stdio {

@@ -15,29 +15,23 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// Runs for the daemon's life: after each busy period, once no request is in flight, returns the
 /// allocator's free pages to the system, and runs `also` (both off the runtime: it walks every
-/// arena). While `also` says it has more to do later, it runs again at each idle check.
-pub async fn release_when_idle(global: Arc<Global>, also: impl Fn() -> bool + Send + Sync + 'static) {
+/// arena).
+pub async fn release_when_idle(global: Arc<Global>, also: impl Fn() + Send + Sync + 'static) {
     let also = Arc::new(also);
     let mut seen = global.taken();
-    let mut again = false;
     let mut ticks = tokio::time::interval(CHECK_EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let taken = global.taken();
-        let worked = taken != seen;
-        if (worked || again) && global.in_flight() == 0 {
+        if taken != seen && global.in_flight() == 0 {
             seen = taken;
             let also = Arc::clone(&also);
-            again = tokio::task::spawn_blocking(move || {
-                let again = also();
-                if worked {
-                    release();
-                }
-                again
+            let _ = tokio::task::spawn_blocking(move || {
+                also();
+                release();
             })
-            .await
-            .unwrap_or(false);
+            .await;
         }
     }
 }

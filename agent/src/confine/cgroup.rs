@@ -233,8 +233,9 @@ impl Confiner {
 pub(super) struct IdleCgroups {
     pub(super) list: std::sync::Mutex<Vec<PidsCgroup>>,
     /// Cgroups of finished commands that could not be removed when they ended (their background
-    /// processes still lived in them): removed once those are gone ([`IdleCgroups::trim`]).
-    left_behind: std::sync::Mutex<Vec<PathBuf>>,
+    /// processes still lived in them), with the forks refused in each before it was left: watched
+    /// ([`IdleCgroups::watch_left_behind`]) and removed once those processes are gone.
+    left_behind: std::sync::Mutex<Vec<(PathBuf, u64)>>,
     /// Kept at most while busy.
     pub(super) busy: usize,
 }
@@ -274,28 +275,42 @@ impl IdleCgroups {
         None
     }
 
-    /// Removes the idle cgroups beyond [`IDLE_CGROUPS_KEPT`], and the cgroups left behind whose
-    /// processes are gone; true while some are still left behind. Path work: off the runtime.
-    pub(super) fn trim(&self) -> bool {
-        let extra = {
-            let mut list = self.list();
-            let keep = list.len().min(IDLE_CGROUPS_KEPT);
-            list.split_off(keep)
-        };
-        drop(extra);
-        let mut left = self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        left.retain(|dir| std::fs::remove_dir(dir).is_err_and(|err| err.kind() != io::ErrorKind::NotFound));
-        !left.is_empty()
+    /// The idle cgroups beyond [`IDLE_CGROUPS_KEPT`], taken out (to be removed).
+    pub(super) fn trim(&self) -> Vec<PidsCgroup> {
+        let mut list = self.list();
+        let keep = list.len().min(IDLE_CGROUPS_KEPT);
+        list.split_off(keep)
     }
 
     /// `cgroup`, which a finished command used, is removed now, or once the processes it left
     /// there are gone.
     pub(super) fn remove(&self, cgroup: PidsCgroup) {
-        let dir = cgroup.dir.clone();
+        let (dir, refused) = (cgroup.dir.clone(), cgroup.refused_total().unwrap_or(0));
         drop(cgroup);
         if dir.exists() {
-            self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(dir);
+            self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((dir, refused));
         }
+    }
+
+    pub(super) fn has_left_behind(&self) -> bool {
+        !self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner).is_empty()
+    }
+
+    /// Removes the cgroups left behind whose processes are gone, and returns those where a fork was
+    /// refused since their command ended: what was left there met its limit (a fork bomb that
+    /// outlived its exec) and is to be ended whole. Path work: off the runtime.
+    pub(super) fn watch_left_behind(&self) -> Vec<PathBuf> {
+        let mut left = self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        left.retain(|(dir, _)| {
+            std::fs::remove_dir(dir).is_err_and(|err| err.kind() != io::ErrorKind::NotFound)
+        });
+        left.iter()
+            .filter(|(dir, before)| {
+                let events = std::fs::read_to_string(dir.join("pids.events")).unwrap_or_default();
+                refused_in(&events).is_some_and(|now| now > *before)
+            })
+            .map(|(dir, _)| dir.clone())
+            .collect()
     }
 }
 
@@ -367,8 +382,7 @@ impl PidsCgroup {
     }
 
     fn refused_total(&self) -> io::Result<u64> {
-        // `max N` (cgroup v2 may add other lines).
-        read_number(&self.events, Some("max "))
+        read_number(&self.events, Some(REFUSED))
     }
 
     /// Sets `pids.max` (`NO_LIMIT`: "max"), unless it already holds `max` (most commands of a
@@ -388,6 +402,14 @@ impl PidsCgroup {
         self.limit = Some(max);
         Ok(())
     }
+}
+
+/// The line of `pids.events` that counts refused forks: `max N` (cgroup v2 may add other lines).
+const REFUSED: &str = "max ";
+
+/// The refused forks `pids.events` counts. Pure.
+fn refused_in(events: &str) -> Option<u64> {
+    events.lines().find_map(|line| line.strip_prefix(REFUSED)?.trim().parse().ok())
 }
 
 /// The limit of a command without `limits.processes`: none of its own, the commands' budget only.
@@ -438,6 +460,9 @@ mod tests {
         assert_eq!(commands_budget(&[], (32_768, 600)), 600 - AGENTD_TASK_RESERVE);
         assert_eq!(parse_loadavg_tasks("0.31 0.52 0.60 3/245 12345\n"), Some(245));
         assert_eq!(parse_loadavg_tasks("0.31 0.52"), None);
+        assert_eq!(refused_in("max 12\n"), Some(12));
+        assert_eq!(refused_in("max 3\nmax.imposed 1\n"), Some(3));
+        assert_eq!(refused_in(""), None);
     }
 
     #[test]
