@@ -233,7 +233,8 @@ impl Confiner {
 pub(super) struct IdleCgroups {
     pub(super) list: std::sync::Mutex<Vec<PidsCgroup>>,
     /// Cgroups of finished commands that could not be removed when they ended (their background
-    /// processes still lived in them), with the forks refused in each before it was left: watched
+    /// processes still lived in them), with the forks refused in each before its command took it:
+    /// watched
     /// ([`IdleCgroups::watch_left_behind`]) and removed once those processes are gone.
     left_behind: std::sync::Mutex<Vec<(PathBuf, u64)>>,
     /// Kept at most while busy.
@@ -285,7 +286,9 @@ impl IdleCgroups {
     /// `cgroup`, which a finished command used, is removed now, or once the processes it left
     /// there are gone.
     pub(super) fn remove(&self, cgroup: PidsCgroup) {
-        let (dir, refused) = (cgroup.dir.clone(), cgroup.refused_total().unwrap_or(0));
+        // Counted from the command's start: a bomb that met its limit between the exec's end and
+        // now is one too.
+        let (dir, refused) = (cgroup.dir.clone(), cgroup.refused_before);
         drop(cgroup);
         if dir.exists() {
             self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((dir, refused));
@@ -297,7 +300,7 @@ impl IdleCgroups {
     }
 
     /// Removes the cgroups left behind whose processes are gone, and returns those where a fork was
-    /// refused since their command ended: what was left there met its limit (a fork bomb that
+    /// refused since their command started: what was left there met its limit (a fork bomb that
     /// outlived its exec) and is to be ended whole. Path work: off the runtime.
     pub(super) fn watch_left_behind(&self) -> Vec<PathBuf> {
         let mut left = self.left_behind.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
