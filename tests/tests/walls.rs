@@ -1,17 +1,31 @@
 //! The walls around agentd, each tried as the attack that got through it before: a request that
 //! loosens the profile through `..` or a symlink, a command that drives its own agentd, a web page
 //! that opens a websocket to it, a TCP listener without a token.
+//!
+//! And, as root, the walls of the embedded default (`local-default`, as `LocalSandbox` and `agentctl
+//! up` start it), whose commands used to run as root with every capability: the Docker engine's
+//! socket; another session's socket, TCP port and token, and its own; an upgrade from a process
+//! that is not agentd's without the token; device nodes in the workspace; `reboot`,
+//! `settimeofday`/`clock_settime`, `sethostname`, netlink, the rlimit, nice, scheduler, affinity and
+//! I/O priority of a process outside, System V shared memory outside, an abstract socket outside,
+//! `/etc/shadow`; and what the report says of it. Each is also run, where that is harmless, with
+//! `user = "agentd"` (the same profile, root's capabilities) or without a profile, where it gets
+//! through: the attack is real.
 
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agentd_host::{AgentdSandbox, SandboxError};
-use agentd_protocol::profile::ProfileOverride;
-use agentd_protocol::{ErrorCode, ExecRequest};
-use agentd_tests::{Daemon, PidsCap};
+use agentd_host::adapters::local::{DefaultProfile, Lifetime, TokenSource, socket_dir, spawn_agentd};
+use agentd_host::{AgentdSandbox, LocalSandbox, SandboxError};
+use agentd_protocol::profile::{Level, ProfileOverride, sandbox_id};
+use agentd_protocol::{ErrorCode, ExecRequest, ExecResult};
+use agentd_tests::{Daemon, Need, PidsCap, skip};
 
 /// A raw websocket upgrade (no client library) over TCP `host:port` or a Unix socket path, with
 /// extra header lines; prints the status line of the answer. Run by agentd's commands and by the
@@ -365,4 +379,475 @@ async fn a_root_swapped_for_a_link_after_admission_grants_nothing_outside() {
     println!("{swaps} swaps, {rounds} rounds: {admitted} admitted, {refused} refused");
     // Both outcomes happened: the race was real.
     assert!(admitted > 0 && refused > 0, "admitted {admitted}, refused {refused}");
+}
+
+// The embedded default's walls, as root.
+
+/// Each probe, named on the command line, tries one thing only root could do to the machine or to a
+/// process outside, and prints `NAME ok` or `NAME ERRNO`. Its parameters come as JSON in the first
+/// argument: the outside process (`pid`: the test's own), its `nofile` limits, the `ioprio` system
+/// call numbers (get, set) and an `abstract` socket name.
+const PROBES: &str = r#"
+import ctypes, errno, json, os, resource, socket, sys, time
+
+params = json.loads(sys.argv[1])
+target = params["pid"]
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def checked(ret):
+    if ret == -1:
+        raise OSError(ctypes.get_errno(), "")
+    return ret
+
+
+def reboot():
+    # LINUX_REBOOT_CMD_CAD_OFF: Ctrl-Alt-Del then signals init instead of rebooting. Never a reboot.
+    checked(libc.reboot(0))
+
+
+class Timeval(ctypes.Structure):
+    _fields_ = [("sec", ctypes.c_long), ("usec", ctypes.c_long)]
+
+
+def settimeofday():
+    now = Timeval()
+    checked(libc.gettimeofday(ctypes.byref(now), None))
+    checked(libc.settimeofday(ctypes.byref(now), None))
+
+
+def clock_settime():
+    time.clock_settime_ns(time.CLOCK_REALTIME, time.clock_gettime_ns(time.CLOCK_REALTIME))
+
+
+def sethostname():
+    socket.sethostname(socket.gethostname())
+
+
+# The outside process's settings, each set to what it is: the kernel asks who may change another's
+# before it looks at the value, and nothing changes should one pass.
+def rlimit():
+    resource.prlimit(target, resource.RLIMIT_NOFILE, tuple(params["nofile"]))
+
+
+def nice():
+    os.setpriority(os.PRIO_PROCESS, target, os.getpriority(os.PRIO_PROCESS, target))
+
+
+def scheduler():
+    os.sched_setscheduler(target, os.sched_getscheduler(target), os.sched_getparam(target))
+
+
+def affinity():
+    os.sched_setaffinity(target, os.sched_getaffinity(target))
+
+
+def ioprio():
+    get, set_ = params["ioprio"]
+    # IOPRIO_WHO_PROCESS
+    checked(libc.syscall(set_, 1, target, checked(libc.syscall(get, 1, target))))
+
+
+def shadow():
+    open("/etc/shadow", "rb").close()
+
+
+def abstract():
+    socket.socket(socket.AF_UNIX).connect("\0" + params["abstract"])
+
+
+def docker():
+    s = socket.socket(socket.AF_UNIX)
+    s.connect("/var/run/docker.sock")
+    s.sendall(b"GET /version HTTP/1.1\r\nHost: docker\r\nConnection: close\r\n\r\n")
+    if b" 200 " not in s.recv(4096).split(b"\r\n")[0]:
+        raise OSError(errno.EPROTO, "")
+
+
+for name in sys.argv[2:]:
+    try:
+        globals()[name]()
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, e.errno))
+"#;
+
+/// The probes' parameters, for the test process as the outside process.
+fn probe_params(abstract_name: &str) -> serde_json::Value {
+    let (soft, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    serde_json::json!({
+        "pid": std::process::id(),
+        "nofile": [soft, hard],
+        "ioprio": [nix::libc::SYS_ioprio_get, nix::libc::SYS_ioprio_set],
+        "abstract": abstract_name,
+    })
+}
+
+/// What each named probe got as `sb`'s command: `ok` or the errno's name.
+async fn probe(sb: &AgentdSandbox, params: &serde_json::Value, names: &[&str]) -> BTreeMap<String, String> {
+    let command = format!("python3 - '{params}' {} <<'PY'\n{PROBES}\nPY\n", names.join(" "));
+    let r = run(sb, &command).await;
+    let out = r.output.unwrap_or_default();
+    assert_eq!(r.exit_code, 0, "{out}");
+    out.lines().filter_map(|l| l.split_once(' ')).map(|(n, got)| (n.to_owned(), got.to_owned())).collect()
+}
+
+fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(n, got)| ((*n).to_owned(), (*got).to_owned())).collect()
+}
+
+async fn run(sb: &AgentdSandbox, command: &str) -> ExecResult {
+    let request = ExecRequest { command: command.to_owned(), timeout: Some(30.0), ..ExecRequest::default() };
+    sb.exec(request, None).await.unwrap()
+}
+
+/// Whether this test runs as root (the sandbox user, and the powers it goes without, are root's to
+/// give); the test skips otherwise.
+fn as_root() -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        skip(Need::Root, "the sandbox user and the capabilities it drops are root's");
+    }
+    root
+}
+
+/// agentd under the embedded default's profile (its roots, tmp, limits and mode) with `user =
+/// "agentd"`: commands keep root and its capabilities, as every command of the embedded default did
+/// before the sandbox user. The positive control.
+async fn as_agentd() -> (Daemon, AgentdSandbox, DefaultProfile) {
+    let workspace = tempfile::tempdir().unwrap();
+    let profile = DefaultProfile::create(workspace.path()).unwrap();
+    let mut json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(profile.file()).unwrap()).unwrap();
+    json["user"] = "agentd".into();
+    std::fs::write(profile.file(), json.to_string()).unwrap();
+    let daemon = Daemon::start_in(workspace, &["--profile", profile.file().to_str().unwrap()]);
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    (daemon, sb, profile)
+}
+
+/// An agentd started as `agentctl up` starts it: the embedded default, on a Unix socket in a private
+/// directory, its token in a 0600 file there.
+struct Session {
+    child: Option<std::process::Child>,
+    pid: u32,
+    socket: String,
+    token_file: PathBuf,
+    workspace: tempfile::TempDir,
+    sb: AgentdSandbox,
+    _socket_dir: tempfile::TempDir,
+    _profile: DefaultProfile,
+}
+
+impl Session {
+    async fn start() -> Self {
+        let workspace = tempfile::tempdir().unwrap();
+        let profile = DefaultProfile::create(workspace.path()).unwrap();
+        let socket_dir = socket_dir().unwrap();
+        let token_file = socket_dir.path().join("token");
+        let token = agentd_tests::random_hex(32);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&token_file)
+            .unwrap()
+            .write_all(token.as_bytes())
+            .unwrap();
+        let (child, started) = spawn_agentd(
+            workspace.path(),
+            socket_dir.path(),
+            Lifetime::TiedToParent,
+            Some(&profile.file()),
+            TokenSource::File(&token_file),
+        )
+        .unwrap();
+        let sb = AgentdSandbox::connect(&started.url, Some(&token)).await.unwrap();
+        Self {
+            child: Some(child),
+            pid: started.pid,
+            socket: started.url.strip_prefix("unix:").unwrap().to_owned(),
+            token_file,
+            workspace,
+            sb,
+            _socket_dir: socket_dir,
+            _profile: profile,
+        }
+    }
+
+    /// SIGTERM, and the wait for agentd's exit.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn owner(path: &Path) -> u32 {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::symlink_metadata(path).unwrap())
+}
+
+#[tokio::test]
+async fn the_embedded_default_reports_the_user_it_runs_commands_as_and_lends_it_the_workspace() {
+    if !as_root() {
+        return;
+    }
+    let mut session = Session::start().await;
+    let id = sandbox_id(session.pid);
+    let report = "echo x > made; id -u; id -g; id -G; \
+                  grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status; readlink /proc/self/ns/ipc";
+    let r = run(&session.sb, report).await;
+    let e = r.enforcement.clone().unwrap();
+    assert_eq!((e.profile.as_str(), e.privileges), ("local-default", Level::Full), "{r:?}");
+    assert!(e.notes.iter().all(|n| !n.contains("privileges") && !n.contains("user")), "{e:?}");
+    let out = r.output.unwrap();
+    let (applied, ipc) = out.trim_end().rsplit_once('\n').unwrap();
+    let none = "0000000000000000";
+    assert_eq!(
+        applied,
+        format!(
+            "{id}\n{id}\n{id}\nCapInh:\t{none}\nCapPrm:\t{none}\nCapEff:\t{none}\nCapBnd:\t{none}\n\
+             CapAmb:\t{none}\nNoNewPrivs:\t1"
+        )
+    );
+    let own_ipc = std::fs::read_link("/proc/self/ns/ipc").unwrap();
+    assert!(ipc.starts_with("ipc:[") && Path::new(ipc) != own_ipc, "{ipc}");
+    // The workspace is the sandbox user's for agentd's life, and agentd's user's again after it.
+    let (workspace, made) = (session.workspace.path().to_owned(), session.workspace.path().join("made"));
+    assert_eq!((owner(&workspace), owner(&made)), (id, id));
+    session.stop();
+    assert_eq!((owner(&workspace), owner(&made)), (0, 0));
+
+    // The same profile with `user = "agentd"`: root with its capabilities, reported as not requested.
+    let (_daemon, control, _profile) = as_agentd().await;
+    let r = run(&control, report).await;
+    assert_eq!(r.enforcement.as_ref().map(|e| e.privileges), Some(Level::NotRequested), "{r:?}");
+    let out = r.output.unwrap();
+    assert!(out.starts_with("0\n0\n0\n") && !out.contains(&format!("CapBnd:\t{none}")), "{out}");
+}
+
+#[tokio::test]
+async fn a_command_cannot_reach_the_docker_engine() {
+    if !as_root() {
+        return;
+    }
+    if !Path::new("/var/run/docker.sock").exists() {
+        skip(Need::Docker, "no /var/run/docker.sock");
+        return;
+    }
+    let params = probe_params("");
+    let sb = LocalSandbox::start().await.unwrap();
+    assert_eq!(probe(sb.agentd(), &params, &["docker"]).await, expect(&[("docker", "EACCES")]));
+    let (_daemon, control, _profile) = as_agentd().await;
+    assert_eq!(probe(&control, &params, &["docker"]).await, expect(&[("docker", "ok")]));
+}
+
+#[tokio::test]
+async fn a_command_cannot_reach_another_session_nor_read_a_token() {
+    if !as_root() {
+        return;
+    }
+    let a = Session::start().await;
+    let b = Session::start().await;
+    let c = LocalSandbox::start().await.unwrap();
+    let c_socket = c.url().strip_prefix("unix:").unwrap().to_owned();
+    let tcp = Daemon::start();
+    let tcp_addr = tcp.url.strip_prefix("ws://").unwrap().to_owned();
+    let script = script(a.workspace.path());
+    let upgrade = |kind: &str, addr: &str, extra: &str| {
+        format!("python3 {script} {kind} {addr} {extra} 2>&1 | tail -n 1")
+    };
+
+    // Every local session's socket is in a directory only root may enter: A's own, B's (`agentctl
+    // up`'s kind), C's (`LocalSandbox`'s).
+    for socket in [&b.socket, &c_socket, &a.socket] {
+        let out = output(&a.sb, &upgrade("unix", socket, "")).await;
+        assert!(out.contains("PermissionError"), "{socket}: {out}");
+    }
+    let out = output(&a.sb, &upgrade("tcp", &tcp_addr, "")).await;
+    assert_eq!(out.trim(), "HTTP/1.1 401 Unauthorized");
+    // Wherever a token is: in a session's file, or in its agentd's memory.
+    let tokens = [
+        b.token_file.clone(),
+        a.token_file.clone(),
+        PathBuf::from(format!("/proc/{}/environ", b.pid)),
+        PathBuf::from(format!("/proc/{}/environ", c.pid())),
+        PathBuf::from(format!("/proc/{}/environ", a.pid)),
+        PathBuf::from(format!("/proc/{}/mem", c.pid())),
+    ];
+    for file in &tokens {
+        let out = output(&a.sb, &format!("cat {} 2>&1 >/dev/null; echo \"cat=$?\"", file.display())).await;
+        assert!(out.contains("Permission denied") && out.ends_with("cat=1\n"), "{}: {out}", file.display());
+    }
+
+    // As root (`user = "agentd"`), the same command reads B's token and drives B with it.
+    let (_daemon, control, _profile) = as_agentd().await;
+    let bearer = format!("\"Authorization: Bearer $(cat {})\"", b.token_file.display());
+    let out = output(&control, &upgrade("unix", &b.socket, &bearer)).await;
+    assert_eq!(out.trim(), "HTTP/1.1 101 Switching Protocols", "{out}");
+}
+
+#[tokio::test]
+async fn an_upgrade_without_the_token_from_outside_agentd_is_refused() {
+    // The test process stands for any process outside agentd's tree (a container's, another user's
+    // with access to the socket).
+    let local = LocalSandbox::start().await.unwrap();
+    let session = Session::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path());
+    let token_of_session = std::fs::read_to_string(&session.token_file).unwrap();
+    let sockets = [
+        (local.url().strip_prefix("unix:").unwrap(), local.token()),
+        (session.socket.as_str(), token_of_session.as_str()),
+    ];
+    for (socket, token) in sockets {
+        assert_eq!(upgrade_from_here(&script, "unix", socket, &[]), "HTTP/1.1 401 Unauthorized");
+        let wrong = format!("Authorization: Bearer {token}x");
+        assert_eq!(upgrade_from_here(&script, "unix", socket, &[&wrong]), "HTTP/1.1 401 Unauthorized");
+        let right = format!("Authorization: Bearer {token}");
+        assert_eq!(upgrade_from_here(&script, "unix", socket, &[&right]), "HTTP/1.1 101 Switching Protocols");
+    }
+}
+
+#[tokio::test]
+async fn no_device_node_can_be_made_in_the_workspace() {
+    if !as_root() {
+        return;
+    }
+    // /dev/loop0 (a disk's blocks) and /dev/kmsg, in the workspace and in the private tmp.
+    let nodes = "mknod ./d b 7 0; echo \"d=$?\"; mknod ./c c 1 11; echo \"c=$?\"; \
+                 mknod \"$TMPDIR/c\" c 1 11; echo \"tmp=$?\"";
+    let sb = LocalSandbox::start().await.unwrap();
+    let out = output(sb.agentd(), nodes).await;
+    assert!(out.contains("d=1\n") && out.contains("c=1\n") && out.contains("tmp=1\n"), "{out}");
+    assert!(!sb.workspace().join("d").exists() && !sb.workspace().join("c").exists());
+    // Not even root makes one under a profile: landlock refuses it everywhere.
+    let (daemon, control, _profile) = as_agentd().await;
+    let out = output(&control, nodes).await;
+    assert!(out.contains("d=1\n") && out.contains("c=1\n") && out.contains("tmp=1\n"), "{out}");
+    assert!(!daemon.workspace.path().join("c").exists());
+    // Without a profile, root does.
+    let unconfined = LocalSandbox::start_unconfined().await.unwrap();
+    let out =
+        output(unconfined.agentd(), "mknod ./d b 7 0; echo \"d=$?\"; mknod ./c c 1 11; echo \"c=$?\"").await;
+    assert_eq!(out, "d=0\nc=0\n");
+    use std::os::unix::fs::FileTypeExt as _;
+    let kind = |name: &str| std::fs::symlink_metadata(unconfined.workspace().join(name)).unwrap().file_type();
+    assert!(kind("d").is_block_device() && kind("c").is_char_device());
+}
+
+#[tokio::test]
+async fn a_command_has_none_of_roots_powers_over_the_machine_or_a_process_outside() {
+    if !as_root() {
+        return;
+    }
+    let params = probe_params("");
+    let sb = LocalSandbox::start().await.unwrap();
+    let all = [
+        "reboot",
+        "settimeofday",
+        "clock_settime",
+        "sethostname",
+        "rlimit",
+        "nice",
+        "scheduler",
+        "affinity",
+        "ioprio",
+        "shadow",
+    ];
+    let refused = expect(&[
+        ("reboot", "EPERM"),
+        ("settimeofday", "EPERM"),
+        ("clock_settime", "EPERM"),
+        ("sethostname", "EPERM"),
+        ("rlimit", "EPERM"),
+        ("nice", "EPERM"),
+        ("scheduler", "EPERM"),
+        ("affinity", "EPERM"),
+        ("ioprio", "EPERM"),
+        ("shadow", "EACCES"),
+    ]);
+    assert_eq!(probe(sb.agentd(), &params, &all).await, refused);
+    // Netlink: `up` for `down`, the same check (CAP_NET_ADMIN for any change), and nothing changes
+    // should it pass.
+    let out = output(sb.agentd(), "ip link set dev lo up 2>&1; echo \"ip=$?\"").await;
+    assert!(out.contains("Operation not permitted") && out.ends_with("ip=2\n"), "{out}");
+
+    // As root (`user = "agentd"`), the harmless ones pass: the attacks are real.
+    let (_daemon, control, _profile) = as_agentd().await;
+    let harmless = ["sethostname", "rlimit", "nice", "scheduler", "affinity", "ioprio", "shadow"];
+    let passed: Vec<(&str, &str)> = harmless.iter().map(|n| (*n, "ok")).collect();
+    assert_eq!(probe(&control, &params, &harmless).await, expect(&passed));
+}
+
+/// A System V shared memory segment of the test's, removed when dropped.
+struct Segment(i32);
+
+impl Segment {
+    fn create() -> Self {
+        // IPC_PRIVATE, IPC_CREAT | 0600.
+        let make = "import ctypes; print(ctypes.CDLL(None).shmget(0, 4096, 0o1600))";
+        let out = Command::new("python3").args(["-c", make]).output().unwrap();
+        let id: i32 = String::from_utf8(out.stdout).unwrap().trim().parse().unwrap();
+        assert!(id >= 0, "shmget failed: {}", String::from_utf8_lossy(&out.stderr));
+        Self(id)
+    }
+
+    fn exists(&self) -> bool {
+        let table = std::fs::read_to_string("/proc/sysvipc/shm").unwrap();
+        table.lines().any(|l| l.split_whitespace().nth(1) == Some(&self.0.to_string()))
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        let _ = Command::new("ipcrm").args(["-m", &self.0.to_string()]).output();
+    }
+}
+
+#[tokio::test]
+async fn shared_memory_outside_cannot_be_removed() {
+    if !as_root() {
+        return;
+    }
+    let segment = Segment::create();
+    let remove = format!("ipcrm -m {} 2>&1; echo \"ipcrm=$?\"", segment.0);
+    let sb = LocalSandbox::start().await.unwrap();
+    let out = output(sb.agentd(), &remove).await;
+    assert!(out.ends_with("ipcrm=1\n"), "{out}");
+    assert!(segment.exists());
+    let (_daemon, control, _profile) = as_agentd().await;
+    assert_eq!(output(&control, &remove).await, "ipcrm=0\n");
+    assert!(!segment.exists());
+}
+
+#[tokio::test]
+async fn an_abstract_socket_outside_cannot_be_reached() {
+    use std::os::linux::net::SocketAddrExt as _;
+    let name = format!("agentd-walls-{}", agentd_tests::random_hex(8));
+    let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let _listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
+    let params = probe_params(&name);
+    let sb = LocalSandbox::start().await.unwrap();
+    let abi = run(sb.agentd(), "true").await.enforcement.map_or(0, |e| e.landlock_abi);
+    if abi < 6 {
+        skip(
+            Need::Landlock,
+            format!("abstract sockets are scoped from landlock ABI 6, the kernel has {abi}"),
+        );
+        return;
+    }
+    assert_eq!(probe(sb.agentd(), &params, &["abstract"]).await, expect(&[("abstract", "EPERM")]));
+    let unconfined = LocalSandbox::start_unconfined().await.unwrap();
+    assert_eq!(probe(unconfined.agentd(), &params, &["abstract"]).await, expect(&[("abstract", "ok")]));
 }
