@@ -163,11 +163,10 @@ fn main() -> ExitCode {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .max_blocking_threads(MAX_BLOCKING_THREADS)
-                // Pool threads never retire: tokio panics (and agentd, built with panic = "abort",
-                // dies) when it cannot make a thread while it has none, as when a fork bomb beside
-                // agentd has taken every task the machine has. A pool that always has a thread
-                // queues the work instead. One is made at start (`serve`).
-                .thread_keep_alive(Duration::MAX)
+                // Idle pool threads retire soon after a burst instead of lingering (10 s default).
+                // A thread can always be made for the pool: commands cannot take agentd's own
+                // tasks (their budget leaves agentd its reserve, `confine::cgroup`).
+                .thread_keep_alive(Duration::from_secs(2))
                 .on_thread_start(exec::reaper::keep_signals_off_this_thread)
                 .build();
             match runtime {
@@ -216,8 +215,6 @@ async fn end_bombs_left_behind(shared: Arc<Shared>) {
 }
 
 async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn std::error::Error>> {
-    // The blocking pool's first thread, made while tasks are to be had; it never retires.
-    tokio::task::spawn_blocking(|| ()).await?;
     let token = Token::load(args.token_file.as_deref(), env_token)?;
     if !args.stdio && args.unix.is_none() {
         auth::check_listen(args.listen, token.as_ref())?;
