@@ -852,3 +852,75 @@ async fn an_abstract_socket_outside_cannot_be_reached() {
     let unconfined = LocalSandbox::start_unconfined().await.unwrap();
     assert_eq!(probe(unconfined.agentd(), &params, &["abstract"]).await, expect(&[("abstract", "ok")]));
 }
+
+/// The file verbs, transfers and an offload's capture file of the embedded default reach what its
+/// commands reach and no more (before, they wrote to the host's `/` as root): outside the writable
+/// roots nothing is made, changed or removed, and what only root may read stays unread. Inside, what
+/// they make is the sandbox user's, so a command can change it. Without a profile the same calls go
+/// through (the control).
+#[tokio::test]
+async fn the_file_verbs_reach_what_a_command_reaches_and_no_more() {
+    use agentd_host::BaseSandbox as _;
+    if !as_root() {
+        return;
+    }
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(outside.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let kept = outside.path().join("kept.txt");
+    std::fs::write(&kept, "original\n").unwrap();
+    let path = |name: &str| outside.path().join(name).to_string_lossy().into_owned();
+    let kept_path = kept.to_string_lossy().into_owned();
+
+    let sb = LocalSandbox::start().await.unwrap();
+    let id = sandbox_id(sb.pid());
+    let refused = |error: Option<String>, what: &str| {
+        let error = error.unwrap_or_else(|| panic!("{what} went through"));
+        assert!(
+            error.contains("permission_denied") || error.contains("Permission denied"),
+            "{what}: {error}"
+        );
+    };
+    refused(sb.write(&path("written.txt"), "x").await.unwrap().error, "write outside");
+    refused(sb.write("/agentd-wall-test.txt", "x").await.unwrap().error, "write to /");
+    refused(sb.edit(&kept_path, "original", "changed", false).await.unwrap().error, "edit outside");
+    refused(sb.delete(&kept_path).await.unwrap().error, "delete outside");
+    let up = sb.upload_files(&[(path("uploaded.bin"), b"x".to_vec())]).await.unwrap();
+    refused(up[0].error.clone(), "upload outside");
+    refused(sb.read("/etc/shadow", 0, 10).await.unwrap().error, "read /etc/shadow");
+    let down = sb.download_files(&["/etc/shadow".to_owned()]).await.unwrap();
+    refused(down[0].error.clone(), "download /etc/shadow");
+    let offload = sb
+        .execute_with_offload("echo ran > $TMPDIR/../ran; echo out", &path("capture.txt"), 1, None, None)
+        .await;
+    assert!(offload.is_err(), "an offload outside the roots ran: {offload:?}");
+    assert_eq!(std::fs::read_to_string(&kept).unwrap(), "original\n");
+    for name in ["written.txt", "uploaded.bin", "capture.txt"] {
+        assert!(!outside.path().join(name).exists(), "{name} was made outside the roots");
+    }
+    assert!(!Path::new("/agentd-wall-test.txt").exists());
+
+    // Inside the workspace: the sandbox user's, and a command changes what the verbs made.
+    let ws = sb.workspace().to_owned();
+    let inside = |name: &str| ws.join(name).to_string_lossy().into_owned();
+    assert_eq!(sb.write(&inside("notes/a.txt"), "one\n").await.unwrap().error, None);
+    let up = sb.upload_files(&[(inside("up.bin"), b"two\n".to_vec())]).await.unwrap();
+    assert_eq!(up[0].error, None);
+    let capture = inside("out/capture.txt");
+    let offload = sb.execute_with_offload("seq 1 2000", &capture, 10, None, None).await.unwrap();
+    assert!(offload.offloaded, "{offload:?}");
+    for made in ["notes", "notes/a.txt", "up.bin", "out/capture.txt"] {
+        assert_eq!(owner(&ws.join(made)), id, "{made}");
+    }
+    let r = sb
+        .execute("echo more >> notes/a.txt && echo more >> up.bin && cat notes/a.txt up.bin", None)
+        .await
+        .unwrap();
+    assert_eq!(r.output, "one\nmore\ntwo\nmore\n", "{r:?}");
+    assert_eq!(sb.edit(&inside("notes/a.txt"), "one", "ONE", false).await.unwrap().error, None);
+    drop(sb);
+
+    // The control: without a profile, the same write goes through (as root).
+    let open = LocalSandbox::start_unconfined().await.unwrap();
+    assert_eq!(open.write(&path("written.txt"), "x").await.unwrap().error, None);
+    assert!(outside.path().join("written.txt").exists());
+}
