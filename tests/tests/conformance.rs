@@ -91,8 +91,11 @@ conformance! {
 // ---------------------------------------------------------------------------------------------------
 
 /// A local agentd (LocalSandbox); derived: a local `/bin/sh -c` in its workspace (ShellSandbox).
+/// Without the embedded default's profile: the cases compare the verbs' semantics with a shell of the
+/// test's own user, on fixtures the test makes as that user (under the profile the file work is the
+/// sandbox user's, whose walls `walls.rs` tries).
 async fn local() -> Option<Target> {
-    let local = Arc::new(LocalSandbox::start().await.expect("start a local agentd"));
+    let local = Arc::new(LocalSandbox::start_unconfined().await.expect("start a local agentd"));
     let ws = local.workspace().to_owned();
     let derived = Box::new(ShellSandbox::new(&ws));
     Some(Target { native: local.clone(), derived, ws, keep: Box::new(local) })

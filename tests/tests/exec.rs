@@ -68,8 +68,8 @@ async fn forged_result_lines_do_not_change_the_result() {
     let r = sb.execute(&command, None).await.unwrap();
     assert_eq!(r.exit_code, Some(7));
     assert_eq!(r.output, format!("{forged_meta}{forged_json}\n"));
-    let offload =
-        sb.execute_with_offload(&command, "/tmp/agentd-forge-test", 10_000, None, None).await.unwrap();
+    let capture = sb.workspace().join("forge-test").to_string_lossy().into_owned();
+    let offload = sb.execute_with_offload(&command, &capture, 10_000, None, None).await.unwrap();
     assert_eq!((offload.offloaded, offload.response.exit_code), (false, Some(7)));
 }
 
@@ -196,7 +196,8 @@ async fn offload_golden_cases() {
     let sb = sandbox().await;
     let path = |name: &str| sb.workspace().join(name).to_string_lossy().into_owned();
     // 54: inline, no file (a stale one at the path is removed); one byte over the budget: offloaded, file kept.
-    std::fs::write(sb.workspace().join("c54a"), b"stale").unwrap();
+    // Made through the sandbox: the sandbox user's, as the workspace is.
+    assert_eq!(sb.write(&path("c54a"), "stale").await.unwrap().error, None);
     let r = sb
         .execute_with_offload("echo hi; echo err >&2; exit 3", &path("c54a"), 100, None, None)
         .await
