@@ -5,11 +5,15 @@
 //! needs one of [`MAX_LARGE_MESSAGES`] permits shared by all connections to read on (it waits for
 //! one, reading nothing meanwhile), and must finish that message within
 //! [`LARGE_MESSAGE_TIMEOUT_SECS`] or be disconnected, so a slow sender cannot keep the permit.
+//! What it reads reaches the codec through [`pieces`]: a large message's memory goes with the
+//! message instead of staying with the connection.
+
+mod pieces;
 
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -17,6 +21,8 @@ use std::time::Duration;
 use agentd_protocol::limits::{LARGE_MESSAGE_BYTES, LARGE_MESSAGE_TIMEOUT_SECS, MAX_LARGE_MESSAGES};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use self::pieces::Pieces;
 
 type Acquiring =
     Pin<Box<dyn Future<Output = Result<OwnedSemaphorePermit, tokio::sync::AcquireError>> + Send>>;
@@ -40,6 +46,8 @@ struct MeterState {
     /// Bytes read since the last complete message.
     since: AtomicUsize,
     permit: Mutex<Option<OwnedSemaphorePermit>>,
+    /// The HTTP upgrade is complete: frames follow.
+    upgraded: AtomicBool,
 }
 
 impl Meter {
@@ -47,6 +55,11 @@ impl Meter {
     pub fn completed(&self) {
         self.0.since.store(0, Ordering::Release);
         self.0.permit.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+
+    /// The HTTP upgrade is complete: what is read from here on is websocket frames.
+    pub fn upgraded(&self) {
+        self.0.upgraded.store(true, Ordering::Release);
     }
 }
 
@@ -58,6 +71,7 @@ pub struct Metered<S> {
     acquiring: Option<Acquiring>,
     timeout: Duration,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    pieces: Pieces,
 }
 
 impl<S> Metered<S> {
@@ -67,45 +81,74 @@ impl<S> Metered<S> {
 
     fn with_timeout(inner: S, large: LargeMessages, timeout: Duration) -> (Self, Meter) {
         let meter = Meter::default();
-        (Metered { inner, meter: meter.clone(), large, acquiring: None, timeout, deadline: None }, meter)
+        let pieces = Pieces::new();
+        (
+            Metered { inner, meter: meter.clone(), large, acquiring: None, timeout, deadline: None, pieces },
+            meter,
+        )
     }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Metered<S> {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        let state = &this.meter.0;
+        if this.meter.0.upgraded.load(Ordering::Acquire) {
+            this.pieces.upgraded();
+        }
+        loop {
+            let before = buf.filled().len();
+            this.pieces.hand_on(buf);
+            if buf.filled().len() > before {
+                return Poll::Ready(Ok(()));
+            }
+            match this.poll_socket(cx) {
+                Poll::Ready(Ok(0)) if this.pieces.held() == 0 => return Poll::Ready(Ok(())),
+                Poll::Ready(Ok(0)) => this.pieces.ended(),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> Metered<S> {
+    /// Reads the socket into [`Pieces`], once the connection may read on (see the module doc).
+    fn poll_socket(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let state = &self.meter.0;
         if state.since.load(Ordering::Acquire) <= LARGE_MESSAGE_BYTES {
-            this.deadline = None;
+            self.deadline = None;
         } else {
             let mut permit = state.permit.lock().unwrap_or_else(PoisonError::into_inner);
             if permit.is_none() {
-                let large = Arc::clone(&this.large.0);
-                let acquiring = this.acquiring.get_or_insert_with(|| Box::pin(large.acquire_owned()));
+                let large = Arc::clone(&self.large.0);
+                let acquiring = self.acquiring.get_or_insert_with(|| Box::pin(large.acquire_owned()));
                 match acquiring.as_mut().poll(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(acquired) => {
-                        this.acquiring = None;
+                        self.acquiring = None;
                         *permit = Some(acquired.map_err(io::Error::other)?);
-                        this.deadline = Some(Box::pin(tokio::time::sleep(this.timeout)));
+                        self.deadline = Some(Box::pin(tokio::time::sleep(self.timeout)));
                     }
                 }
             }
         }
-        let before = buf.filled().len();
-        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+        let mut buf = ReadBuf::new(self.pieces.spare());
+        match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
             Poll::Ready(Ok(())) => {
-                state.since.fetch_add(buf.filled().len() - before, Ordering::AcqRel);
-                Poll::Ready(Ok(()))
+                let n = buf.filled().len();
+                self.pieces.received(n);
+                state.since.fetch_add(n, Ordering::AcqRel);
+                Poll::Ready(Ok(n))
             }
-            Poll::Pending => match this.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
+            Poll::Pending => match self.deadline.as_mut().map(|d| d.as_mut().poll(cx)) {
                 Some(Poll::Ready(())) => Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("a large message took over {:?}", this.timeout),
+                    format!("a large message took over {:?}", self.timeout),
                 ))),
                 _ => Poll::Pending,
             },
-            other => other,
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
         }
     }
 }

@@ -20,6 +20,7 @@
 //!   writers send a going-away close frame and nothing more ([`registry::shut_down`]).
 //! - [`memory`]: free pages go back to the system once the work is done.
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
+//! - [`leftovers`]: the `agentd-<pid>` directories of agentds that were killed, swept by the next.
 //!
 //! ## Usage
 //! ```text
@@ -33,6 +34,7 @@ mod confine;
 mod exec;
 mod fs;
 mod inbound;
+mod leftovers;
 mod memory;
 mod oneshot;
 mod outbox;
@@ -235,8 +237,12 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     // Temp files of replacements a killed agentd left in this workspace (uploads, write, edit).
     let sweep_ws = files.clone();
     tokio::task::spawn_blocking(move || transfer::sweep_recorded(&sweep_ws));
-    let scratch = std::env::temp_dir().join(format!("agentd-{}", std::process::id()));
+    let pid = std::process::id();
+    leftovers::sweep_dead_agentds(&std::env::temp_dir(), pid, leftovers::remove_scratch);
+    let scratch = std::env::temp_dir().join(format!("agentd-{pid}"));
     std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
+    // Held until agentd exits: the sweep of a later agentd leaves this directory alone.
+    let _alive = leftovers::lock_dir(&scratch);
     let default_timeout = admission::seconds(args.default_timeout, "--default-timeout")?;
     let max_connections = connection_budget(raise_fd_limit());
     tracing::debug!("connection budget: {max_connections}");

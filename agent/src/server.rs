@@ -174,6 +174,7 @@ where
         return;
     }
     tracing::debug!(%peer, "connected");
+    meter.upgraded();
     meter.completed();
     session(ws, shared, Some(&admitted), Some(meter)).await;
     tracing::debug!(%peer, "disconnected");

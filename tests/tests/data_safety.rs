@@ -345,3 +345,57 @@ fn edits_without_privileges_replace_or_rewrite_in_place_or_refuse() {
     // The unprivileged records directory, when nothing is recorded in it.
     let _ = std::fs::remove_dir(std::env::temp_dir().join("agentd-temps-65534"));
 }
+
+/// A SIGKILLed agentd's scratch directory (`$TMPDIR/agentd-<pid>`) is removed by the next agentd
+/// that starts; a live agentd's, one whose lock is held (an agentd of another pid namespace),
+/// another user's and a link by such a name are left alone, and no link inside is followed.
+#[tokio::test]
+async fn the_next_agentd_sweeps_a_killed_ones_scratch_directory_and_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = format!("TMPDIR={}", tmp.path().display());
+    let start = || Daemon::launch(&["env", &env], tempfile::tempdir().unwrap(), &[], None);
+    let scratch = |name: &str| tmp.path().join(format!("agentd-{name}"));
+    let mut killed = start();
+    let live = start();
+    let (dead, alive) = (scratch(&killed.pid().to_string()), scratch(&live.pid().to_string()));
+    assert!(dead.is_dir() && alive.is_dir(), "each agentd makes its scratch directory");
+    // Something to remove below the dead one's, and a link out of it to what must stay.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("precious"), "keep").unwrap();
+    std::fs::create_dir(dead.join("sub")).unwrap();
+    std::fs::write(dead.join("sub/left"), "x").unwrap();
+    std::os::unix::fs::symlink(outside.path(), dead.join("link")).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(killed.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    killed.child.wait().unwrap();
+    assert!(dead.is_dir(), "the control: a killed agentd leaves its scratch directory");
+    // Names of pids no agentd here has (none reaches 2^22, the kernel's highest pid_max).
+    let locked = scratch("4194320");
+    std::fs::create_dir(&locked).unwrap();
+    let lock = nix::fcntl::Flock::lock(
+        std::fs::File::open(&locked).unwrap(),
+        nix::fcntl::FlockArg::LockExclusiveNonblock,
+    )
+    .unwrap();
+    let link = scratch("4194321");
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+    let foreign = scratch("4194322");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("theirs"), "x").unwrap();
+    // Another user's only where the test may give it away (as root).
+    let chowned = nix::unistd::chown(&foreign, Some(nix::unistd::Uid::from_raw(65534)), None).is_ok();
+
+    // The sweep is done before the next agentd listens.
+    let next = start();
+    let gone = !dead.exists();
+    let kept = (alive.is_dir(), locked.is_dir(), link.is_symlink(), foreign.join("theirs").exists());
+    let precious = outside.path().join("precious").exists();
+    drop((next, live, lock));
+    assert!(gone, "{} is still there", dead.display());
+    // Not root, the test's "other user's" directory is its own, and swept.
+    assert_eq!(kept, (true, true, true, chowned), "live, locked, a link, another user's");
+    assert!(precious, "a link was followed");
+}

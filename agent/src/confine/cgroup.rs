@@ -7,13 +7,13 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use nix::errno::Errno;
-use nix::fcntl::{Flock, FlockArg};
+use nix::fcntl::Flock;
 
 use super::Confiner;
+use crate::leftovers;
 
 /// The directory agentd makes its per-command cgroups in, and the lock that tells other agentds it
-/// is alive (see [`sweep_dead_agentds`]).
+/// is alive (see [`leftovers`]).
 pub(super) struct CgroupParent {
     pub(super) dir: PathBuf,
     /// An exclusive `flock` on `dir`, held for agentd's whole life (the kernel drops it when agentd
@@ -24,13 +24,14 @@ pub(super) struct CgroupParent {
 /// Where agentd can create pids cgroups: beneath its own pids cgroup (so every limit on agentd
 /// bounds its commands too; a cgroup at the hierarchy's root once gave a command more processes than
 /// agentd itself was allowed), in a directory `agentd-<pid>` with one child per command. What dead
-/// agentds left there is swept first.
+/// agentds left there is swept first: their empty cgroups (a cgroup that still holds a process
+/// cannot be removed, `rmdir` refuses it).
 pub(super) fn pids_cgroup_parent() -> Option<CgroupParent> {
     let membership = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let own = own_pids_cgroup(&membership, &mounts)?;
     let pid = std::process::id();
-    sweep_dead_agentds(&own.dir, pid);
+    leftovers::sweep_dead_agentds(&own.dir, pid, remove_cgroup_tree);
     let dir = own.dir.join(format!("agentd-{pid}"));
     if own.v2 {
         // v2: the controller must be enabled for our children and for theirs.
@@ -43,7 +44,7 @@ pub(super) fn pids_cgroup_parent() -> Option<CgroupParent> {
     } else {
         std::fs::create_dir_all(&dir).ok()?;
     }
-    let alive = lock_dir(&dir);
+    let alive = leftovers::lock_dir(&dir);
     let budget = commands_budget(&limits_above(&own.dir), machine_headroom());
     if let Err(err) = std::fs::write(dir.join("pids.max"), budget.to_string()) {
         tracing::warn!("cannot set the commands' task budget in {}: {err}", dir.display());
@@ -109,38 +110,6 @@ fn machine_headroom() -> (u64, u64) {
 /// The task count of `/proc/loadavg` (`0.00 0.01 0.05 2/245 1234`: the 245). Pure.
 fn parse_loadavg_tasks(text: &str) -> Option<u64> {
     text.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok()
-}
-
-/// An exclusive `flock` on the directory `dir`, or `None` when another process holds one (or the
-/// directory cannot be opened).
-pub(super) fn lock_dir(dir: &Path) -> Option<Flock<File>> {
-    Flock::lock(File::open(dir).ok()?, FlockArg::LockExclusiveNonblock).ok()
-}
-
-/// The pid in a directory name `agentd-<pid>` of another agentd than `own`. Pure.
-pub(super) fn other_agentds_pid(name: &str, own: u32) -> Option<i32> {
-    let pid: u32 = name.strip_prefix("agentd-")?.parse().ok()?;
-    (pid != 0 && pid != own).then_some(i32::try_from(pid).ok()?)
-}
-
-/// Removes the `agentd-<pid>` directories in `parent` whose agentd died without removing them
-/// (SIGKILL, a crash), with their empty per-command cgroups: without this they would pile up, one per
-/// agentd ever killed. One is left alone while its pid is alive here (an agentd of an older version
-/// holds no lock) or while anyone holds its lock (an agentd in another pid namespace), and a
-/// cgroup that still holds a process cannot be removed (`rmdir` refuses it).
-pub(super) fn sweep_dead_agentds(parent: &Path, own: u32) {
-    let Ok(entries) = std::fs::read_dir(parent) else { return };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|name| other_agentds_pid(name, own)) else {
-            continue;
-        };
-        let dead = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH);
-        let dir = entry.path();
-        if dead && let Some(_held) = lock_dir(&dir) {
-            tracing::debug!("removing {}, left by an agentd that is gone", dir.display());
-            remove_cgroup_tree(&dir);
-        }
-    }
 }
 
 /// Removes `dir`'s per-command cgroups, then `dir`: each one that is empty (no process, no child).
@@ -466,16 +435,6 @@ mod tests {
         assert_eq!(refused_in("max 12\n"), Some(12));
         assert_eq!(refused_in("max 3\nmax.imposed 1\n"), Some(3));
         assert_eq!(refused_in(""), None);
-    }
-
-    #[test]
-    pub(super) fn only_other_agentds_directories_are_swept() {
-        assert_eq!(other_agentds_pid("agentd-4656", 7), Some(4656));
-        for name in
-            ["agentd-7", "agentd-0", "agentd-", "agentd-x1", "agentd--3", "agentd-99999999999", "docker"]
-        {
-            assert_eq!(other_agentds_pid(name, 7), None, "{name}");
-        }
     }
 
     /// The join goes through `tasks` where there is one (v1), else through `cgroup.procs` (v2).
