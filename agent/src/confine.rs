@@ -115,6 +115,8 @@ pub struct Confiner {
     ipc: std::sync::OnceLock<Option<OwnedFd>>,
     /// agentd's `PATH` less what the sandbox user cannot search, when commands become one.
     sandbox_path: Option<String>,
+    /// Notes on writable roots the sandbox user cannot reach ([`Confiner::lend_roots`]).
+    unreachable_roots: std::sync::OnceLock<Vec<String>>,
 }
 
 impl Confiner {
@@ -164,6 +166,7 @@ impl Confiner {
             root: nix::unistd::geteuid().is_root(),
             user,
             sandbox_path,
+            unreachable_roots: std::sync::OnceLock::new(),
             last_cap: identity::last_capability(),
             ipc: std::sync::OnceLock::new(),
         }
@@ -501,6 +504,24 @@ impl Confiner {
         };
         let agentd = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
         let lend = lease::Handover { to, from: Some(agentd.0), sandbox_ids: true };
+        // A root beneath a directory the sandbox user cannot search (root's home, pytest's 0700
+        // temp dirs) is lent in vain: said once, in every report.
+        let unreachable: Vec<String> = roots
+            .iter()
+            .filter(|root| root.parent().is_some_and(|parent| !identity::searchable(parent, to.0, to.1)))
+            .map(|root| {
+                format!(
+                    "writable root {}: a directory above it is not searchable by the sandbox user (uid {}), \
+                     so commands cannot reach it",
+                    root.display(),
+                    to.0
+                )
+            })
+            .collect();
+        for note in &unreachable {
+            tracing::warn!("{note}");
+        }
+        let _ = self.unreachable_roots.set(unreachable);
         for root in &roots {
             let changed = lease::hand_over(root, &lend);
             tracing::debug!("{} lent to uid {}: {changed} entries", root.display(), to.0);
@@ -546,6 +567,7 @@ impl Confiner {
         };
         let mut report = enforcement(profile, &machine, &self.withheld);
         report.notes.extend(self.user.notes.iter().cloned());
+        report.notes.extend(self.unreachable_roots.get().into_iter().flatten().cloned());
         // A withheld file's other names are not withheld (links come and go).
         if !links.is_empty() {
             lower(&mut report.filesystem, Level::Partial);

@@ -6,7 +6,9 @@ import asyncio
 import builtins
 import hashlib
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -241,12 +243,15 @@ def landlock_enabled() -> bool:
     return version >= 1
 
 
-def test_writable_roots_are_the_only_places_commands_write(tmp_path: os.PathLike[str]) -> None:
+def test_writable_roots_are_the_only_places_commands_write() -> None:
     if not landlock_enabled():
         if os.environ.get("AGENTD_REQUIRE_LANDLOCK"):
             pytest.fail("landlock is not enabled (AGENTD_REQUIRE_LANDLOCK is set)")
         pytest.skip("landlock is not enabled in this kernel")
-    allowed, outside = f"{tmp_path}/allowed/deeper", f"{tmp_path}/outside"
+    # Beneath a directory the sandbox user can search (pytest's own is root's, mode 0700).
+    base = tempfile.mkdtemp(prefix="agentd-roots-")
+    os.chmod(base, 0o755)
+    allowed, outside = f"{base}/allowed/deeper", f"{base}/outside"
     os.mkdir(outside)
     with agentd.LocalSandbox(writable_roots=[allowed]) as sandbox:
         assert os.path.isdir(allowed), "a missing writable root is created"
@@ -258,6 +263,7 @@ def test_writable_roots_are_the_only_places_commands_write(tmp_path: os.PathLike
         assert os.listdir(outside) == []
     with agentd.LocalSandbox(confined=False) as sandbox:
         assert sandbox.execute(f"echo out > {outside}/f").exit_code == 0
+    shutil.rmtree(base)
 
 
 def wait_gone(marker: str) -> list[int]:

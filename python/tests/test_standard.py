@@ -8,7 +8,10 @@ They are strict: if one starts passing, the run fails, and this list is out of d
 from __future__ import annotations
 
 import functools
+import os
 import shutil
+import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -38,12 +41,24 @@ class TestLocalSandboxStandard(SandboxIntegrationTests):
     @classmethod
     def sandbox(cls) -> Iterator[agentd.LocalSandbox]:
         shutil.rmtree(ROOT, ignore_errors=True)
-        backend = agentd.LocalSandbox(writable_roots=[ROOT])
+        # The suite runs `python`. Commands run as the sandbox user, with agentd's PATH less what that
+        # user cannot search: a `python` under root's home (pyenv) is out of its reach, so one it can
+        # run goes first on the PATH agentd inherits.
+        bin_dir = tempfile.mkdtemp(prefix="agentd-suite-bin-")
+        os.chmod(bin_dir, 0o755)
+        os.symlink(shutil.which("python3", path="/usr/local/bin:/usr/bin:/bin") or sys.executable, f"{bin_dir}/python")
+        path = os.environ.get("PATH", "")
+        os.environ["PATH"] = f"{bin_dir}:{path}"
+        try:
+            backend = agentd.LocalSandbox(writable_roots=[ROOT])
+        finally:
+            os.environ["PATH"] = path
         try:
             yield backend
         finally:
             backend.close()
             shutil.rmtree(ROOT, ignore_errors=True)
+            shutil.rmtree(bin_dir, ignore_errors=True)
 
 
 def _expected_failure(name: str, reason: str) -> Callable[..., Any]:

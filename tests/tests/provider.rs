@@ -16,7 +16,9 @@ const DEBIAN_BASE: &str = "agentd-base-debian:latest";
 async fn drive(sandbox: &dyn BaseSandbox) {
     let r = sandbox.execute("echo from-sh; exit 4", None).await.unwrap();
     assert_eq!((r.output.as_str(), r.exit_code), ("from-sh\n", Some(4)));
-    let path = "/tmp/provider-test.txt".to_owned();
+    // In the workspace (the default cwd), which every kind's commands and verbs may write.
+    let cwd = sandbox.execute("pwd", None).await.unwrap().output;
+    let path = format!("{}/provider-test.txt", cwd.trim_end());
     let up = sandbox.upload_files(&[(path.clone(), b"one\ntwo\n".to_vec())]).await.unwrap();
     assert_eq!(up[0].error, None);
     let read = sandbox.read(&path, 1, 5).await.unwrap();

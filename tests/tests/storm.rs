@@ -45,8 +45,13 @@ fn command_cgroups(cap: &PidsCap, pid: u32) -> Vec<std::path::PathBuf> {
 
 /// A `LocalSandbox` under the embedded default, its agentd started inside `cap`.
 async fn default_sandbox_in(cap: &PidsCap) -> LocalSandbox {
+    sandbox_in(cap, true).await
+}
+
+/// A `LocalSandbox`, under the embedded default or without a profile, its agentd started inside `cap`.
+async fn sandbox_in(cap: &PidsCap, confined: bool) -> LocalSandbox {
     let _inside = cap.join_thread();
-    LocalSandbox::start().await.unwrap()
+    LocalSandbox::start_with(&LocalOptions { confined, ..LocalOptions::default() }).await.unwrap()
 }
 
 fn read(path: &Path) -> String {
@@ -66,11 +71,7 @@ async fn a_fork_bomb_is_ended_with_its_exec_confined_or_not() {
     let _one = ONE_AT_A_TIME.lock().await;
     let Some(cap) = PidsCap::or_skip(CAP) else { return };
     for confined in [true, false] {
-        let sb = {
-            let _inside = cap.join_thread();
-            let options = LocalOptions { confined, ..LocalOptions::default() };
-            LocalSandbox::start_with(&options).await.unwrap()
-        };
+        let sb = sandbox_in(&cap, confined).await;
         let agentd = sb.pid();
         let started = Instant::now();
         let request = ExecRequest {
@@ -131,11 +132,7 @@ async fn agentd_never_dies_of_a_fork_bomb_in_a_tight_cgroup() {
     // agentd needs about a dozen tasks (the runtime, the file workers, a pool thread).
     let Some(cap) = PidsCap::or_skip(96) else { return };
     for confined in [true, false] {
-        let sb = {
-            let _inside = cap.join_thread();
-            let options = LocalOptions { confined, ..LocalOptions::default() };
-            LocalSandbox::start_with(&options).await.unwrap()
-        };
+        let sb = sandbox_in(&cap, confined).await;
         let agentd = sb.pid();
         sb.write(&format!("{}/notes.txt", sb.workspace().display()), "needle\n").await.unwrap();
         for round in 0..3 {
@@ -185,11 +182,7 @@ async fn background_processes_outlive_their_exec_within_one_budget() {
     let _one = ONE_AT_A_TIME.lock().await;
     let Some(cap) = PidsCap::or_skip(200) else { return };
     for confined in [true, false] {
-        let sb = {
-            let _inside = cap.join_thread();
-            let options = LocalOptions { confined, ..LocalOptions::default() };
-            LocalSandbox::start_with(&options).await.unwrap()
-        };
+        let sb = sandbox_in(&cap, confined).await;
         let agentd = sb.pid();
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let serve = format!(
@@ -425,4 +418,34 @@ async fn the_cgroups_a_killed_agentd_left_are_removed_by_the_next_one() {
     assert!(kept, "a live process's directory was removed");
     assert!(locked, "a directory whose lock is held was removed");
     assert!(held, "a cgroup holding a process was removed");
+}
+
+/// Execs that each leave a short-lived background process behind (their cgroups cannot be kept for
+/// the next command): once the processes are gone and agentd is idle, the cgroups are reclaimed down
+/// to the few kept for good.
+#[tokio::test]
+async fn the_cgroups_of_stray_leaving_execs_are_reclaimed_once_idle() {
+    const EXECS: usize = 2000;
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(CAP) else { return };
+    let sb = std::sync::Arc::new(default_sandbox_in(&cap).await);
+    let agentd = sb.pid();
+    let started = Instant::now();
+    let mut most = 0;
+    for chunk in 0..EXECS / 8 {
+        let runs = (0..8).map(|_| {
+            let sb = std::sync::Arc::clone(&sb);
+            async move { sb.execute("sleep 0.2 & true", None).await.unwrap().exit_code }
+        });
+        let codes = futures_util::future::join_all(runs).await;
+        assert!(codes.iter().all(|c| *c == Some(0)), "round {chunk}: {codes:?}");
+        most = most.max(command_cgroups(&cap, agentd).len());
+    }
+    let took = started.elapsed();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let left = command_cgroups(&cap, agentd).len();
+    println!("{EXECS} stray-leaving execs in {took:?}: at most {most} cgroups, {left} after 10 s idle");
+    assert!(left <= 8, "{left} cgroups after 10 s idle");
+    drop(sb);
+    assert!(cap.pids().is_empty(), "a command outlived its agentd");
 }

@@ -924,3 +924,27 @@ async fn the_file_verbs_reach_what_a_command_reaches_and_no_more() {
     assert_eq!(open.write(&path("written.txt"), "x").await.unwrap().error, None);
     assert!(outside.path().join("written.txt").exists());
 }
+
+/// A writable root beneath a directory the sandbox user cannot search (root's home, a 0700 temp
+/// dir) is lent in vain: every report says so, rather than leaving commands to meet "Permission
+/// denied" unexplained.
+#[tokio::test]
+async fn a_writable_root_the_sandbox_user_cannot_reach_is_reported() {
+    if !as_root() {
+        return;
+    }
+    let closed = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(closed.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let root = closed.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let profile = config.path().join("p.toml");
+    std::fs::write(&profile, format!("name = \"closed\"\nwritable_roots = [\"{}\"]\n", root.display()))
+        .unwrap();
+    let daemon = Daemon::start_with(&["--profile", profile.to_str().unwrap()]);
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let r = run(&sb, &format!("echo x > {}/f", root.display())).await;
+    let notes = r.enforcement.unwrap().notes;
+    assert!(notes.iter().any(|n| n.contains("not searchable by the sandbox user")), "{notes:?}");
+    assert_ne!(r.exit_code, 0, "{:?}", r.output);
+}

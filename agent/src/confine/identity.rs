@@ -183,28 +183,30 @@ impl Identity {
 /// `path` (a `PATH` value) without the directories `uid`:`gid` cannot search (`/root/.cargo/bin` in
 /// root's `PATH`): a shell that meets one reports a missing command as "Permission denied".
 pub fn searchable_path(path: &str, uid: u32, gid: u32) -> String {
-    let searchable = |dir: &std::path::Path| {
-        dir.is_absolute()
-            && dir.ancestors().all(|step| {
-                use std::os::unix::fs::MetadataExt as _;
-                std::fs::metadata(step).is_ok_and(|meta| {
-                    let mode = meta.mode();
-                    meta.is_dir()
-                        && if meta.uid() == uid {
-                            mode & 0o100 != 0
-                        } else if meta.gid() == gid {
-                            mode & 0o010 != 0
-                        } else {
-                            mode & 0o001 != 0
-                        }
-                })
-            })
-    };
     std::env::split_paths(path)
-        .filter(|dir| searchable(dir))
+        .filter(|dir| searchable(dir, uid, gid))
         .map(|dir| dir.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(":")
+}
+
+/// Whether `uid`:`gid` (no supplementary groups) can search `dir` and every directory above it.
+pub fn searchable(dir: &std::path::Path, uid: u32, gid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    dir.is_absolute()
+        && dir.ancestors().all(|step| {
+            std::fs::metadata(step).is_ok_and(|meta| {
+                let mode = meta.mode();
+                meta.is_dir()
+                    && if meta.uid() == uid {
+                        mode & 0o100 != 0
+                    } else if meta.gid() == gid {
+                        mode & 0o010 != 0
+                    } else {
+                        mode & 0o001 != 0
+                    }
+            })
+        })
 }
 
 /// The highest capability number this kernel knows (`/proc/sys/kernel/cap_last_cap`; 40 on Linux
