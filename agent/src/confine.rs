@@ -109,8 +109,6 @@ pub struct Confiner {
     root: bool,
     /// What the profile's `user` gets here (every request shares the server's).
     user: identity::Decision,
-    /// The highest capability number of this kernel.
-    last_cap: u32,
     /// agentd's IPC namespace for its commands, made on first need (`None`: it could not be).
     ipc: std::sync::OnceLock<Option<OwnedFd>>,
     /// agentd's `PATH` less what the sandbox user cannot search, when commands become one.
@@ -167,7 +165,6 @@ impl Confiner {
             user,
             sandbox_path,
             unreachable_roots: std::sync::OnceLock::new(),
-            last_cap: identity::last_capability(),
             ipc: std::sync::OnceLock::new(),
         }
     }
@@ -551,7 +548,7 @@ impl Confiner {
     fn identity(&self) -> Option<identity::Identity> {
         let ipc =
             self.ipc.get_or_init(|| if self.user.root_steps { identity::ipc_namespace() } else { None });
-        identity::Identity::new(&self.user, self.last_cap, ipc.as_ref().map(|fd| fd.as_raw_fd()))
+        identity::Identity::new(&self.user, ipc.as_ref().map(|fd| fd.as_raw_fd()))
     }
 
     /// The report, given the withheld files' link notes and whether pids cgroups can be made.
