@@ -269,13 +269,7 @@ impl Confiner {
         if cgroup.is_none() {
             rlimits.extend(limits.processes.map(|v| (libc::RLIMIT_NPROC, v, v)));
         }
-        let cgroup_join = match &cgroup {
-            Some(cgroup) => match cgroup.join.try_clone() {
-                Ok(join) => Some(join),
-                Err(err) => return Some(Err(prepare(err.to_string()))),
-            },
-            None => None,
-        };
+        let cgroup_join = cgroup.as_ref().map(|cgroup| Arc::clone(&cgroup.join));
         Some(Ok(Plan {
             report: Some(report),
             child: ChildSteps {
@@ -301,6 +295,9 @@ impl Confiner {
     /// runtime).
     pub fn unconfined_plan(&self, build: bool) -> Option<Option<Plan>> {
         let Some(parent) = self.cgroups_ready(build)? else { return Some(None) };
+        if self.idle_cgroups.crowded() {
+            return Some(self.budget_plan());
+        }
         let cgroup = match self.command_cgroup(parent, None, build)? {
             Ok(cgroup) => cgroup,
             Err(err) => {
@@ -308,13 +305,7 @@ impl Confiner {
                 return Some(None);
             }
         };
-        let cgroup_join = match cgroup.join.try_clone() {
-            Ok(join) => join,
-            Err(err) => {
-                tracing::warn!("a command runs without a cgroup of its own: {err}");
-                return Some(None);
-            }
-        };
+        let cgroup_join = Arc::clone(&cgroup.join);
         Some(Some(Plan {
             report: None,
             child: ChildSteps {
@@ -329,6 +320,26 @@ impl Confiner {
             cgroup: Some(cgroup),
             idle_cgroups: Arc::clone(&self.idle_cgroups),
         }))
+    }
+
+    /// An unconfined command's plan when no cgroup of its own can be had ([`IdleCgroups::crowded`]):
+    /// it joins the commands' budget itself. `None`: not even that.
+    fn budget_plan(&self) -> Option<Plan> {
+        let join = Arc::clone(self.cgroups.get()?.as_ref()?.join.as_ref()?);
+        Some(Plan {
+            report: None,
+            child: ChildSteps {
+                confined: false,
+                ruleset: None,
+                filter: None,
+                strict: false,
+                rlimits: Vec::new(),
+                cgroup_join: Some(join),
+                identity: None,
+            },
+            cgroup: None,
+            idle_cgroups: Arc::clone(&self.idle_cgroups),
+        })
     }
 
     /// Where per-command cgroups are made: `Some(None)` where they cannot be; `None` when not

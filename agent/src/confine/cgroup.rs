@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::fcntl::Flock;
 
@@ -19,6 +20,9 @@ pub(super) struct CgroupParent {
     /// An exclusive `flock` on `dir`, held for agentd's whole life (the kernel drops it when agentd
     /// dies, however it dies). `None` where the lock could not be taken.
     pub(super) _alive: Option<Flock<File>>,
+    /// `dir`'s own join file: commands without a cgroup of their own join the budget here
+    /// ([`IdleCgroups::crowded`]).
+    pub(super) join: Option<Arc<OwnedFd>>,
 }
 
 /// Where agentd can create pids cgroups: beneath its own pids cgroup (so every limit on agentd
@@ -50,7 +54,8 @@ pub(super) fn pids_cgroup_parent() -> Option<CgroupParent> {
         tracing::warn!("cannot set the commands' task budget in {}: {err}", dir.display());
     }
     tracing::debug!("commands' task budget: {budget}");
-    Some(CgroupParent { dir, _alive: alive })
+    let join = open_join_file(&dir).ok().map(Arc::new);
+    Some(CgroupParent { dir, _alive: alive, join })
 }
 
 /// Tasks kept for agentd itself out of what the limits above it leave: its runtime, at most
@@ -208,6 +213,8 @@ pub(super) struct IdleCgroups {
     left_behind: std::sync::Mutex<Vec<(PathBuf, u64)>>,
     /// Kept at most while busy.
     pub(super) busy: usize,
+    /// Per-command cgroups that may exist at once, in use or idle ([`IdleCgroups::crowded`]).
+    most: usize,
 }
 
 /// Idle cgroups kept for good.
@@ -224,11 +231,20 @@ impl IdleCgroups {
             .map_or(1024, |(soft, _)| soft);
         let busy =
             usize::try_from(fds / 16).unwrap_or(usize::MAX).clamp(IDLE_CGROUPS_KEPT, IDLE_CGROUPS_BUSY);
-        Self { list: Default::default(), left_behind: Default::default(), busy }
+        // Each holds 4 descriptors: together at most an eighth of the limit.
+        let most = usize::try_from(fds / 32).unwrap_or(usize::MAX).max(IDLE_CGROUPS_BUSY);
+        Self { list: Default::default(), left_behind: Default::default(), busy, most }
     }
 
     pub(super) fn list(&self) -> std::sync::MutexGuard<'_, Vec<PidsCgroup>> {
         self.list.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// No idle cgroup, and as many exist as descriptors allow: an unconfined command joins the
+    /// budget's own cgroup instead of one of its own (it stays within the budget; only the
+    /// per-command bomb ending and stray count are lost for it).
+    pub(super) fn crowded(&self) -> bool {
+        self.list().is_empty() && LIVE.load(std::sync::atomic::Ordering::Relaxed) >= self.most
     }
 
     pub(super) fn take(&self) -> Option<PidsCgroup> {
@@ -294,7 +310,7 @@ pub(super) struct PidsCgroup {
     /// whole child, which has one), and the kernel then skips the lock that a move of a whole
     /// process takes (`cgroup_threadgroup_rwsem`): taking it after a quiet spell waits out an RCU
     /// grace period, 15–23 ms on this project's machine, against about 40 µs through `tasks`.
-    pub(super) join: OwnedFd,
+    pub(super) join: Arc<OwnedFd>,
     /// `pids.max`, open for the next command's limit.
     pub(super) max: File,
     /// What agentd last wrote to `pids.max` through `max`; `None`: not known (the kill ladder
@@ -327,9 +343,10 @@ impl PidsCgroup {
             current: File::open(dir.join("pids.current"))?,
             events: File::open(dir.join("pids.events"))?,
             refused_before: 0,
-            join: open_join_file(&dir)?,
+            join: Arc::new(open_join_file(&dir)?),
             dir,
         };
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         cgroup.took(max)?;
         Ok(cgroup)
     }
@@ -409,9 +426,13 @@ impl Drop for PidsCgroup {
     /// Removes the cgroup; it fails (harmlessly) while a background process still lives in it, and
     /// shutdown sweeps what is left.
     fn drop(&mut self) {
+        LIVE.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
+
+/// Per-command cgroups that exist now (their [`PidsCgroup`]s), in use or idle.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 #[cfg(test)]
 mod tests {

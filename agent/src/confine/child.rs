@@ -31,7 +31,9 @@ pub struct ChildSteps {
     /// Who the command becomes (`None`: `user = "agentd"`, it stays agentd's user).
     pub(super) identity: Option<Identity>,
     /// A duplicate of the command's cgroup join file ([`PidsCgroup::join`](super::cgroup::PidsCgroup::join)).
-    pub(super) cgroup_join: Option<OwnedFd>,
+    /// Shared with the budget's own cgroup for commands that join it ([`super::Confiner`]'s plan
+    /// when crowded): no descriptor of its own then.
+    pub(super) cgroup_join: Option<Arc<OwnedFd>>,
 }
 
 /// What the child measured, written by the child into the parent's memory (they share it until the
