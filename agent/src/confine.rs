@@ -37,7 +37,10 @@
 //! - [`child`]: the child's steps and what it measured;
 //! - [`ruleset`]: the landlock ruleset and the kernel's ABI; [`carve`]: the withheld paths;
 //!   [`watch`]: knowing a cached ruleset is still right; [`seccomp`]: `network = "deny"`'s filter;
-//! - [`cgroup`]: the per-command pids cgroups' lifecycle.
+//! - [`cgroup`]: the per-command pids cgroups' lifecycle and the commands' task budget;
+//! - [`identity`]: who a command (and the file work) becomes, the profile's `user`; [`lease`]: the
+//!   writable roots lent to that user;
+//! - [`files`]: the threads that do the sandbox's file work behind the profile's walls.
 
 mod carve;
 mod cgroup;
