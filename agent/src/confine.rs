@@ -308,28 +308,13 @@ impl Confiner {
                 return Some(None);
             }
         };
-        let cgroup_join = Arc::clone(&cgroup.join);
-        Some(Some(Plan {
-            report: None,
-            child: ChildSteps {
-                confined: false,
-                ruleset: None,
-                filter: None,
-                strict: false,
-                rlimits: Vec::new(),
-                cgroup_join: Some(cgroup_join),
-                identity: None,
-            },
-            cgroup: Some(cgroup),
-            idle_cgroups: Arc::clone(&self.idle_cgroups),
-        }))
+        Some(Some(self.joining(Arc::clone(&cgroup.join), Some(cgroup))))
     }
 
-    /// An unconfined command's plan when no cgroup of its own can be had ([`IdleCgroups::crowded`]):
-    /// it joins the commands' budget itself. `None`: not even that.
-    fn budget_plan(&self) -> Option<Plan> {
-        let join = Arc::clone(self.cgroups.get()?.as_ref()?.join.as_ref()?);
-        Some(Plan {
+    /// An unconfined command's plan: join the cgroup of `join` (its own `cgroup`, or the budget's),
+    /// nothing else.
+    fn joining(&self, join: Arc<OwnedFd>, cgroup: Option<PidsCgroup>) -> Plan {
+        Plan {
             report: None,
             child: ChildSteps {
                 confined: false,
@@ -340,9 +325,16 @@ impl Confiner {
                 cgroup_join: Some(join),
                 identity: None,
             },
-            cgroup: None,
+            cgroup,
             idle_cgroups: Arc::clone(&self.idle_cgroups),
-        })
+        }
+    }
+
+    /// An unconfined command's plan when no cgroup of its own can be had ([`IdleCgroups::crowded`]):
+    /// it joins the commands' budget itself. `None`: not even that.
+    fn budget_plan(&self) -> Option<Plan> {
+        let join = Arc::clone(self.cgroups.get()?.as_ref()?.join.as_ref()?);
+        Some(self.joining(join, None))
     }
 
     /// Where per-command cgroups are made: `Some(None)` where they cannot be; `None` when not
