@@ -193,7 +193,7 @@ fn main() -> ExitCode {
 }
 
 /// How often the cgroups that finished commands left processes in are looked at.
-const LEFT_BEHIND_EVERY: Duration = Duration::from_millis(250);
+const LEFT_BEHIND_EVERY: Duration = Duration::from_millis(100);
 
 /// For agentd's life: what finished commands left running that meets its task limit later (a fork
 /// bomb that outlived its exec) is ended whole, and their cgroups go once empty.

@@ -85,14 +85,21 @@ async fn a_fork_bomb_is_ended_with_its_exec_confined_or_not() {
         // Ended with its exec, or, when it met its limit only after the exec returned, by the watch
         // on what finished commands leave (a liveness bound, not a speed target).
         let returned = Instant::now();
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut gone_after = None;
+        while returned.elapsed() < Duration::from_secs(1) {
+            if gone_after.is_none() && command_pids(&cap, agentd) == 0 {
+                gone_after = Some(returned.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let left_after_1s = command_pids(&cap, agentd);
         let ended =
             agentd_tests::eventually(Duration::from_secs(10), || command_pids(&cap, agentd) == 0).await;
         let peak: u64 = read(&cap.dir.join(format!("agentd-{agentd}/pids.peak"))).parse().unwrap_or(0);
         println!(
             "bomb (confined: {confined}): exec {took:?}, {:?} limit_exceeded {:?}, strays {:?}, \
-             commands' peak {peak} of a budget of {budget}, left 1 s after: {left_after_1s}, ended after {:?}",
+             commands' peak {peak} of a budget of {budget}, all gone after {gone_after:?}, \
+             left 1 s after: {left_after_1s}, ended after {:?}",
             r.exit_code,
             r.limit_exceeded,
             r.stray_processes,
@@ -168,6 +175,40 @@ async fn agentd_never_dies_of_a_fork_bomb_in_a_tight_cgroup() {
             assert_eq!(next.output, "alive\n", "round {round}: {next:?}");
         }
         assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(agentd as i32), None).is_ok());
+        drop(sb);
+        assert!(cap.pids().is_empty(), "processes outlived the sandbox");
+    }
+}
+
+/// What a command leaves running may grow after its exec returned, within room of its own (twice
+/// what was left, at least 512 tasks): 100 more sleepers live on, while a fork loop started after the
+/// exec returned meets that room and is ended whole, confined or not.
+#[tokio::test]
+async fn what_a_command_leaves_grows_within_its_room_and_a_late_bomb_is_ended() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let Some(cap) = PidsCap::or_skip(CAP) else { return };
+    for confined in [true, false] {
+        let sb = sandbox_in(&cap, confined).await;
+        let agentd = sb.pid();
+        let grows = "(sleep 0.5; for i in $(seq 100); do sleep 1031 & done; wait) >/dev/null 2>&1 & true";
+        let r = sb.execute(grows, None).await.unwrap();
+        assert_eq!(r.exit_code, Some(0), "{r:?}");
+        let grown =
+            agentd_tests::eventually(Duration::from_secs(10), || command_pids(&cap, agentd) >= 101).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let lived = command_pids(&cap, agentd);
+        assert!(grown && lived >= 101, "the grown background processes were ended: {lived} left");
+        let late_bomb = "(sleep 0.5; while :; do sleep 1032 & done) >/dev/null 2>&1 & true";
+        let r = sb.execute(late_bomb, None).await.unwrap();
+        assert_eq!(r.exit_code, Some(0), "{r:?}");
+        let ended =
+            agentd_tests::eventually(Duration::from_secs(20), || command_pids(&cap, agentd) <= lived).await;
+        let peak: u64 = read(&cap.dir.join(format!("agentd-{agentd}/pids.peak"))).parse().unwrap_or(0);
+        println!("late fork loop (confined: {confined}): commands' peak {peak}, ended: {ended}");
+        assert!(ended, "the late fork loop lives on: {} processes", command_pids(&cap, agentd));
+        assert_eq!(command_pids(&cap, agentd), lived, "the sleepers of the first exec were ended too");
+        // Room of its own: never the budget.
+        assert!(peak < 1200, "the commands held {peak} tasks");
         drop(sb);
         assert!(cap.pids().is_empty(), "processes outlived the sandbox");
     }

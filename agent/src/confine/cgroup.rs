@@ -244,7 +244,8 @@ impl IdleCgroups {
     /// budget's own cgroup instead of one of its own (it stays within the budget; only the
     /// per-command bomb ending and stray count are lost for it).
     pub(super) fn crowded(&self) -> bool {
-        self.list().is_empty() && LIVE.load(std::sync::atomic::Ordering::Relaxed) >= self.most
+        // The count first: it is one load, and the list's lock is taken only when it is high.
+        LIVE.load(std::sync::atomic::Ordering::Relaxed) >= self.most && self.list().is_empty()
     }
 
     pub(super) fn take(&self) -> Option<PidsCgroup> {
@@ -270,7 +271,15 @@ impl IdleCgroups {
 
     /// `cgroup`, which a finished command used, is removed now, or once the processes it left
     /// there are gone.
-    pub(super) fn remove(&self, cgroup: PidsCgroup) {
+    pub(super) fn remove(&self, mut cgroup: PidsCgroup) {
+        // What the command left running keeps room to grow, not the whole budget: a bomb that
+        // outlived its exec meets this limit within moments, and the watch ends it. `None`: the
+        // kill ladder wrote 0, nothing there forks.
+        if let (Some(limit), Ok(tasks)) = (cgroup.limit, cgroup.tasks())
+            && tasks > 0
+        {
+            let _ = cgroup.set_max(left_behind_limit(tasks, limit));
+        }
         // Counted from the command's start: a bomb that met its limit between the exec's end and
         // now is one too.
         let (dir, refused) = (cgroup.dir.clone(), cgroup.refused_before);
@@ -294,12 +303,23 @@ impl IdleCgroups {
         });
         left.iter()
             .filter(|(dir, before)| {
-                let events = std::fs::read_to_string(dir.join("pids.events")).unwrap_or_default();
-                refused_in(&events).is_some_and(|now| now > *before)
+                File::open(dir.join("pids.events"))
+                    .and_then(|events| read_number(&events, Some(REFUSED)))
+                    .is_ok_and(|now| now > *before)
             })
             .map(|(dir, _)| dir.clone())
             .collect()
     }
+}
+
+/// Room the processes a finished command left running keep to grow beyond their count when it
+/// ended: a dev server's workers and a JVM's threads fit, a fork bomb meets it within moments.
+pub(super) const LEFT_BEHIND_ROOM: u64 = 512;
+
+/// The limit of a finished command's cgroup that still holds `tasks`, where its command was
+/// allowed `limit`: twice what is there, at least [`LEFT_BEHIND_ROOM`], never above `limit`. Pure.
+pub(super) fn left_behind_limit(tasks: u64, limit: u64) -> u64 {
+    tasks.saturating_mul(2).max(LEFT_BEHIND_ROOM).min(limit)
 }
 
 /// One command's pids cgroup.
@@ -396,11 +416,6 @@ impl PidsCgroup {
 /// The line of `pids.events` that counts refused forks: `max N` (cgroup v2 may add other lines).
 const REFUSED: &str = "max ";
 
-/// The refused forks `pids.events` counts. Pure.
-fn refused_in(events: &str) -> Option<u64> {
-    events.lines().find_map(|line| line.strip_prefix(REFUSED)?.trim().parse().ok())
-}
-
 /// The limit of a command without `limits.processes`: none of its own, the commands' budget only.
 pub(super) const NO_LIMIT: u64 = u64::MAX;
 
@@ -411,15 +426,17 @@ fn read_number(file: &File, key: Option<&str>) -> io::Result<u64> {
     let mut buf = [0u8; 128];
     let read = file.read_at(&mut buf, 0)?;
     let text = std::str::from_utf8(&buf[..read]).map_err(io::Error::other)?;
-    let value = match key {
-        None => Some(text.trim()),
-        Some(key) => text.lines().find_map(|line| line.strip_prefix(key)),
-    };
-    value
-        .ok_or_else(|| io::Error::other(format!("no `{}` in `{text}`", key.unwrap_or_default())))?
-        .trim()
-        .parse()
-        .map_err(io::Error::other)
+    number_in(text, key)
+        .ok_or_else(|| io::Error::other(format!("no number `{}` in `{text}`", key.unwrap_or_default())))
+}
+
+/// The number a cgroup file's `text` holds: the whole text, or the line that starts with `key`
+/// (`pids.events` in v2 may hold lines besides `max N`). Pure.
+fn number_in(text: &str, key: Option<&str>) -> Option<u64> {
+    match key {
+        None => text.trim().parse().ok(),
+        Some(key) => text.lines().find_map(|line| line.strip_prefix(key)?.trim().parse().ok()),
+    }
 }
 
 impl Drop for PidsCgroup {
@@ -440,6 +457,15 @@ mod tests {
     use crate::confine::child::join_cgroup;
 
     #[test]
+    fn what_a_finished_command_left_keeps_room_to_grow_within_its_limit() {
+        assert_eq!(left_behind_limit(1, NO_LIMIT), LEFT_BEHIND_ROOM);
+        assert_eq!(left_behind_limit(300, NO_LIMIT), 600);
+        assert_eq!(left_behind_limit(3000, 4096), 4096);
+        assert_eq!(left_behind_limit(10, 64), 64);
+        assert_eq!(left_behind_limit(u64::MAX, NO_LIMIT), NO_LIMIT);
+    }
+
+    #[test]
     fn the_commands_budget_leaves_agentd_its_reserve_under_the_tightest_limit() {
         let machine = (32_768, 32_000);
         // Nothing limited above agentd: a quarter of the machine's table.
@@ -453,9 +479,11 @@ mod tests {
         assert_eq!(commands_budget(&[], (32_768, 600)), 600 - AGENTD_TASK_RESERVE);
         assert_eq!(parse_loadavg_tasks("0.31 0.52 0.60 3/245 12345\n"), Some(245));
         assert_eq!(parse_loadavg_tasks("0.31 0.52"), None);
-        assert_eq!(refused_in("max 12\n"), Some(12));
-        assert_eq!(refused_in("max 3\nmax.imposed 1\n"), Some(3));
-        assert_eq!(refused_in(""), None);
+        assert_eq!(number_in("max 12\n", Some(REFUSED)), Some(12));
+        assert_eq!(number_in("max.imposed 1\nmax 3\n", Some(REFUSED)), Some(3));
+        assert_eq!(number_in("", Some(REFUSED)), None);
+        assert_eq!(number_in("4036\n", None), Some(4036));
+        assert_eq!(number_in("max\n", None), None);
     }
 
     /// The join goes through `tasks` where there is one (v1), else through `cgroup.procs` (v2).

@@ -26,7 +26,8 @@ pub struct ThreadSteps {
     pub(super) identity: Option<Identity>,
     /// The landlock ruleset's descriptor (`Some(None)`: asked, but landlock is not there).
     pub(super) ruleset: Option<Option<OwnedFd>>,
-    /// A thread that got less than asked takes no job (each answers an error).
+    /// A profile that is strict: a thread that got less than asked takes no job, and every job is
+    /// then refused with what was missing, rather than run with less.
     pub(super) strict: bool,
 }
 
@@ -58,7 +59,7 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// The confined worker threads and their queue.
 pub struct FileWorkers {
-    jobs: Mutex<mpsc::Sender<Job>>,
+    jobs: mpsc::Sender<Job>,
     /// Why no job runs: the threads did not get what a strict profile asks.
     refused: Option<String>,
 }
@@ -99,7 +100,7 @@ impl FileWorkers {
         let refused = short.filter(|_| steps.strict).map(|short| {
             format!("file work cannot be confined here ({short} not enforced) and the profile is strict")
         });
-        Ok(Self { jobs: Mutex::new(send), refused })
+        Ok(Self { jobs: send, refused })
     }
 
     async fn run<T: Send + 'static>(&self, job: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
@@ -110,11 +111,7 @@ impl FileWorkers {
         let job: Job = Box::new(move || {
             let _ = done.send(job());
         });
-        self.jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(job)
-            .map_err(|_| "no file worker is left".to_owned())?;
+        self.jobs.send(job).map_err(|_| "no file worker is left".to_owned())?;
         result.await.map_err(|_| "the file work failed".to_owned())
     }
 }
