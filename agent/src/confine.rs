@@ -172,8 +172,8 @@ impl Confiner {
         }
     }
 
-    /// Removes the idle cgroups kept beyond the few kept for good ([`IdleCgroups::trim`]), when
-    /// agentd is idle again. Path work: off the runtime.
+    /// Removes the idle cgroups kept beyond the few kept for good ([`IdleCgroups::trim`]), once no
+    /// request came for a while ([`crate::memory::release_when_idle`]). Path work: off the runtime.
     pub fn trim_idle_cgroups(&self) {
         drop(self.idle_cgroups.trim());
     }

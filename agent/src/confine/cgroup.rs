@@ -202,7 +202,7 @@ impl Confiner {
 /// Empty per-command cgroups kept for the next commands. Making and removing a cgroup per command
 /// cost more than everything else planned (in v1, the `rmdir` also waits for the kernel to take the
 /// cgroup offline), so while commands run, as many are kept as ran at once, up to a bound that
-/// leaves room for the rest of agentd's descriptors (each holds 3). Once agentd is idle, all but
+/// leaves room for the rest of agentd's descriptors (each holds 3). Once no request came for a while, all but
 /// [`IDLE_CGROUPS_KEPT`] are removed ([`Confiner::trim_idle_cgroups`]).
 pub(super) struct IdleCgroups {
     pub(super) list: std::sync::Mutex<Vec<PidsCgroup>>,
