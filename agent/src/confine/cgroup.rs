@@ -202,8 +202,8 @@ impl Confiner {
 /// Empty per-command cgroups kept for the next commands. Making and removing a cgroup per command
 /// cost more than everything else planned (in v1, the `rmdir` also waits for the kernel to take the
 /// cgroup offline), so while commands run, as many are kept as ran at once, up to a bound that
-/// leaves room for the rest of agentd's descriptors (each holds 3). Once no request came for a while, all but
-/// [`IDLE_CGROUPS_KEPT`] are removed ([`Confiner::trim_idle_cgroups`]).
+/// leaves room for the rest of agentd's descriptors (each holds 4). Once no request came for a
+/// while, all but [`IDLE_CGROUPS_KEPT`] are removed ([`Confiner::trim_idle_cgroups`]).
 pub(super) struct IdleCgroups {
     pub(super) list: std::sync::Mutex<Vec<PidsCgroup>>,
     /// Cgroups of finished commands that could not be removed when they ended (their background
@@ -224,7 +224,7 @@ pub(super) const IDLE_CGROUPS_KEPT: usize = 8;
 pub(super) const IDLE_CGROUPS_BUSY: usize = 256;
 
 impl IdleCgroups {
-    /// The bound while busy: a sixteenth of the descriptor limit (3 per cgroup, and the rest for
+    /// The bound while busy: a sixteenth of the descriptor limit (4 per cgroup, and the rest for
     /// connections and work), between the two constants.
     pub(super) fn new() -> Self {
         let fds = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
