@@ -6,7 +6,9 @@
 //! - [`sandbox`]: the [`BaseSandbox`] trait: four required members, the seven file verbs (through
 //!   `fs`) and `execute_with_offload`, with defaults that need only the four.
 //! - [`derived`]: the file verbs and the offload over any `execute` (`agentd fs` / `agentd exec`).
-//! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers.
+//! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers;
+//!   nothing agentd says is trusted (sizes, ids, shapes are checked).
+//! - [`deadlines`]: how long the host waits on a sandbox ([`Deadlines`]); every wait ends.
 //! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default);
 //!   Docker (feature `docker`), Daytona (feature `daytona`) and Modal (feature `modal`). A sandbox that wraps an
 //!   `AgentdSandbox` implements [`OverAgentd`] (the link, plus what is its own: id, transfers) and
@@ -40,6 +42,7 @@
 //! ```
 
 pub mod adapters;
+pub mod deadlines;
 pub mod derived;
 pub mod error;
 pub mod link;
@@ -51,6 +54,7 @@ pub use adapters::local::{LocalOptions, LocalSandbox};
 pub use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 /// Re-exported so other crates can implement [`BaseSandbox`] with the same macro.
 pub use async_trait::async_trait;
+pub use deadlines::Deadlines;
 pub use error::{Result, SandboxError};
 pub use link::Link;
 pub use provider::{Kind, Provider, SandboxInfo, SandboxSpec};

@@ -3,15 +3,22 @@
 //! A reader task routes every incoming message to the request that owns its id; a writer task owns
 //! the socket's sending half. Each request gets a bounded route, so a caller that reads slowly (a large
 //! download) slows the socket rather than growing memory.
+//!
+//! Nothing the other end says is trusted: every wait has a deadline ([`Deadlines`]); a message is
+//! at most [`MAX_REPLY_BYTES`] (text) or [`MAX_BINARY_MESSAGE`] (a chunk); a reply that cannot be
+//! read, or a chunk too large, fails the request it names; a download stops at the size it
+//! announced. A reply for an id nobody waits on (a second terminal reply, an unknown id) is dropped.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use agentd_protocol::limits::{CHUNK_SIZE, WEBSOCKET_READ_BUFFER};
+use agentd_protocol::limits::{CHUNK_SIZE, MAX_BINARY_MESSAGE, MAX_REPLY_BYTES, WEBSOCKET_READ_BUFFER};
 use agentd_protocol::{
     CancelRequest, ClientMessage, DownloadRequest, ErrorReply, ExecRequest, ExecResult, FsMessage, FsRequest,
-    FsResponse, Hello, HelloReply, PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, chunk,
+    FsResponse, Hello, HelloReply, PROTOCOL_VERSION, ServerMessage, TransferError, UploadEnd, UploadRequest,
+    chunk,
 };
 use futures_util::StreamExt as _;
 use sha2::{Digest as _, Sha256};
@@ -24,6 +31,7 @@ use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Bytes, Message};
 
+use crate::deadlines::{Deadlines, within};
 use crate::error::{Result, SandboxError};
 
 /// A failed upgrade: 401 is the token, anything else is said with agentd's reason.
@@ -49,13 +57,17 @@ fn upgrade_error(url: &str, err: tungstenite::Error) -> SandboxError {
 enum Incoming {
     Message(ServerMessage),
     Chunk(Bytes),
+    /// A message for this request that breaks the protocol (unreadable, a chunk too large): said
+    /// to the request, which fails, rather than dropped while it waits.
+    Broken(String),
 }
 
 /// Receives live output of a streamed exec, chunk by chunk.
 pub type OutputSink<'a> = &'a mut (dyn FnMut(&[u8]) + Send);
 
-/// Messages routed to one request before the reader waits for it.
-const ROUTE_QUEUE: usize = 64;
+/// Messages routed to one request before the reader waits for it. With chunks of at most
+/// [`MAX_BINARY_MESSAGE`], a request that reads slowly holds at most this many of them.
+const ROUTE_QUEUE: usize = 8;
 
 type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<Incoming>>>>;
 
@@ -67,6 +79,7 @@ pub struct Link {
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
     hello: HelloReply,
+    deadlines: Deadlines,
     tasks: [JoinHandle<()>; 2],
 }
 
@@ -79,7 +92,8 @@ pub struct Downloaded {
 
 impl Link {
     /// Connects, authenticates with `token` (if any) and completes the `hello` handshake. `url` is
-    /// `ws://HOST:PORT` or, for a local session's Unix socket, `unix:PATH`.
+    /// `ws://HOST:PORT` or, for a local session's Unix socket, `unix:PATH`. The deadlines are
+    /// [`Deadlines::from_env`].
     pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
         Self::connect_with_headers(url, token, &[]).await
     }
@@ -90,6 +104,27 @@ impl Link {
         url: &str,
         token: Option<&str>,
         headers: &[(&'static str, String)],
+    ) -> Result<Self> {
+        Self::connect_within(url, token, headers, Deadlines::from_env()?).await
+    }
+
+    /// [`Link::connect_with_headers`] with the link's `deadlines`: connecting, upgrading and `hello`
+    /// together end within `deadlines.connect`.
+    pub async fn connect_within(
+        url: &str,
+        token: Option<&str>,
+        headers: &[(&'static str, String)],
+        deadlines: Deadlines,
+    ) -> Result<Self> {
+        let what = format!("connecting to agentd at {url} (TCP, upgrade, hello)");
+        within(&what, Some(deadlines.connect), Self::open(url, token, headers, deadlines)).await
+    }
+
+    async fn open(
+        url: &str,
+        token: Option<&str>,
+        headers: &[(&'static str, String)],
+        deadlines: Deadlines,
     ) -> Result<Self> {
         let connect_error = |reason: String| SandboxError::Connect { url: url.to_owned(), reason };
         // A local session's Unix socket: the upgrade's URL only names the resource.
@@ -114,29 +149,32 @@ impl Link {
                 let (ws, _) = tokio_tungstenite::client_async_with_config(request, stream, Some(config()))
                     .await
                     .map_err(|e| upgrade_error(url, e))?;
-                Self::over(ws, url).await
+                Self::over(ws, url, deadlines).await
             }
             None => {
                 let (ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config()), true)
                     .await
                     .map_err(|e| upgrade_error(url, e))?;
-                Self::over(ws, url).await
+                Self::over(ws, url, deadlines).await
             }
         }
     }
 
     /// A link over an already open byte stream that speaks websocket frames without the HTTP
-    /// upgrade (`agentd serve --stdio` behind `docker exec -i`); `label` names it in errors.
+    /// upgrade (`agentd serve --stdio` behind `docker exec -i`); `label` names it in errors. The
+    /// deadlines are [`Deadlines::from_env`]; `hello` must come within their `connect`.
     pub async fn over_stream<S>(stream: S, label: &str) -> Result<Self>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
+        let deadlines = Deadlines::from_env()?;
         let ws = WebSocketStream::from_raw_socket(stream, Role::Client, Some(config())).await;
-        Self::over(ws, label).await
+        let what = format!("hello from agentd over {label}");
+        within(&what, Some(deadlines.connect), Self::over(ws, label, deadlines)).await
     }
 
     /// Starts the reader and writer tasks on `ws` and completes the `hello` handshake.
-    async fn over<S>(ws: WebSocketStream<S>, url: &str) -> Result<Self>
+    async fn over<S>(ws: WebSocketStream<S>, url: &str, deadlines: Deadlines) -> Result<Self>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -156,9 +194,22 @@ impl Link {
                     match frame {
                         Message::Text(text) => match ServerMessage::from_json(text.as_str()) {
                             Ok(message) => route_message(&routes, message).await,
-                            Err(err) => tracing::warn!("unreadable message from agentd: {err}"),
+                            Err(err) => match id_of(text.as_str()) {
+                                Some(id) => {
+                                    let why = format!("agentd's reply to request {id} is unreadable: {err}");
+                                    route(&routes, id, Incoming::Broken(why), true).await
+                                }
+                                None => tracing::warn!("unreadable message from agentd: {err}"),
+                            },
                         },
                         Message::Binary(data) => match chunk::decode(&data) {
+                            Ok((id, _)) if data.len() > MAX_BINARY_MESSAGE => {
+                                let why = format!(
+                                    "agentd sent a chunk of {} bytes for request {id}; the most is {MAX_BINARY_MESSAGE}",
+                                    data.len()
+                                );
+                                route(&routes, id, Incoming::Broken(why), true).await
+                            }
                             Ok((id, _)) => {
                                 route(&routes, id, Incoming::Chunk(data.slice(chunk::HEADER_LEN..)), false)
                                     .await
@@ -182,9 +233,11 @@ impl Link {
             closed,
             // Filled in by the handshake below.
             hello: HelloReply::default(),
+            deadlines,
             tasks: [reader, writer],
         };
-        let (id, mut route) = link.open_route();
+        let mut route = link.open_route();
+        let id = route.id;
         link.send(ClientMessage::Hello(Hello { id, versions: vec![PROTOCOL_VERSION] })).await?;
         match link.terminal(&mut route).await? {
             ServerMessage::Hello(hello) => link.hello = hello,
@@ -202,26 +255,45 @@ impl Link {
         &self.url
     }
 
+    /// The deadlines this link waits within.
+    pub fn deadlines(&self) -> &Deadlines {
+        &self.deadlines
+    }
+
     /// The connection is gone; a new `Link` is needed.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire) || self.out.is_closed()
     }
 
     /// Runs a command; `request.id` is assigned here. With `on_output`, output is streamed to it as it
-    /// comes (and still returned whole in the result).
-    pub async fn exec(
+    /// comes (and still returned whole in the result). The result must come within the command's
+    /// timeout and [`Deadlines::exec_margin`]; past it, the command is cancelled and this is a
+    /// [`SandboxError::Timeout`].
+    pub async fn exec(&self, request: ExecRequest, on_output: Option<OutputSink<'_>>) -> Result<ExecResult> {
+        // A timeout agentd would refuse (negative, not a number) gets its refusal, so no deadline.
+        let timeout = request.timeout.map(Duration::try_from_secs_f64);
+        let deadline = match timeout {
+            Some(Err(_)) => Some(self.deadlines.silence),
+            Some(Ok(t)) => self.deadlines.exec(Some(t)),
+            None => self.deadlines.exec(None),
+        };
+        within("the result of an exec from agentd", deadline, self.exec_unbounded(request, on_output)).await
+    }
+
+    async fn exec_unbounded(
         &self,
         mut request: ExecRequest,
         mut on_output: Option<OutputSink<'_>>,
     ) -> Result<ExecResult> {
-        let (id, mut route) = self.open_route();
+        let mut route = self.open_route();
+        let id = route.id;
         request.id = id;
         request.stream = on_output.is_some();
         self.send(ClientMessage::Exec(request)).await?;
         // Dropping this future mid-exec cancels the command instead of leaving it running.
-        let guard = CancelOnDrop { out: self.out.clone(), target: id, armed: true, next_id: &self.next_id };
+        let guard = self.cancel_on_drop(id);
         loop {
-            match route.recv().await.ok_or(SandboxError::LinkClosed)? {
+            match route.rx.recv().await.ok_or(SandboxError::LinkClosed)? {
                 Incoming::Chunk(data) => {
                     if let Some(on_output) = on_output.as_mut() {
                         on_output(&data);
@@ -237,39 +309,58 @@ impl Link {
                     return Err(refused(err));
                 }
                 Incoming::Message(other) => return Err(unexpected(&other)),
+                Incoming::Broken(why) => return Err(SandboxError::Protocol(why)),
             }
         }
     }
 
-    /// Runs one file verb natively.
+    /// Runs one file verb natively; the reply must come within [`Deadlines::silence`] (a verb that
+    /// was still running is cancelled then).
     pub async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
-        let (id, mut route) = self.open_route();
-        self.send(ClientMessage::Fs(FsMessage { id, request })).await?;
-        match self.terminal(&mut route).await? {
-            ServerMessage::FsResult(reply) => Ok(reply.result),
-            other => Err(unexpected(&other)),
-        }
+        self.quiet("the reply to a file verb from agentd", async {
+            let mut route = self.open_route();
+            let id = route.id;
+            self.send(ClientMessage::Fs(FsMessage { id, request })).await?;
+            let guard = self.cancel_on_drop(id);
+            let reply = self.terminal(&mut route).await;
+            guard.disarm();
+            match reply? {
+                ServerMessage::FsResult(reply) => Ok(reply.result),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
     }
 
     /// Asks agentd to stop request `target`; returns whether it was running.
     pub async fn cancel(&self, target: u64) -> Result<bool> {
-        let (id, mut route) = self.open_route();
-        self.send(ClientMessage::Cancel(CancelRequest { id, target })).await?;
-        match self.terminal(&mut route).await? {
-            ServerMessage::CancelResult(result) => Ok(result.found),
-            other => Err(unexpected(&other)),
-        }
+        self.quiet("the reply to a cancel from agentd", async {
+            let mut route = self.open_route();
+            let id = route.id;
+            self.send(ClientMessage::Cancel(CancelRequest { id, target })).await?;
+            match self.terminal(&mut route).await? {
+                ServerMessage::CancelResult(result) => Ok(result.found),
+                other => Err(unexpected(&other)),
+            }
+        })
+        .await
     }
 
-    /// Streams `data` to `path` in chunks; returns the per-file error (`None`: written).
+    /// Streams `data` to `path` in chunks; returns the per-file error (`None`: written). Each chunk
+    /// must be taken, and the final reply come, within [`Deadlines::silence`].
     pub async fn upload(
         &self,
         path: &str,
         mut data: impl AsyncRead + Unpin,
         mut progress: impl FnMut(u64),
     ) -> Result<Option<String>> {
-        let (id, mut route) = self.open_route();
-        self.send(ClientMessage::Upload(UploadRequest { id, path: path.to_owned(), mode: None })).await?;
+        let mut route = self.open_route();
+        let id = route.id;
+        let request = ClientMessage::Upload(UploadRequest { id, path: path.to_owned(), mode: None });
+        self.quiet("agentd to take an upload", self.send(request)).await?;
+        // An upload left half-way (an error here, a caller that stopped waiting) is cancelled, so
+        // agentd removes its temporary file instead of waiting for the rest.
+        let guard = self.cancel_on_drop(id);
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; CHUNK_SIZE];
         loop {
@@ -278,19 +369,32 @@ impl Link {
                 break;
             }
             hasher.update(&buf[..n]);
-            self.out
-                .send(Message::binary(chunk::encode(id, &buf[..n])))
-                .await
-                .map_err(|_| SandboxError::LinkClosed)?;
+            let piece = Message::binary(chunk::encode(id, &buf[..n]));
+            self.quiet("agentd to take an upload's next chunk", async {
+                self.out.send(piece).await.map_err(|_| SandboxError::LinkClosed)
+            })
+            .await?;
             progress(n as u64);
             // agentd answers early only when the upload failed; stop sending then.
-            if let Ok(Incoming::Message(message)) = route.try_recv() {
-                return upload_outcome(message);
+            match route.rx.try_recv() {
+                Ok(Incoming::Message(message)) => {
+                    guard.disarm();
+                    return upload_outcome(message);
+                }
+                Ok(Incoming::Broken(why)) => return Err(SandboxError::Protocol(why)),
+                Ok(Incoming::Chunk(_)) => return Err(stray_chunk()),
+                Err(_) => {}
             }
         }
         let sha256 = format!("{:x}", hasher.finalize());
-        self.send(ClientMessage::UploadEnd(UploadEnd { id, sha256 })).await?;
-        upload_outcome(self.terminal(&mut route).await?)
+        let outcome = self
+            .quiet("agentd's reply to an upload", async {
+                self.send(ClientMessage::UploadEnd(UploadEnd { id, sha256 })).await?;
+                self.terminal(&mut route).await
+            })
+            .await;
+        guard.disarm();
+        upload_outcome(outcome?)
     }
 
     /// Streams the file at `path` into `sink`, checking its sha256. `Ok(Err(error))` is a per-file
@@ -298,46 +402,98 @@ impl Link {
     pub async fn download(
         &self,
         path: &str,
+        sink: impl AsyncWrite + Unpin,
+        progress: impl FnMut(u64, u64),
+    ) -> Result<Result<Downloaded, String>> {
+        self.download_at_most(path, u64::MAX, sink, progress).await
+    }
+
+    /// [`Link::download`] of a file of at most `most` bytes: a larger one is the per-file error
+    /// `file_too_large`, said before any byte reaches `sink`. agentd must announce the size first
+    /// and send exactly that many bytes: a chunk before the announcement, or one byte more, is a
+    /// [`SandboxError::Protocol`] at once. Each part must come within [`Deadlines::silence`].
+    pub async fn download_at_most(
+        &self,
+        path: &str,
+        most: u64,
         mut sink: impl AsyncWrite + Unpin,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<Result<Downloaded, String>> {
-        let (id, mut route) = self.open_route();
-        self.send(ClientMessage::Download(DownloadRequest { id, path: path.to_owned() })).await?;
+        let mut route = self.open_route();
+        let id = route.id;
+        let request = ClientMessage::Download(DownloadRequest { id, path: path.to_owned() });
+        self.quiet("agentd to take a download", self.send(request)).await?;
+        // A download left early (too large, a lie, a caller gone) is cancelled: agentd stops sending.
+        let guard = self.cancel_on_drop(id);
         let mut hasher = Sha256::new();
         let mut received = 0u64;
-        let mut size = 0u64;
+        let mut announced: Option<u64> = None;
         loop {
-            match route.recv().await.ok_or(SandboxError::LinkClosed)? {
-                Incoming::Message(ServerMessage::DownloadStart(start)) => size = start.size,
+            let next = self.quiet("the next part of a download from agentd", async {
+                route.rx.recv().await.ok_or(SandboxError::LinkClosed)
+            });
+            match next.await? {
+                Incoming::Message(ServerMessage::DownloadStart(start)) => {
+                    if announced.is_some() {
+                        return Err(SandboxError::Protocol(format!("agentd began the download of {path} twice")));
+                    }
+                    if start.size > most {
+                        return Ok(Err(TransferError::FileTooLarge.as_str().to_owned()));
+                    }
+                    announced = Some(start.size);
+                }
                 Incoming::Chunk(data) => {
+                    let Some(size) = announced else {
+                        let why = format!("agentd sent data of {path} before announcing its size");
+                        return Err(SandboxError::Protocol(why));
+                    };
+                    received += data.len() as u64;
+                    if received > size {
+                        let why = format!("agentd sent more of {path} than the {size} bytes it announced");
+                        return Err(SandboxError::Protocol(why));
+                    }
                     hasher.update(&data);
                     sink.write_all(&data).await?;
-                    received += data.len() as u64;
                     progress(received, size);
                 }
                 Incoming::Message(ServerMessage::DownloadResult(result)) => {
+                    guard.disarm();
                     sink.flush().await?;
                     if let Some(error) = result.error {
                         return Ok(Err(error));
                     }
                     let actual = format!("{:x}", hasher.finalize());
                     let expected = result.sha256.unwrap_or_default();
-                    if actual != expected || result.size != Some(received) {
+                    if actual != expected || result.size != Some(received) || announced != Some(received) {
                         return Err(SandboxError::DigestMismatch { path: path.to_owned(), expected, actual });
                     }
                     return Ok(Ok(Downloaded { size: received, sha256: actual }));
                 }
-                Incoming::Message(ServerMessage::Error(err)) => return Err(refused(err)),
+                Incoming::Message(ServerMessage::Error(err)) => {
+                    guard.disarm();
+                    return Err(refused(err));
+                }
                 Incoming::Message(other) => return Err(unexpected(&other)),
+                Incoming::Broken(why) => return Err(SandboxError::Protocol(why)),
             }
         }
     }
 
-    fn open_route(&self) -> (u64, mpsc::Receiver<Incoming>) {
+    /// `call`, or a [`SandboxError::Timeout`] about `what` after [`Deadlines::silence`].
+    async fn quiet<T>(&self, what: &str, call: impl Future<Output = Result<T>>) -> Result<T> {
+        within(what, Some(self.deadlines.silence), call).await
+    }
+
+    fn open_route(&self) -> Route {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(ROUTE_QUEUE);
         self.routes.lock().unwrap_or_else(PoisonError::into_inner).insert(id, tx);
-        (id, rx)
+        Route { id, rx, routes: Arc::clone(&self.routes) }
+    }
+
+    /// Sends `cancel` for request `target` when dropped armed.
+    fn cancel_on_drop(&self, target: u64) -> CancelOnDrop<'_> {
+        CancelOnDrop { out: self.out.clone(), target, armed: true, next_id: &self.next_id }
     }
 
     async fn send(&self, message: ClientMessage) -> Result<()> {
@@ -345,12 +501,27 @@ impl Link {
     }
 
     /// Waits for the request's terminal message, skipping nothing: anything else is a protocol error.
-    async fn terminal(&self, route: &mut mpsc::Receiver<Incoming>) -> Result<ServerMessage> {
-        match route.recv().await.ok_or(SandboxError::LinkClosed)? {
+    async fn terminal(&self, route: &mut Route) -> Result<ServerMessage> {
+        match route.rx.recv().await.ok_or(SandboxError::LinkClosed)? {
             Incoming::Message(ServerMessage::Error(err)) => Err(refused(err)),
             Incoming::Message(message) => Ok(message),
-            Incoming::Chunk(_) => Err(SandboxError::Protocol("unexpected binary chunk".to_owned())),
+            Incoming::Chunk(_) => Err(stray_chunk()),
+            Incoming::Broken(why) => Err(SandboxError::Protocol(why)),
         }
+    }
+}
+
+/// One request's end of its route; dropping it forgets the id, so what agentd still sends for a
+/// request nobody waits on (after an error, a deadline, a cancelled future) is dropped on arrival.
+struct Route {
+    id: u64,
+    rx: mpsc::Receiver<Incoming>,
+    routes: Routes,
+}
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        self.routes.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
     }
 }
 
@@ -362,12 +533,13 @@ impl Drop for Link {
     }
 }
 
-/// Inline outputs travel as one JSON message; their size is bounded by agentd's capture cap.
+/// agentd's largest message is a reply of [`MAX_REPLY_BYTES`] (its chunks are smaller): a larger one
+/// is not buffered but closes the link. A chunk's own bound is checked per message, above.
 fn config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(WEBSOCKET_READ_BUFFER)
-        .max_message_size(Some(512 << 20))
-        .max_frame_size(Some(512 << 20))
+        .max_message_size(Some(MAX_REPLY_BYTES))
+        .max_frame_size(Some(MAX_REPLY_BYTES))
 }
 
 /// Sends `cancel` for an exec whose caller stopped waiting.
@@ -420,6 +592,19 @@ async fn route(routes: &Routes, id: u64, incoming: Incoming, terminal: bool) {
         // The caller may have stopped waiting; then the message has nobody to go to.
         let _ = sender.send(incoming).await;
     }
+}
+
+/// The id of a message that is not one this client reads, if it has one.
+fn id_of(text: &str) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        id: u64,
+    }
+    serde_json::from_str::<Named>(text).ok().map(|named| named.id)
+}
+
+fn stray_chunk() -> SandboxError {
+    SandboxError::Protocol("agentd sent a binary chunk for a request that has no data".to_owned())
 }
 
 fn upload_outcome(message: ServerMessage) -> Result<Option<String>> {

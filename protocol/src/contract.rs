@@ -50,6 +50,9 @@ pub enum TransferError {
     IsDirectory,
     /// EACCES or EPERM.
     PermissionDenied,
+    /// A client's own refusal, not agentd's: the file is larger than the client takes into memory
+    /// (a `download_files` returns whole files; streamed downloads have no such cap).
+    FileTooLarge,
 }
 
 impl TransferError {
@@ -60,6 +63,7 @@ impl TransferError {
             Self::FileNotFound => "file_not_found",
             Self::IsDirectory => "is_directory",
             Self::PermissionDenied => "permission_denied",
+            Self::FileTooLarge => "file_too_large",
         }
     }
 

@@ -19,6 +19,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 pub mod channels;
 pub mod containers;
+pub mod evil_agentd;
 pub mod fake_daytona;
 pub mod fake_modal;
 

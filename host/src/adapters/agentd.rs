@@ -14,9 +14,15 @@ use async_trait::async_trait;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
+use crate::deadlines::Deadlines;
 use crate::error::{Result, SandboxError};
 use crate::link::{Link, OutputSink};
 use crate::sandbox::BaseSandbox;
+
+/// Largest file [`BaseSandbox::download_files`] takes into memory; a larger one is the per-file
+/// error `file_too_large`, said before any of it is read. [`AgentdSandbox::download_to`] streams a
+/// file of any size to a writer instead.
+pub const DOWNLOAD_FILES_MOST: u64 = 256 * 1024 * 1024;
 
 /// A sandbox reached through agentd's websocket.
 pub struct AgentdSandbox {
@@ -31,23 +37,29 @@ pub trait Connector: Send + Sync {
     async fn connect(&self) -> Result<Link>;
 }
 
-/// A websocket URL and its bearer token.
+/// A websocket URL, its bearer token and the link's deadlines.
 struct UrlConnector {
     url: String,
     token: Option<String>,
+    deadlines: Deadlines,
 }
 
 #[async_trait]
 impl Connector for UrlConnector {
     async fn connect(&self) -> Result<Link> {
-        Link::connect(&self.url, self.token.as_deref()).await
+        Link::connect_within(&self.url, self.token.as_deref(), &[], self.deadlines).await
     }
 }
 
 impl AgentdSandbox {
-    /// Connects to the agentd at `url` (`ws://host:port`).
+    /// Connects to the agentd at `url` (`ws://host:port`), with [`Deadlines::from_env`].
     pub async fn connect(url: &str, token: Option<&str>) -> Result<Self> {
-        let connector = UrlConnector { url: url.to_owned(), token: token.map(str::to_owned) };
+        Self::connect_within(url, token, Deadlines::from_env()?).await
+    }
+
+    /// [`AgentdSandbox::connect`] whose links (this one and any reconnection) wait within `deadlines`.
+    pub async fn connect_within(url: &str, token: Option<&str>, deadlines: Deadlines) -> Result<Self> {
+        let connector = UrlConnector { url: url.to_owned(), token: token.map(str::to_owned), deadlines };
         let link = connector.connect().await?;
         let id = format!("agentd:{}#{}", url, link.hello().pid);
         Ok(Self::from_parts(Box::new(connector), link, id))
@@ -77,6 +89,16 @@ impl AgentdSandbox {
         self.link().await?.exec(request, on_output).await
     }
 
+    /// Streams the file at `path` into `sink` (a file, a socket: any size, in bounded memory),
+    /// checking its size and sha256. `Ok(Err(error))` is the contract's per-file error.
+    pub async fn download_to(
+        &self,
+        path: &str,
+        sink: impl tokio::io::AsyncWrite + Unpin,
+    ) -> Result<Result<crate::link::Downloaded, String>> {
+        self.link().await?.download(path, sink, |_, _| {}).await
+    }
+
     /// The workspace agentd runs in (default cwd of commands).
     pub async fn workspace(&self) -> Result<String> {
         Ok(self.link().await?.hello().workspace.clone())
@@ -88,38 +110,12 @@ fn wire_timeout(timeout: Option<Duration>) -> Option<f64> {
     timeout.map(|t| t.as_secs_f64())
 }
 
-/// agentd's default for commands that name no timeout; exec channels of providers use the same.
-pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Where the provider adapters have always found them.
+pub use crate::deadlines::{DEFAULT_EXEC_TIMEOUT, within};
 
 /// The note a timed-out command's output ends with (its exit code reads 124).
 pub fn timeout_note(secs: f64) -> String {
     format!("[Command timed out after {secs:.1}s; its process tree was killed]")
-}
-
-/// How long a command over a provider's link may go unanswered: agentd reports its own timeout
-/// (default [`DEFAULT_EXEC_TIMEOUT`]) well within this, so only a link gone silent (a proxy that
-/// dropped it without closing) reaches it. `None`: the caller asked for no limit.
-pub fn link_deadline(timeout: Option<Duration>) -> Option<Duration> {
-    const MARGIN: Duration = Duration::from_secs(60);
-    match timeout {
-        Some(t) if t.is_zero() => None,
-        Some(t) => Some(t + MARGIN),
-        None => Some(DEFAULT_EXEC_TIMEOUT + MARGIN),
-    }
-}
-
-/// `call`, or a [`SandboxError::Timeout`] about `what` after `deadline`.
-pub async fn within<T>(
-    what: &str,
-    deadline: Option<Duration>,
-    call: impl Future<Output = Result<T>>,
-) -> Result<T> {
-    match deadline {
-        None => call.await,
-        Some(after) => tokio::time::timeout(after, call)
-            .await
-            .map_err(|_| SandboxError::Timeout { what: what.to_owned(), after })?,
-    }
 }
 
 /// The contract's view of a native result. A timeout reads as exit code 124 with a note, the
@@ -171,7 +167,7 @@ impl BaseSandbox for AgentdSandbox {
             let link = Arc::clone(&link);
             async move {
                 let mut content = Vec::new();
-                Ok(match link.download(path, &mut content, |_, _| {}).await? {
+                Ok(match link.download_at_most(path, DOWNLOAD_FILES_MOST, &mut content, |_, _| {}).await? {
                     Ok(_) => FileDownloadResponse { path: path.clone(), content: Some(content), error: None },
                     Err(error) => {
                         FileDownloadResponse { path: path.clone(), content: None, error: Some(error) }
@@ -326,7 +322,7 @@ pub(crate) async fn link_or_fallback(
 /// A provider's sandbox that reaches agentd over a link when it has one, else runs commands through
 /// the provider's own exec channel (Daytona's toolbox, Modal's command router); transfers always
 /// take the provider's channel. The crate's `link_or_exec_sandbox!` macro makes it a
-/// [`BaseSandbox`]: `execute`, the verbs and the offload over the link (with [`link_deadline`]), or
+/// [`BaseSandbox`]: `execute`, the verbs and the offload over the link (which bounds its own waits), or
 /// through the exec channel with the derived verbs and offload.
 #[async_trait]
 pub trait LinkOrExec: Send + Sync {
@@ -376,11 +372,10 @@ macro_rules! link_or_exec_sandbox {
                 command: &str,
                 timeout: Option<std::time::Duration>,
             ) -> $crate::error::Result<agentd_protocol::ExecuteResponse> {
-                use $crate::adapters::agentd::{LinkOrExec, link_deadline, within};
+                use $crate::adapters::agentd::LinkOrExec;
+                // The link bounds its own waits (`Deadlines`).
                 match self.link() {
-                    Some(link) => {
-                        within(Self::LINK, link_deadline(timeout), link.execute(command, timeout)).await
-                    }
+                    Some(link) => link.execute(command, timeout).await,
                     None => self.exec_channel(command, timeout).await,
                 }
             }
@@ -417,7 +412,7 @@ macro_rules! link_or_exec_sandbox {
                 max_capture_bytes: Option<u64>,
                 timeout: Option<std::time::Duration>,
             ) -> $crate::error::Result<agentd_protocol::ExecuteOffloadResult> {
-                use $crate::adapters::agentd::{LinkOrExec, link_deadline, within};
+                use $crate::adapters::agentd::LinkOrExec;
                 match self.link() {
                     Some(link) => {
                         let call = link.execute_with_offload(
@@ -427,7 +422,7 @@ macro_rules! link_or_exec_sandbox {
                             max_capture_bytes,
                             timeout,
                         );
-                        within(Self::LINK, link_deadline(timeout), call).await
+                        call.await
                     }
                     None => {
                         let derived = $crate::derived::execute_with_offload(

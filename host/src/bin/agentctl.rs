@@ -16,7 +16,7 @@ use agentd_host::adapters::local::{
 };
 use agentd_host::derived::shell_quote;
 use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
-use agentd_host::{AgentdSandbox, BaseSandbox, LocalSandbox, SandboxError};
+use agentd_host::{AgentdSandbox, BaseSandbox, Deadlines, LocalSandbox, SandboxError};
 use agentd_protocol::cli::FsCommand;
 use agentd_protocol::{ExecRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
@@ -46,8 +46,33 @@ struct Cli {
     json: bool,
     #[arg(long, global = true, value_name = "KIND:SPEC", help = sandbox_help(), long_help = sandbox_long_help())]
     sandbox: Option<String>,
+    /// Seconds to connect to agentd: TCP, upgrade and hello together [default: 30].
+    #[arg(long, global = true, value_name = "SECS", env = "AGENTD_CONNECT_DEADLINE", value_parser = deadline)]
+    connect_deadline: Option<Duration>,
+    /// Seconds an exec's result may come after its own timeout [default: 15].
+    #[arg(long, global = true, value_name = "SECS", env = "AGENTD_EXEC_MARGIN", value_parser = deadline)]
+    exec_margin: Option<Duration>,
+    /// Seconds a file verb's reply, or a transfer's next part, may take [default: 120].
+    #[arg(long, global = true, value_name = "SECS", env = "AGENTD_SILENCE_DEADLINE", value_parser = deadline)]
+    silence_deadline: Option<Duration>,
     #[command(subcommand)]
     command: Cmd,
+}
+
+fn deadline(raw: &str) -> Result<Duration, String> {
+    agentd_host::deadlines::seconds(raw).map_err(str::to_owned)
+}
+
+impl Cli {
+    /// The deadlines of every link this run opens (the sandbox may not be agentd any more).
+    fn deadlines(&self) -> Deadlines {
+        let defaults = Deadlines::default();
+        Deadlines {
+            connect: self.connect_deadline.unwrap_or(defaults.connect),
+            exec_margin: self.exec_margin.unwrap_or(defaults.exec_margin),
+            silence: self.silence_deadline.unwrap_or(defaults.silence),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -153,6 +178,7 @@ struct SessionFile {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    cli.deadlines().choose_for_process();
     match run(cli).await {
         Ok(code) => code,
         Err(err) => {
@@ -413,13 +439,14 @@ async fn download(
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let sandbox = target.sandbox();
     let remote = remote_path(sandbox, remote).await?;
-    // Written beside the destination and renamed, so a failed download leaves nothing half-written.
+    // Written beside the destination, nameless until whole, so that neither a failed download nor
+    // a killed agentctl leaves anything half-written.
     let dir = local.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let partial = tempfile::NamedTempFile::new_in(dir)?;
+    let partial = Partial::new_in(dir)?;
     let Some(agentd) = sandbox.agentd() else {
         return download_contract(cli, sandbox, &remote, local, partial).await;
     };
-    let file = tokio::fs::File::from_std(partial.reopen()?);
+    let file = tokio::fs::File::from_std(partial.file()?);
     let bar = ProgressBar::hidden();
     let outcome = agentd
         .link()
@@ -466,13 +493,13 @@ async fn download_contract(
     sandbox: &dyn BaseSandbox,
     remote: &str,
     local: &Path,
-    partial: tempfile::NamedTempFile,
+    partial: Partial,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut responses = sandbox.download_files(&[remote.to_owned()]).await?;
     let response = responses.pop().ok_or("the sandbox answered a download with nothing")?;
     match (response.content, response.error) {
         (Some(content), None) => {
-            std::fs::write(partial.path(), &content)?;
+            partial.file()?.write_all(&content)?;
             partial.persist(local)?;
             if cli.json {
                 let sha256 = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&content));
@@ -491,6 +518,63 @@ async fn download_contract(
                 eprintln!("agentctl: download of {remote} failed: {error}");
             }
             Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// A download's file before it is whole: an `O_TMPFILE` file, which has no name (a kill leaves
+/// nothing) until [`Partial::persist`] links it in; a named temporary file where the file system
+/// has no `O_TMPFILE` (removed on drop, so only a kill can leave it).
+enum Partial {
+    Unnamed { file: std::fs::File, dir: PathBuf },
+    Named(tempfile::NamedTempFile),
+}
+
+impl Partial {
+    fn new_in(dir: &Path) -> std::io::Result<Self> {
+        let unnamed = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir);
+        match unnamed {
+            Ok(file) => Ok(Self::Unnamed { file, dir: dir.to_owned() }),
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+                Ok(Self::Named(tempfile::NamedTempFile::new_in(dir)?))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A handle to write through.
+    fn file(&self) -> std::io::Result<std::fs::File> {
+        match self {
+            Self::Unnamed { file, .. } => file.try_clone(),
+            Self::Named(named) => named.reopen(),
+        }
+    }
+
+    /// Gives the whole file the name `local`, replacing what was there at once (a rename).
+    fn persist(self, local: &Path) -> std::io::Result<()> {
+        match self {
+            Self::Named(named) => named.persist(local).map(drop).map_err(|e| e.error),
+            Self::Unnamed { file, dir } => {
+                use std::os::fd::AsRawFd as _;
+                // linkat cannot replace a file: link under a fresh name, then rename over `local`.
+                let fresh = dir.join(format!(".agentctl-download-{}", agentd_host::adapters::inject::random_hex()));
+                let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+                nix::unistd::linkat(
+                    nix::fcntl::AT_FDCWD,
+                    proc_path.as_str(),
+                    nix::fcntl::AT_FDCWD,
+                    &fresh,
+                    nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+                )?;
+                std::fs::rename(&fresh, local).inspect_err(|_| {
+                    let _ = std::fs::remove_file(&fresh);
+                })
+            }
         }
     }
 }
