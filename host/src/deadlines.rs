@@ -131,18 +131,27 @@ mod tests {
 
     #[test]
     fn variables_replace_their_defaults() {
-        let d = Deadlines::from_vars(|name| (name == "AGENTD_SILENCE_DEADLINE").then(|| "2.5".to_owned())).unwrap();
+        let d = Deadlines::from_vars(|name| (name == "AGENTD_SILENCE_DEADLINE").then(|| "2.5".to_owned()))
+            .unwrap();
         assert_eq!(d, Deadlines { silence: Duration::from_millis(2500), ..Deadlines::default() });
         let all = Deadlines::from_vars(|_| Some("1".to_owned())).unwrap();
-        assert_eq!(all, Deadlines { connect: Duration::from_secs(1), exec_margin: Duration::from_secs(1), silence: Duration::from_secs(1) });
+        assert_eq!(
+            all,
+            Deadlines {
+                connect: Duration::from_secs(1),
+                exec_margin: Duration::from_secs(1),
+                silence: Duration::from_secs(1)
+            }
+        );
     }
 
     #[test]
     fn bad_values_are_refused_with_their_name() {
         for bad in ["", "soon", "0", "-1", "NaN", "1e300"] {
-            let err = Deadlines::from_vars(|name| (name == "AGENTD_CONNECT_DEADLINE").then(|| bad.to_owned()))
-                .unwrap_err()
-                .to_string();
+            let err =
+                Deadlines::from_vars(|name| (name == "AGENTD_CONNECT_DEADLINE").then(|| bad.to_owned()))
+                    .unwrap_err()
+                    .to_string();
             assert!(err.contains(&format!("AGENTD_CONNECT_DEADLINE={bad}")), "{err}");
         }
     }
@@ -158,9 +167,13 @@ mod tests {
 
     #[tokio::test]
     async fn within_names_what_it_waited_for() {
-        let err = within("hello from agentd", Some(Duration::from_millis(10)), std::future::pending::<Result<()>>())
-            .await
-            .unwrap_err();
+        let err = within(
+            "hello from agentd",
+            Some(Duration::from_millis(10)),
+            std::future::pending::<Result<()>>(),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(err.to_string(), "hello from agentd: no answer within 10ms");
     }
 }

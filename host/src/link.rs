@@ -435,7 +435,9 @@ impl Link {
             match next.await? {
                 Incoming::Message(ServerMessage::DownloadStart(start)) => {
                     if announced.is_some() {
-                        return Err(SandboxError::Protocol(format!("agentd began the download of {path} twice")));
+                        return Err(SandboxError::Protocol(format!(
+                            "agentd began the download of {path} twice"
+                        )));
                     }
                     if start.size > most {
                         return Ok(Err(TransferError::FileTooLarge.as_str().to_owned()));

@@ -135,7 +135,7 @@ async fn answer(ws: &mut WebSocketStream<TcpStream>, evil: Evil, id: u64, kind: 
             if evil != Evil::ChunkFirst {
                 ws.send(start(id, size)).await?;
             }
-            let piece = chunk::encode(id, &[b'x'; 256 * 1024]);
+            let piece = tokio_tungstenite::tungstenite::Bytes::from(chunk::encode(id, &[b'x'; 256 * 1024]));
             let mut sent = 0u64;
             while evil != Evil::HugeDownload || sent < size {
                 ws.feed(Message::binary(piece.clone())).await?;
@@ -145,7 +145,8 @@ async fn answer(ws: &mut WebSocketStream<TcpStream>, evil: Evil, id: u64, kind: 
                 }
             }
             ws.flush().await?;
-            let result = DownloadResult { id, path: "/x".to_owned(), error: None, sha256: None, size: Some(sent) };
+            let result =
+                DownloadResult { id, path: "/x".to_owned(), error: None, sha256: None, size: Some(sent) };
             ws.send(Message::text(ServerMessage::DownloadResult(result).to_json())).await
         }
         Evil::EndlessDownload | Evil::HugeDownload | Evil::ChunkFirst => Ok(()),
@@ -153,7 +154,7 @@ async fn answer(ws: &mut WebSocketStream<TcpStream>, evil: Evil, id: u64, kind: 
         Evil::HugeText => {
             // Built by hand: serializing 64 MiB through serde takes seconds in a debug build.
             let mut text = format!(r#"{{"type":"fs_result","id":{id},"padding":""#);
-            text.extend(std::iter::repeat_n('x', 64 << 20));
+            text.push_str(&"x".repeat(64 << 20));
             text.push_str(r#""}"#);
             ws.send(Message::text(text)).await
         }

@@ -562,7 +562,8 @@ impl Partial {
             Self::Unnamed { file, dir } => {
                 use std::os::fd::AsRawFd as _;
                 // linkat cannot replace a file: link under a fresh name, then rename over `local`.
-                let fresh = dir.join(format!(".agentctl-download-{}", agentd_host::adapters::inject::random_hex()));
+                let fresh =
+                    dir.join(format!(".agentctl-download-{}", agentd_host::adapters::inject::random_hex()));
                 let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
                 nix::unistd::linkat(
                     nix::fcntl::AT_FDCWD,
