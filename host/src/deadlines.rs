@@ -52,8 +52,11 @@ impl Default for Deadlines {
     }
 }
 
+/// Picks one field of [`Deadlines`].
+type Field = fn(&mut Deadlines) -> &mut Duration;
+
 /// The variables that override [`Deadlines::default`], each with the field it sets.
-const VARIABLES: [(&str, fn(&mut Deadlines) -> &mut Duration); 3] = [
+const VARIABLES: [(&str, Field); 3] = [
     ("AGENTD_CONNECT_DEADLINE", |d| &mut d.connect),
     ("AGENTD_EXEC_MARGIN", |d| &mut d.exec_margin),
     ("AGENTD_SILENCE_DEADLINE", |d| &mut d.silence),
@@ -105,7 +108,8 @@ impl Deadlines {
 /// A positive number of seconds, fractions allowed.
 pub fn seconds(text: &str) -> std::result::Result<Duration, &'static str> {
     let value: f64 = text.trim().parse().map_err(|_| "not a number of seconds")?;
-    if !(value > 0.0) {
+    // NaN is not more than 0 either.
+    if value.is_nan() || value <= 0.0 {
         return Err("must be more than 0 seconds");
     }
     Duration::try_from_secs_f64(value).map_err(|_| "too many seconds")

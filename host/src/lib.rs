@@ -8,6 +8,7 @@
 //! - [`derived`]: the file verbs and the offload over any `execute` (`agentd fs` / `agentd exec`).
 //! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers;
 //!   nothing agentd says is trusted (sizes, ids, shapes are checked).
+//! - [`download`]: a sandbox's file saved to a local path, nameless until whole.
 //! - [`deadlines`]: how long the host waits on a sandbox ([`Deadlines`]); every wait ends.
 //! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default);
 //!   Docker (feature `docker`), Daytona (feature `daytona`) and Modal (feature `modal`). A sandbox that wraps an
@@ -44,6 +45,7 @@
 pub mod adapters;
 pub mod deadlines;
 pub mod derived;
+pub mod download;
 pub mod error;
 pub mod link;
 pub mod provider;

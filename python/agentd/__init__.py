@@ -172,6 +172,17 @@ class Sandbox(_Base):  # type: ignore[misc,valid-type]
         """Coroutine twin of :meth:`download_files`."""
         return _downloads(await self._native.adownload_files(list(paths)))
 
+    def download_file(self, path: str, local_path: str | os.PathLike[str]) -> str | None:
+        """Saves the file at ``path`` as ``local_path``, streamed: any size, in bounded memory
+        (:meth:`download_files` holds whole files, and answers ``file_too_large`` past 256 MiB).
+        Returns the per-file error (``file_not_found``, …) or ``None`` once saved; ``local_path``
+        is replaced only by a whole, checked file."""
+        return self._native.download_file(path, os.fspath(local_path))
+
+    async def adownload_file(self, path: str, local_path: str | os.PathLike[str]) -> str | None:
+        """Coroutine twin of :meth:`download_file`."""
+        return await self._native.adownload_file(path, os.fspath(local_path))
+
     # -- capture at the source ------------------------------------------------------------------
 
     def execute_with_offload(
@@ -342,9 +353,18 @@ class LocalSandbox(Sandbox):
     with only the machine's limits.
     """
 
-    def __init__(self, writable_roots: Iterable[str | os.PathLike[str]] | None = None, *, confined: bool = True) -> None:
+    def __init__(
+        self,
+        writable_roots: Iterable[str | os.PathLike[str]] | None = None,
+        *,
+        confined: bool = True,
+        connect_deadline: float | None = None,
+        exec_margin: float | None = None,
+        silence_deadline: float | None = None,
+    ) -> None:
         roots = None if writable_roots is None else [os.fspath(root) for root in writable_roots]
-        super().__init__(_agentd.Sandbox.local(roots, confined))
+        native = _agentd.Sandbox.local(roots, confined, connect_deadline, exec_margin, silence_deadline)
+        super().__init__(native)
 
     @property
     def pid(self) -> int:
@@ -360,10 +380,24 @@ class LocalSandbox(Sandbox):
 class AgentdSandbox(Sandbox):
     """A running agentd: ``url`` is ``ws://HOST:PORT``, ``wss://…`` or ``unix:PATH``; ``token`` the
     one it was started with (``agentd serve --token-file``). :meth:`close` only lets go of the
-    link."""
+    link.
 
-    def __init__(self, url: str, token: str | None = None) -> None:
-        super().__init__(_agentd.Sandbox.connect(url, token))
+    Every wait on the server ends (README, "Deadlines"): ``connect_deadline`` (connect, upgrade and
+    hello; default 30 s), ``exec_margin`` (after a command's own timeout; 15 s) and
+    ``silence_deadline`` (a file verb's reply, a transfer's next part; 120 s), in seconds; the
+    defaults come from ``AGENTD_CONNECT_DEADLINE``, ``AGENTD_EXEC_MARGIN`` and
+    ``AGENTD_SILENCE_DEADLINE`` when set. Past one, the call raises ``TimeoutError``."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        connect_deadline: float | None = None,
+        exec_margin: float | None = None,
+        silence_deadline: float | None = None,
+    ) -> None:
+        super().__init__(_agentd.Sandbox.connect(url, token, connect_deadline, exec_margin, silence_deadline))
 
 
 def _spec(kind: str, source: str | None, sandbox_id: str | None, *, source_required: bool) -> str:

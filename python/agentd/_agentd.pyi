@@ -16,9 +16,21 @@ class Sandbox:
     returns an awaitable run on the module's tokio runtime."""
 
     @staticmethod
-    def local(writable_roots: list[str] | None = None, confined: bool = True) -> Sandbox: ...
+    def local(
+        writable_roots: list[str] | None = None,
+        confined: bool = True,
+        connect_deadline: float | None = None,
+        exec_margin: float | None = None,
+        silence_deadline: float | None = None,
+    ) -> Sandbox: ...
     @staticmethod
-    def connect(url: str, token: str | None = None) -> Sandbox: ...
+    def connect(
+        url: str,
+        token: str | None = None,
+        connect_deadline: float | None = None,
+        exec_margin: float | None = None,
+        silence_deadline: float | None = None,
+    ) -> Sandbox: ...
     @staticmethod
     def open(spec: str) -> Sandbox: ...
     @property
@@ -55,6 +67,9 @@ class Sandbox:
     def download_files(self, paths: list[str]) -> list[tuple[str, bytes | None, str | None]]:
         """``[(path, content, error)]``, in order."""
     def adownload_files(self, paths: list[str]) -> Awaitable[list[tuple[str, bytes | None, str | None]]]: ...
+    def download_file(self, path: str, local_path: str) -> str | None:
+        """Saves ``path`` as ``local_path``, streamed; the per-file error or ``None``."""
+    def adownload_file(self, path: str, local_path: str) -> Awaitable[str | None]: ...
     def fs(self, request: dict[str, Any]) -> dict[str, Any]:
         """One file verb (``{"verb": "read", "path": …}``); the dict of its result type."""
     def afs(self, request: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...

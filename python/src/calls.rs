@@ -29,6 +29,11 @@ pub enum Call {
     },
     Upload(Vec<(String, Vec<u8>)>),
     Download(Vec<String>),
+    /// One file saved to a local path, streamed (`download_file`).
+    DownloadTo {
+        path: String,
+        local: std::path::PathBuf,
+    },
     /// One of the seven file verbs, as `{"verb": "read", "path": …}` (the protocol's `FsRequest`).
     Fs(FsRequest),
 }
@@ -39,6 +44,8 @@ pub enum Answer {
     Offload(ExecuteOffloadResult),
     Upload(Vec<FileUploadResponse>),
     Download(Vec<FileDownloadResponse>),
+    /// The per-file error, `None` when saved.
+    DownloadTo(Option<String>),
     Fs(FsResponse),
 }
 
@@ -51,6 +58,27 @@ pub fn timeout(seconds: Option<f64>) -> PyResult<Option<Duration>> {
             })
         })
         .transpose()
+}
+
+/// The deadlines of a link from Python's keyword arguments (seconds; `None`: from the
+/// environment or the default).
+pub fn deadlines(
+    connect: Option<f64>,
+    exec_margin: Option<f64>,
+    silence: Option<f64>,
+) -> PyResult<agentd_host::Deadlines> {
+    let mut deadlines = agentd_host::Deadlines::from_env().map_err(errors::to_py)?;
+    for (name, given, field) in [
+        ("connect_deadline", connect, &mut deadlines.connect),
+        ("exec_margin", exec_margin, &mut deadlines.exec_margin),
+        ("silence_deadline", silence, &mut deadlines.silence),
+    ] {
+        if let Some(seconds) = given {
+            *field = agentd_host::deadlines::seconds(&seconds.to_string())
+                .map_err(|why| PyValueError::new_err(format!("{name}: {why}, got {seconds}")))?;
+        }
+    }
+    Ok(deadlines)
 }
 
 /// A file verb's request from its dict (`verb` plus the verb's arguments).
@@ -89,6 +117,11 @@ impl Call {
             }
             Call::Upload(files) => Answer::Upload(sandbox.upload_files(&files).await?),
             Call::Download(paths) => Answer::Download(sandbox.download_files(&paths).await?),
+            Call::DownloadTo { path, local } => {
+                let saved =
+                    agentd_host::download::download_to_path(sandbox, &path, &local, |_, _| {}).await?;
+                Answer::DownloadTo(saved.err())
+            }
             Call::Fs(request) => Answer::Fs(match request {
                 FsRequest::Ls { path } => FsResponse::Ls(sandbox.ls(&path).await?),
                 FsRequest::Read { path, offset, limit } => {
@@ -138,6 +171,7 @@ impl Answer {
                     .collect::<PyResult<Vec<_>>>()?;
                 PyList::new(py, items)?.into_any()
             }
+            Answer::DownloadTo(error) => error.into_pyobject(py)?.into_any(),
             Answer::Fs(response) => {
                 let result = match &response {
                     FsResponse::Ls(r) => pythonize::pythonize(py, r),

@@ -133,9 +133,21 @@ impl Sandbox {
     /// confined by the default profile (`confined=False`: by the machine only) with
     /// `writable_roots` also writable (created when missing).
     #[staticmethod]
-    #[pyo3(signature = (writable_roots = None, confined = true))]
-    fn local(py: Python<'_>, writable_roots: Option<Vec<PathBuf>>, confined: bool) -> PyResult<Self> {
-        let options = LocalOptions { confined, writable_roots: writable_roots.unwrap_or_default() };
+    #[pyo3(signature = (writable_roots = None, confined = true, connect_deadline = None, exec_margin = None, silence_deadline = None))]
+    fn local(
+        py: Python<'_>,
+        writable_roots: Option<Vec<PathBuf>>,
+        confined: bool,
+        connect_deadline: Option<f64>,
+        exec_margin: Option<f64>,
+        silence_deadline: Option<f64>,
+    ) -> PyResult<Self> {
+        let deadlines = calls::deadlines(connect_deadline, exec_margin, silence_deadline)?;
+        let options = LocalOptions {
+            confined,
+            writable_roots: writable_roots.unwrap_or_default(),
+            deadlines: Some(deadlines),
+        };
         // Started on a runtime worker, not on the calling thread: agentd gets SIGTERM when the thread
         // that forked it ends (`PR_SET_PDEATHSIG` follows the thread), and a Python thread (a thread
         // pool's, a `threading.Thread`) may end long before the sandbox. The workers live as long as
@@ -152,9 +164,18 @@ impl Sandbox {
 
     /// Links to a running agentd: `ws://HOST:PORT`, `wss://…` or `unix:PATH`, with its token.
     #[staticmethod]
-    #[pyo3(signature = (url, token = None))]
-    fn connect(py: Python<'_>, url: String, token: Option<String>) -> PyResult<Self> {
-        let sandbox = made(py, async { AgentdSandbox::connect(&url, token.as_deref()).await })?;
+    #[pyo3(signature = (url, token = None, connect_deadline = None, exec_margin = None, silence_deadline = None))]
+    fn connect(
+        py: Python<'_>,
+        url: String,
+        token: Option<String>,
+        connect_deadline: Option<f64>,
+        exec_margin: Option<f64>,
+        silence_deadline: Option<f64>,
+    ) -> PyResult<Self> {
+        let deadlines = calls::deadlines(connect_deadline, exec_margin, silence_deadline)?;
+        let sandbox =
+            made(py, async { AgentdSandbox::connect_within(&url, token.as_deref(), deadlines).await })?;
         Ok(Self::new(Held::Own(Box::new(sandbox)), None))
     }
 
@@ -249,6 +270,20 @@ impl Sandbox {
 
     fn adownload_files<'py>(&self, py: Python<'py>, paths: Vec<String>) -> PyResult<Bound<'py, PyAny>> {
         self.spawn(py, Call::Download(paths))
+    }
+
+    /// Saves the file at `path` as `local_path`, streamed (any size); the per-file error or `None`.
+    fn download_file(&self, py: Python<'_>, path: String, local_path: PathBuf) -> PyResult<Py<PyAny>> {
+        self.blocking(py, Call::DownloadTo { path, local: local_path })
+    }
+
+    fn adownload_file<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        local_path: PathBuf,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.spawn(py, Call::DownloadTo { path, local: local_path })
     }
 
     /// One file verb: `request` is `{"verb": "ls" | "read" | …, …arguments}`; the answer is the dict

@@ -20,6 +20,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::adapters::agentd::{AgentdSandbox, OverAgentd};
+use crate::deadlines::Deadlines;
 use crate::error::{Result, SandboxError};
 use crate::provider::{Kind, Provider, SandboxInfo};
 use crate::sandbox::BaseSandbox;
@@ -131,11 +132,13 @@ pub struct LocalOptions {
     /// More directories commands may write to, beside the workspace and tmp. Each is created when
     /// missing. Ignored when not `confined` (everything the user may write is writable then).
     pub writable_roots: Vec<PathBuf>,
+    /// The link's deadlines (`None`: [`Deadlines::from_env`]).
+    pub deadlines: Option<Deadlines>,
 }
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        Self { confined: true, writable_roots: Vec::new() }
+        Self { confined: true, writable_roots: Vec::new(), deadlines: None }
     }
 }
 
@@ -176,7 +179,11 @@ impl LocalSandbox {
             TokenSource::Env(&token),
         )?;
         let mut guard = ChildGuard(Some(child));
-        let sandbox = AgentdSandbox::connect(&started.url, Some(&token)).await?;
+        let deadlines = match options.deadlines {
+            Some(deadlines) => deadlines,
+            None => Deadlines::from_env()?,
+        };
+        let sandbox = AgentdSandbox::connect_within(&started.url, Some(&token), deadlines).await?;
         let child = guard.0.take().ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
         Ok(Self {
             sandbox,

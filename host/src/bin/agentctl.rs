@@ -15,6 +15,7 @@ use agentd_host::adapters::local::{
     DefaultProfile, Lifetime, Started, TokenSource, socket_dir, spawn_agentd,
 };
 use agentd_host::derived::shell_quote;
+use agentd_host::download::download_to_path;
 use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
 use agentd_host::{AgentdSandbox, BaseSandbox, Deadlines, LocalSandbox, SandboxError};
 use agentd_protocol::cli::FsCommand;
@@ -439,35 +440,23 @@ async fn download(
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let sandbox = target.sandbox();
     let remote = remote_path(sandbox, remote).await?;
-    // Written beside the destination, nameless until whole, so that neither a failed download nor
-    // a killed agentctl leaves anything half-written.
-    let dir = local.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let partial = Partial::new_in(dir)?;
-    let Some(agentd) = sandbox.agentd() else {
-        return download_contract(cli, sandbox, &remote, local, partial).await;
-    };
-    let file = tokio::fs::File::from_std(partial.file()?);
     let bar = ProgressBar::hidden();
-    let outcome = agentd
-        .link()
-        .await?
-        .download(&remote, file, |done, total| {
-            if bar.is_hidden() && total >= PROGRESS_BYTES {
-                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-                bar.set_length(total);
-                if let Ok(style) =
-                    ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-                {
-                    bar.set_style(style);
-                }
+    let outcome = download_to_path(sandbox, &remote, local, |done, total| {
+        if bar.is_hidden() && total >= PROGRESS_BYTES {
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+            bar.set_length(total);
+            if let Ok(style) =
+                ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            {
+                bar.set_style(style);
             }
-            bar.set_position(done);
-        })
-        .await?;
+        }
+        bar.set_position(done);
+    })
+    .await?;
     bar.finish_and_clear();
     match outcome {
         Ok(done) => {
-            partial.persist(local)?;
             if cli.json {
                 println!(
                     "{}",
@@ -483,99 +472,6 @@ async fn download(
                 eprintln!("agentctl: download of {remote} failed: {error}");
             }
             Ok(ExitCode::FAILURE)
-        }
-    }
-}
-
-/// `download` through the contract's `download_files` (a sandbox without an agentd link).
-async fn download_contract(
-    cli: &Cli,
-    sandbox: &dyn BaseSandbox,
-    remote: &str,
-    local: &Path,
-    partial: Partial,
-) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let mut responses = sandbox.download_files(&[remote.to_owned()]).await?;
-    let response = responses.pop().ok_or("the sandbox answered a download with nothing")?;
-    match (response.content, response.error) {
-        (Some(content), None) => {
-            partial.file()?.write_all(&content)?;
-            partial.persist(local)?;
-            if cli.json {
-                let sha256 = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&content));
-                println!(
-                    "{}",
-                    serde_json::json!({"path": remote, "size": content.len(), "sha256": sha256, "error": null})
-                );
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        (_, error) => {
-            let error = error.unwrap_or_else(|| "no content".to_owned());
-            if cli.json {
-                println!("{}", serde_json::json!({"path": remote, "error": error}));
-            } else {
-                eprintln!("agentctl: download of {remote} failed: {error}");
-            }
-            Ok(ExitCode::FAILURE)
-        }
-    }
-}
-
-/// A download's file before it is whole: an `O_TMPFILE` file, which has no name (a kill leaves
-/// nothing) until [`Partial::persist`] links it in; a named temporary file where the file system
-/// has no `O_TMPFILE` (removed on drop, so only a kill can leave it).
-enum Partial {
-    Unnamed { file: std::fs::File, dir: PathBuf },
-    Named(tempfile::NamedTempFile),
-}
-
-impl Partial {
-    fn new_in(dir: &Path) -> std::io::Result<Self> {
-        let unnamed = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_TMPFILE)
-            .open(dir);
-        match unnamed {
-            Ok(file) => Ok(Self::Unnamed { file, dir: dir.to_owned() }),
-            Err(err) if matches!(err.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
-                Ok(Self::Named(tempfile::NamedTempFile::new_in(dir)?))
-            }
-            Err(err) => Err(err),
-        }
-    }
-
-    /// A handle to write through.
-    fn file(&self) -> std::io::Result<std::fs::File> {
-        match self {
-            Self::Unnamed { file, .. } => file.try_clone(),
-            Self::Named(named) => named.reopen(),
-        }
-    }
-
-    /// Gives the whole file the name `local`, replacing what was there at once (a rename).
-    fn persist(self, local: &Path) -> std::io::Result<()> {
-        match self {
-            Self::Named(named) => named.persist(local).map(drop).map_err(|e| e.error),
-            Self::Unnamed { file, dir } => {
-                use std::os::fd::AsRawFd as _;
-                // linkat cannot replace a file: link under a fresh name, then rename over `local`.
-                let fresh =
-                    dir.join(format!(".agentctl-download-{}", agentd_host::adapters::inject::random_hex()));
-                let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
-                nix::unistd::linkat(
-                    nix::fcntl::AT_FDCWD,
-                    proc_path.as_str(),
-                    nix::fcntl::AT_FDCWD,
-                    &fresh,
-                    nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
-                )?;
-                std::fs::rename(&fresh, local).inspect_err(|_| {
-                    let _ = std::fs::remove_file(&fresh);
-                })
-            }
         }
     }
 }

@@ -1,0 +1,118 @@
+//! A sandbox's file saved to a local path ([`download_to_path`]: `agentctl download`, Python's
+//! `download_file`): streamed over the agentd link when the sandbox has one (any size, bounded
+//! memory), else through the contract's `download_files`. The local file has no name until it is
+//! whole and checked, so neither an error nor a killed client leaves a part of it behind.
+//!
+//! ```no_run
+//! # async fn demo(sandbox: &dyn agentd_host::BaseSandbox) -> agentd_host::Result<()> {
+//! let saved = agentd_host::download::download_to_path(sandbox, "/work/out.tar", "out.tar".as_ref(), |_, _| {}).await?;
+//! match saved {
+//!     Ok(done) => println!("{} bytes, sha256 {}", done.size, done.sha256),
+//!     Err(error) => eprintln!("per-file error: {error}"),
+//! }
+//! # Ok(()) }
+//! ```
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest as _, Sha256};
+
+use crate::error::Result;
+use crate::link::Downloaded;
+use crate::sandbox::BaseSandbox;
+
+/// Saves the sandbox's file `remote` as `local` (replaced at once when whole). `progress` gets
+/// (bytes so far, size) on the streamed path. `Ok(Err(error))` is the contract's per-file error
+/// (`file_not_found`, …, or `file_too_large` on the contract's path), with `local` untouched.
+pub async fn download_to_path(
+    sandbox: &dyn BaseSandbox,
+    remote: &str,
+    local: &Path,
+    progress: impl FnMut(u64, u64),
+) -> Result<Result<Downloaded, String>> {
+    let dir = local.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let partial = Partial::new_in(dir)?;
+    let outcome = match sandbox.agentd() {
+        Some(agentd) => {
+            let file = tokio::fs::File::from_std(partial.file()?);
+            agentd.link().await?.download(remote, file, progress).await?
+        }
+        None => {
+            let mut responses = sandbox.download_files(&[remote.to_owned()]).await?;
+            match responses.pop() {
+                Some(response) => match (response.content, response.error) {
+                    (Some(content), None) => {
+                        partial.file()?.write_all(&content)?;
+                        let sha256 = format!("{:x}", Sha256::digest(&content));
+                        Ok(Downloaded { size: content.len() as u64, sha256 })
+                    }
+                    (_, error) => Err(error.unwrap_or_else(|| "no content".to_owned())),
+                },
+                None => Err("the sandbox answered a download with nothing".to_owned()),
+            }
+        }
+    };
+    if outcome.is_ok() {
+        partial.persist(local)?;
+    }
+    Ok(outcome)
+}
+
+/// A download's file before it is whole: an `O_TMPFILE` file, which has no name (a kill leaves
+/// nothing) until [`Partial::persist`] links it in; a named temporary file where the file system
+/// has no `O_TMPFILE` (removed on drop, so only a kill can leave it).
+enum Partial {
+    Unnamed { file: std::fs::File, dir: PathBuf },
+    Named(tempfile::NamedTempFile),
+}
+
+impl Partial {
+    fn new_in(dir: &Path) -> std::io::Result<Self> {
+        let unnamed = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir);
+        match unnamed {
+            Ok(file) => Ok(Self::Unnamed { file, dir: dir.to_owned() }),
+            Err(err) if matches!(err.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+                Ok(Self::Named(tempfile::NamedTempFile::new_in(dir)?))
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A handle to write through.
+    fn file(&self) -> std::io::Result<std::fs::File> {
+        match self {
+            Self::Unnamed { file, .. } => file.try_clone(),
+            Self::Named(named) => named.reopen(),
+        }
+    }
+
+    /// Gives the whole file the name `local`, replacing what was there at once (a rename).
+    fn persist(self, local: &Path) -> std::io::Result<()> {
+        match self {
+            Self::Named(named) => named.persist(local).map(drop).map_err(|e| e.error),
+            Self::Unnamed { file, dir } => {
+                use std::os::fd::AsRawFd as _;
+                // linkat cannot replace a file: link under a fresh name, then rename over `local`.
+                let fresh = dir.join(format!(".agentctl-download-{}", crate::adapters::inject::random_hex()));
+                let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+                nix::unistd::linkat(
+                    nix::fcntl::AT_FDCWD,
+                    proc_path.as_str(),
+                    nix::fcntl::AT_FDCWD,
+                    &fresh,
+                    nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+                )?;
+                std::fs::rename(&fresh, local).inspect_err(|_| {
+                    let _ = std::fs::remove_file(&fresh);
+                })
+            }
+        }
+    }
+}
