@@ -338,21 +338,16 @@ async fn abandoned_opening(
         }
         Waited::Signal(signo) => Some(format!("{} during its removal", cleanup::signal_name(signo))),
     };
-    match (left, creating) {
-        (Some(why), Some(creating)) => {
-            if let Err(err) = &ended {
-                eprintln!("agentctl: {err}");
-            }
-            eprintln!(
-                "agentctl: {why}: a sandbox {creating} may be left (`agentctl sandbox ls` lists what agentd created)"
-            );
-            Ok(ExitCode::from(AGENTCTL_FAILED))
+    if let (Some(why), Some(creating)) = (left, creating) {
+        if let Err(err) = &ended {
+            eprintln!("agentctl: {}", cleanup::printable(&err.to_string()));
         }
-        (Some(_) | None, _) => match ended {
-            Ok(signo) => Ok(cleanup::signal_status(signo)),
-            Err(err) => Err(err),
-        },
+        eprintln!(
+            "agentctl: {why}: a sandbox {creating} may be left (`agentctl sandbox ls` lists what agentd created)"
+        );
+        return Ok(ExitCode::from(AGENTCTL_FAILED));
     }
+    ended.map(cleanup::signal_status)
 }
 
 /// The command's own work on the sandbox; `request` is the file verb's, read before the sandbox was
