@@ -38,8 +38,11 @@ const PROGRESS_BYTES: u64 = 8 << 20;
 #[derive(Parser)]
 #[command(name = "agentctl", version, about = "Run commands and move files in an agentd sandbox.")]
 #[command(after_help = "Without --sandbox or --url, commands use the session started by `agentctl up`, \
-or else a private local agentd that lives for that one command.\nExit status: the command's own for \
-`exec`; 125 when agentctl itself fails.")]
+or else a private local agentd that lives for that one command.\nA sandbox created for one command (a \
+creating KIND:SPEC, the private local agentd) is removed however the command ends, SIGINT and SIGTERM \
+included; the removal may take up to 30 s, and a second signal exits at once, naming what may be left.\n\
+Exit status: the command's own for `exec`; 130 or 143 when SIGINT or SIGTERM stopped agentctl; 125 when \
+agentctl itself fails or something it created may be left.")]
 struct Cli {
     /// agentd to attach to, e.g. ws://127.0.0.1:7700.
     #[arg(long, global = true, env = "AGENTD_URL")]
