@@ -242,7 +242,8 @@ async fn sandbox_modal_runs_the_main_job_with_only_the_token_variables() {
 }
 
 /// The main job on `KIND:agentd-base-debian:latest` through the standalone fake `fake_binary`, with
-/// only the `variables` it exports (in that order), PATH and HOME set.
+/// only the `variables` it exports (in that order), PATH and HOME set; then SIGTERM of agentctl in the
+/// middle of a command, which deletes the sandbox all the same.
 async fn main_job_through_a_fake(fake_binary: &str, kind: &str, variables: &[&str]) {
     use std::io::BufRead as _;
     const BASE: &str = "agentd-base-debian:latest";
@@ -322,4 +323,27 @@ async fn main_job_through_a_fake(fake_binary: &str, kind: &str, variables: &[&st
         })
         .collect();
     assert!(alive.is_empty(), "the command's {kind} sandbox was left behind: {alive:?}");
+
+    // SIGTERM of agentctl while the command runs: the sandbox goes all the same, and agentctl exits 143.
+    let mut child = agentctl()
+        .args(["--sandbox", &format!("{kind}:{BASE}"), "exec", "--", "sleep 300"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let running = || {
+        let out = Command::new("docker").args(["ps", "-q", "--filter", &format!("label={label}")]).output();
+        String::from_utf8_lossy(&out.unwrap().stdout).split_whitespace().any(|id| {
+            let top = Command::new("docker").args(["top", id]).output().unwrap();
+            String::from_utf8_lossy(&top.stdout).lines().any(|line| line.trim_end().ends_with(" sleep 300"))
+        })
+    };
+    assert!(agentd_tests::eventually(std::time::Duration::from_secs(60), running).await, "no command ran");
+    let sent = std::time::Instant::now();
+    let status = agentd_tests::sigterm_and_wait(&mut child, std::time::Duration::from_secs(35)).await;
+    let took = sent.elapsed();
+    let said = std::io::read_to_string(child.stderr.take().unwrap()).unwrap();
+    assert_eq!(status.code(), Some(143), "{said}");
+    assert_eq!(containers(), 0, "SIGTERM left the command's {kind} sandbox behind: {said}");
+    eprintln!("agentctl --sandbox {kind}:{BASE} exec, SIGTERM: exited 143 in {took:?}, sandbox deleted");
 }

@@ -19,10 +19,16 @@ use agentd_host::download::download_to_path;
 use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
 use agentd_host::{AgentdSandbox, BaseSandbox, Deadlines, LocalSandbox, SandboxError};
 use agentd_protocol::cli::FsCommand;
-use agentd_protocol::{ExecRequest, FsResponse};
+use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
+
+use crate::cleanup::{Stop, Waited};
+
+// Its own file beside this one: the signal handling and removal of what a command created.
+#[path = "agentctl/cleanup.rs"]
+mod cleanup;
 
 /// Exit status for agentctl's own failures (unreachable sandbox, bad arguments, spawn failure).
 const AGENTCTL_FAILED: u8 = 125;
@@ -33,8 +39,11 @@ const PROGRESS_BYTES: u64 = 8 << 20;
 #[derive(Parser)]
 #[command(name = "agentctl", version, about = "Run commands and move files in an agentd sandbox.")]
 #[command(after_help = "Without --sandbox or --url, commands use the session started by `agentctl up`, \
-or else a private local agentd that lives for that one command.\nExit status: the command's own for \
-`exec`; 125 when agentctl itself fails.")]
+or else a private local agentd that lives for that one command.\nA sandbox created for one command (a \
+creating KIND:SPEC, the private local agentd) is removed however the command ends, SIGINT and SIGTERM \
+included; the removal may take up to 30 s, and a second signal exits at once, naming what may be left.\n\
+Exit status: the command's own for `exec`; 130 or 143 when SIGINT or SIGTERM stopped agentctl; 125 when \
+agentctl itself fails or something it created may be left.")]
 struct Cli {
     /// agentd to attach to, e.g. ws://127.0.0.1:7700.
     #[arg(long, global = true, env = "AGENTD_URL")]
@@ -206,12 +215,29 @@ impl Target {
         }
     }
 
-    /// Releases what this command started: a sandbox it created is stopped and removed.
-    async fn finish(self) {
-        if let Self::Spec(opened) = self
-            && let Err(err) = opened.close().await
-        {
-            eprintln!("agentctl: {err}");
+    /// What this command created and must remove, as a person would look for it (`docker:ID`);
+    /// `None` when it attached to a sandbox that outlives it.
+    fn created(&self) -> Option<String> {
+        match self {
+            Self::Remote(_) => None,
+            Self::Private(local) => Some(format!(
+                "the local agentd (pid {}, workspace {})",
+                local.pid(),
+                cleanup::printable(&local.workspace().display().to_string())
+            )),
+            Self::Spec(opened) if opened.created => {
+                Some(format!("{}:{}", opened.kind(), cleanup::printable(opened.sandbox.id())))
+            }
+            Self::Spec(_) => None,
+        }
+    }
+
+    /// Releases what this command started: a sandbox it created is stopped and removed (a private
+    /// local agentd is stopped and its workspace removed when dropped).
+    async fn finish(self) -> Result<(), SandboxError> {
+        match self {
+            Self::Spec(opened) => opened.close().await,
+            Self::Remote(_) | Self::Private(_) => Ok(()),
         }
     }
 }
@@ -241,33 +267,134 @@ async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
 
 async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match &cli.command {
-        Cmd::Exec(_) | Cmd::Upload { .. } | Cmd::Download { .. } => {
-            let target = target(&cli).await?;
-            let outcome = match &cli.command {
-                Cmd::Exec(args) => exec(&cli, args, &target).await,
-                Cmd::Upload { local, remote } => upload(&cli, local, remote, &target).await,
-                Cmd::Download { remote, local } => download(&cli, remote, local, &target).await,
-                _ => verb(&cli, &target).await,
-            };
-            target.finish().await;
-            outcome
+        Cmd::Exec(_) | Cmd::Upload { .. } | Cmd::Download { .. } | Cmd::Fs(_) | Cmd::Status => {
+            in_sandbox(&cli).await
         }
         Cmd::Sandbox(SandboxCmd::Ls) => sandbox_ls(&cli).await,
         Cmd::Sandbox(SandboxCmd::Rm { ids }) => sandbox_rm(ids).await,
         Cmd::Sandbox(SandboxCmd::Gc) | Cmd::Gc => gc().await,
         Cmd::Up { workspace } => up(&cli, workspace.as_deref()),
         Cmd::Down => down(),
-        Cmd::Fs(_) => {
-            let target = target(&cli).await?;
-            let outcome = verb(&cli, &target).await;
-            target.finish().await;
-            outcome
+    }
+}
+
+/// Runs a command that needs a sandbox: opens it, does the work, and lets go of it however the work
+/// ends. What this command created is removed also on SIGINT/SIGTERM (see `cleanup`); the exit
+/// status is then 128 + the signal's number, and 125 whenever something it created may be left.
+async fn in_sandbox(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    // Read before anything is created: a blocking read of stdin would keep signals from being seen.
+    let request = match &cli.command {
+        Cmd::Fs(command) => Some(command.clone().into_request(|| std::io::read_to_string(std::io::stdin()))?),
+        Cmd::Exec(_)
+        | Cmd::Upload { .. }
+        | Cmd::Download { .. }
+        | Cmd::Status
+        | Cmd::Up { .. }
+        | Cmd::Down
+        | Cmd::Sandbox(_)
+        | Cmd::Gc => None,
+    };
+    let mut stop = Stop::catch()?;
+    let opening = tokio::select! {
+        opened = target(cli) => opened.map_err(Err),
+        signo = stop.next() => Err(Ok(signo)),
+    };
+    let target = match opening {
+        Ok(target) => target,
+        Err(ended) => return abandoned_opening(cli, ended, &mut stop).await,
+    };
+    let ended = tokio::select! {
+        outcome = work(cli, request, &target) => Ok(outcome),
+        signo = stop.next() => Err(signo),
+    };
+    let created = target.created();
+    if let (Err(signo), Some(created)) = (&ended, &created) {
+        eprintln!(
+            "agentctl: {}: removing {created}, which this command created",
+            cleanup::signal_name(*signo)
+        );
+    }
+    let left = match cleanup::wait(target.finish(), &mut stop).await {
+        Waited::Done(Ok(())) => false,
+        Waited::Done(Err(err)) => {
+            let created = created.as_deref().unwrap_or("the sandbox");
+            eprintln!("agentctl: removing {created}: {}", cleanup::printable(&err.to_string()));
+            true
         }
-        Cmd::Status => {
-            let target = target(&cli).await?;
-            let outcome = status(&target).await;
-            target.finish().await;
-            outcome
+        Waited::TimedOut => {
+            let created = created.as_deref().unwrap_or("the sandbox");
+            eprintln!(
+                "agentctl: removing {created} took more than {} s; it may be left",
+                cleanup::CLEANUP_TIMEOUT.as_secs()
+            );
+            true
+        }
+        Waited::Signal(signo) => {
+            let created = created.as_deref().unwrap_or("the sandbox");
+            eprintln!("agentctl: {} during the removal: {created} may be left", cleanup::signal_name(signo));
+            true
+        }
+    };
+    match (ended, left) {
+        (Ok(outcome), false) => outcome,
+        (Ok(outcome), true) => outcome.and(Ok(ExitCode::from(AGENTCTL_FAILED))),
+        (Err(signo), false) => Ok(cleanup::signal_status(signo)),
+        (Err(_), true) => Ok(ExitCode::from(AGENTCTL_FAILED)),
+    }
+}
+
+/// Opening the sandbox failed (`Err`) or a signal came first (`Ok(signo)`). Whatever was made
+/// halfway is being removed by its provider's guard: wait for that before leaving.
+async fn abandoned_opening(
+    cli: &Cli,
+    ended: Result<i32, Box<dyn std::error::Error>>,
+    stop: &mut Stop,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    // Only a `KIND:SPEC` that creates leaves something of its own behind.
+    let creating = match cli.sandbox.as_deref().map(str::parse::<SandboxSpec>) {
+        Some(Ok(spec @ SandboxSpec::Create { .. })) => Some(cleanup::printable(&spec.to_string())),
+        Some(Ok(SandboxSpec::Attach { .. }) | Err(_)) | None => None,
+    };
+    if let (Ok(signo), Some(creating)) = (&ended, &creating) {
+        eprintln!(
+            "agentctl: {}: abandoning the sandbox {creating} being created",
+            cleanup::signal_name(*signo)
+        );
+    }
+    let left = match cleanup::wait(cleanup::settle(), stop).await {
+        Waited::Done(()) => None,
+        Waited::TimedOut => {
+            Some(format!("its removal took more than {} s", cleanup::CLEANUP_TIMEOUT.as_secs()))
+        }
+        Waited::Signal(signo) => Some(format!("{} during its removal", cleanup::signal_name(signo))),
+    };
+    if let (Some(why), Some(creating)) = (left, creating) {
+        if let Err(err) = &ended {
+            eprintln!("agentctl: {}", cleanup::printable(&err.to_string()));
+        }
+        eprintln!(
+            "agentctl: {why}: a sandbox {creating} may be left (`agentctl sandbox ls` lists what agentd created)"
+        );
+        return Ok(ExitCode::from(AGENTCTL_FAILED));
+    }
+    ended.map(cleanup::signal_status)
+}
+
+/// The command's own work on the sandbox; `request` is the file verb's, read before the sandbox was
+/// opened.
+async fn work(
+    cli: &Cli,
+    request: Option<FsRequest>,
+    target: &Target,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    match (&cli.command, request) {
+        (Cmd::Exec(args), _) => exec(cli, args, target).await,
+        (Cmd::Upload { local, remote }, _) => upload(cli, local, remote, target).await,
+        (Cmd::Download { remote, local }, _) => download(cli, remote, local, target).await,
+        (Cmd::Status, _) => status(target).await,
+        (Cmd::Fs(_), Some(request)) => verb(cli, request, target).await,
+        (Cmd::Fs(_) | Cmd::Up { .. } | Cmd::Down | Cmd::Sandbox(_) | Cmd::Gc, _) => {
+            Err("not a command on a sandbox".into())
         }
     }
 }
@@ -657,9 +784,11 @@ fn is_zombie(pid: u32) -> bool {
 
 /// Runs a file verb; prints its result (the protocol's type with `--json`). Exit status 1 when the
 /// result carries an error.
-async fn verb(cli: &Cli, target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let Cmd::Fs(command) = &cli.command else { return Err("not a file verb".into()) };
-    let request = command.clone().into_request(|| std::io::read_to_string(std::io::stdin()))?;
+async fn verb(
+    cli: &Cli,
+    request: FsRequest,
+    target: &Target,
+) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let response = target.sandbox().fs(request).await?;
     if cli.json {
         println!("{}", serde_json::to_string(&response)?);
