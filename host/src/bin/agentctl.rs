@@ -16,7 +16,7 @@ use agentd_host::adapters::local::{
 };
 use agentd_host::derived::shell_quote;
 use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
-use agentd_host::{AgentdSandbox, BaseSandbox, LocalSandbox, SandboxError};
+use agentd_host::{AgentdSandbox, BaseSandbox, LocalSandbox, SandboxError, escape_controls};
 use agentd_protocol::cli::FsCommand;
 use agentd_protocol::{ExecRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
@@ -156,10 +156,21 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("agentctl: {err}");
+            say(err);
             ExitCode::from(AGENTCTL_FAILED)
         }
     }
+}
+
+/// Prints `message` on stderr as agentctl's own line. Messages carry names, ids and errors from
+/// providers and sandboxes: their control characters are written out, never sent to the terminal.
+fn say(message: impl std::fmt::Display) {
+    eprintln!("agentctl: {}", escape_controls(&message.to_string()));
+}
+
+/// `text` from a sandbox or a provider, fit to print for a person (see [`escape_controls`]).
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_controls(text)
 }
 
 /// The sandbox a command talks to; keeps a private agentd alive while needed.
@@ -184,7 +195,7 @@ impl Target {
         if let Self::Spec(opened) = self
             && let Err(err) = opened.close().await
         {
-            eprintln!("agentctl: {err}");
+            say(err);
         }
     }
 }
@@ -258,13 +269,13 @@ async fn status(target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>>
             let hello = agentd.link().await?.hello().clone();
             println!(
                 "{kind}: {} pid {} workspace {} (agentd {})",
-                sandbox.id(),
+                shown(sandbox.id()),
                 hello.pid,
-                hello.workspace,
-                hello.agentd_version
+                shown(&hello.workspace),
+                shown(&hello.agentd_version)
             );
         }
-        None => println!("{kind}: {} (no agentd link: the contract through its exec)", sandbox.id()),
+        None => println!("{kind}: {} (no agentd link: the contract through its exec)", shown(sandbox.id())),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -398,7 +409,7 @@ async fn upload(
         None => Ok(ExitCode::SUCCESS),
         Some(error) => {
             if !cli.json {
-                eprintln!("agentctl: upload to {remote} failed: {error}");
+                say(format!("upload to {remote} failed: {error}"));
             }
             Ok(ExitCode::FAILURE)
         }
@@ -453,7 +464,7 @@ async fn download(
             if cli.json {
                 println!("{}", serde_json::json!({"path": remote, "error": error}));
             } else {
-                eprintln!("agentctl: download of {remote} failed: {error}");
+                say(format!("download of {remote} failed: {error}"));
             }
             Ok(ExitCode::FAILURE)
         }
@@ -488,7 +499,7 @@ async fn download_contract(
             if cli.json {
                 println!("{}", serde_json::json!({"path": remote, "error": error}));
             } else {
-                eprintln!("agentctl: download of {remote} failed: {error}");
+                say(format!("download of {remote} failed: {error}"));
             }
             Ok(ExitCode::FAILURE)
         }
@@ -694,7 +705,7 @@ async fn verb(cli: &Cli, target: &Target) -> Result<ExitCode, Box<dyn std::error
     };
     if let Some(error) = error {
         if !cli.json {
-            eprintln!("agentctl: {error}");
+            say(error);
         }
         return Ok(ExitCode::FAILURE);
     }
@@ -708,7 +719,7 @@ fn print_human(response: &FsResponse) {
     match response {
         FsResponse::Ls(r) => {
             for entry in r.entries.iter().flatten() {
-                println!("{}{}", entry.path, if entry.is_dir { "/" } else { "" });
+                println!("{}{}", shown(&entry.path), if entry.is_dir { "/" } else { "" });
             }
         }
         FsResponse::Read(r) => {
@@ -721,13 +732,14 @@ fn print_human(response: &FsResponse) {
                 eprintln!("agentctl: more lines follow; continue with --offset {next}");
             }
         }
-        FsResponse::Write(r) => println!("{}", r.path.as_deref().unwrap_or_default()),
+        FsResponse::Write(r) => println!("{}", shown(r.path.as_deref().unwrap_or_default())),
         FsResponse::Edit(r) => {
-            println!("{}: {} replaced", r.path.as_deref().unwrap_or_default(), r.occurrences.unwrap_or(0))
+            let path = shown(r.path.as_deref().unwrap_or_default());
+            println!("{path}: {} replaced", r.occurrences.unwrap_or(0))
         }
         FsResponse::Glob(r) => {
             for entry in r.matches.iter().flatten() {
-                println!("{}", entry.path);
+                println!("{}", shown(&entry.path));
             }
             if r.truncated {
                 eprintln!("agentctl: results truncated ({:?})", r.truncation_reason);
@@ -735,7 +747,8 @@ fn print_human(response: &FsResponse) {
         }
         FsResponse::Grep(r) => {
             for m in r.matches.iter().flatten() {
-                println!("{}:{}:{}", m.path, m.line, m.text);
+                // The path is a name from the sandbox; the line is the file's content, as `read` prints it.
+                println!("{}:{}:{}", shown(&m.path), m.line, m.text);
             }
         }
         FsResponse::Delete(_) => {}
@@ -762,44 +775,56 @@ fn listable() -> (Vec<Box<dyn provider::Provider>>, Skipped) {
     (providers, skipped)
 }
 
-/// Every sandbox agentd created, across the listable kinds.
-async fn list_all() -> Result<(Vec<SandboxInfo>, Skipped), Box<dyn std::error::Error>> {
-    let (providers, skipped) = listable();
-    let mut all = Vec::new();
+/// Every sandbox agentd created, across the listable kinds, and the kinds whose listing failed
+/// (each said on stderr as it fails; the others are still listed).
+async fn list_all() -> (Vec<SandboxInfo>, Vec<Kind>) {
+    let (providers, _skipped) = listable();
+    let (mut all, mut failed) = (Vec::new(), Vec::new());
     for provider in providers {
-        all.extend(provider.list().await.map_err(|e| format!("{}: {e}", provider.kind()))?);
+        match provider.list().await {
+            Ok(listed) => all.extend(listed),
+            Err(err) => {
+                say(format!("{}: {err}", provider.kind()));
+                failed.push(provider.kind());
+            }
+        }
     }
-    Ok((all, skipped))
+    (all, failed)
 }
 
 /// How `sandbox ls` shows an id: Docker's are shortened as `docker ps` does (`rm` takes prefixes).
 fn short_id(info: &SandboxInfo) -> &str {
     match info.kind {
-        Kind::Docker => &info.id[..info.id.len().min(12)],
+        // By `get`: an id that is not ASCII (a hostile listing) is shown whole, not cut mid-character.
+        Kind::Docker => info.id.get(..12).unwrap_or(&info.id),
         Kind::Local | Kind::Daytona | Kind::Modal => &info.id,
     }
 }
 
+/// Exit status 1 when a provider could not be listed (the others are shown all the same).
 async fn sandbox_ls(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let (all, _skipped) = list_all().await?;
+    let (all, failed) = list_all().await;
+    let status = if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     if cli.json {
         println!("{}", serde_json::to_string(&all)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(status);
     }
-    let rows: Vec<[&str; 4]> =
-        all.iter().map(|i| [i.kind.name(), short_id(i), i.source.as_str(), i.state.as_str()]).collect();
-    let header = ["KIND", "ID", "SOURCE", "STATE"];
-    let mut widths = header.map(str::len);
+    let rows: Vec<[std::borrow::Cow<'_, str>; 4]> = all
+        .iter()
+        .map(|i| [i.kind.name().into(), shown(short_id(i)), shown(&i.source), shown(&i.state)])
+        .collect();
+    let header = ["KIND", "ID", "SOURCE", "STATE"].map(std::borrow::Cow::from);
+    let mut widths = header.each_ref().map(|h| h.chars().count());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
+            *width = (*width).max(cell.chars().count());
         }
     }
     for row in std::iter::once(&header).chain(&rows) {
         let [kind, id, source, state] = row;
         println!("{kind:<0$}  {id:<1$}  {source:<2$}  {state}", widths[0], widths[1], widths[2]);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(status)
 }
 
 /// `KIND:ID` goes to that kind; a bare id (or a prefix of one) is looked up among what `ls` lists.
@@ -811,7 +836,7 @@ async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Erro
                 Some((kind, rest)) => (kind, rest.to_owned()),
                 None => {
                     if listed.is_none() {
-                        listed = Some(list_all().await?.0);
+                        listed = Some(list_all().await.0);
                     }
                     let all = listed.as_deref().unwrap_or_default();
                     let found: Vec<&SandboxInfo> =
@@ -820,13 +845,15 @@ async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Erro
                         [one] => (one.kind, one.id.clone()),
                         [] => {
                             return Err(format!(
-                                "no sandbox agentd created has the id {id} (see `agentctl sandbox ls`)"
+                                "no sandbox agentd created has the id {} (see `agentctl sandbox ls`)",
+                                shown(id)
                             )
                             .into());
                         }
                         _ => {
                             return Err(format!(
-                                "{id} names {} sandboxes; give more of the id or KIND:ID",
+                                "{} names {} sandboxes; give more of the id or KIND:ID",
+                                shown(id),
                                 found.len()
                             )
                             .into());
@@ -838,26 +865,48 @@ async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Erro
             return Err(why.into());
         }
         provider::provider(kind)?.remove(&id).await?;
-        println!("removed {kind}:{id}");
+        println!("removed {kind}:{}", shown(&id));
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Removes what every provider lists. A listing or a removal that fails (an id of the wrong
+/// shape is refused before any request) is said and skipped; the rest goes on, and the exit
+/// status is then 1.
 async fn gc() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let (providers, skipped) = listable();
     for (kind, why) in skipped {
-        eprintln!("agentctl: {kind} skipped: {why}");
+        say(format!("{kind} skipped: {why}"));
     }
-    let mut removed = 0;
+    let (mut removed, mut failed) = (0, 0);
     for provider in providers {
         let kind = provider.kind();
-        for info in provider.list().await.map_err(|e| format!("{kind}: {e}"))? {
-            provider.remove(&info.id).await?;
-            println!("removed {kind}:{} ({})", short_id(&info), info.source);
-            removed += 1;
+        let listed = match provider.list().await {
+            Ok(listed) => listed,
+            Err(err) => {
+                say(format!("{kind}: {err}"));
+                failed += 1;
+                continue;
+            }
+        };
+        for info in listed {
+            match provider.remove(&info.id).await {
+                Ok(()) => {
+                    println!("removed {kind}:{} ({})", shown(short_id(&info)), shown(&info.source));
+                    removed += 1;
+                }
+                Err(err) => {
+                    say(format!("{kind}: not removed: {err}"));
+                    failed += 1;
+                }
+            }
         }
     }
     println!("{removed} sandbox(es) removed");
+    if failed > 0 {
+        say(format!("{failed} listing(s) or removal(s) failed"));
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }
 
