@@ -318,3 +318,28 @@ fn a_huge_exec_result_is_refused_in_bounded_memory_and_time() {
     assert!(run.max_rss_kib < RSS_LIMIT_KIB, "peak RSS {} KiB", run.max_rss_kib);
     assert!(run.elapsed < Duration::from_secs(30), "{:?}", run.elapsed);
 }
+
+/// A Modal sandbox whose every router exec prints without end: each stream is refused at the
+/// 25 MiB cap (agentd's probe on attach, then the command itself).
+#[test]
+fn endless_router_output_is_refused_in_bounded_memory_and_time() {
+    let state = tempfile::tempdir().unwrap();
+    let fake = FakeModal::start();
+    fake.add_listed("sb-endless", "x");
+    fake.endless_stdout(true);
+    let mut command = agentctl(&state);
+    with_modal(&mut command, &fake);
+    let run = run(
+        command.args(["--sandbox", "modal-attach:sb-endless", "exec", "--", "true"]),
+        Duration::from_secs(60),
+    );
+    eprintln!("exec against an endless router stdout: {:?}, peak RSS {} KiB", run.elapsed, run.max_rss_kib);
+    assert_eq!(run.code, Some(125), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("in Modal's command router: the answer passed the limit of 26214400 bytes"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.max_rss_kib < RSS_LIMIT_KIB, "peak RSS {} KiB", run.max_rss_kib);
+    assert!(run.elapsed < Duration::from_secs(30), "{:?}", run.elapsed);
+}

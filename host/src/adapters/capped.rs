@@ -5,15 +5,20 @@
 //! The caps, each named with what it bounds:
 //! - [`JSON_BODY_MAX`]: an API answer (a sandbox record, a listing, an error body).
 //! - [`EXEC_RESULT_MAX`]: a toolbox exec's answer, the command's whole output as one JSON string.
-//! - [`FILE_MAX`]: one downloaded file (a part of a bulk download).
+//! - [`FILE_MAX`]: one downloaded file (a part of a bulk download, a router exec's `cat`).
+//!
+//! [`read_capped`] reads an HTTP body (Daytona, feature `daytona`); Modal's gRPC messages are
+//! bounded by tonic's `max_decoding_message_size` and its router exec's streams by the same caps.
 
+#[cfg(feature = "daytona")]
 use bytes::{Bytes, BytesMut};
 
+#[cfg(feature = "daytona")]
 use crate::error::{Result, SandboxError};
 
 /// An API answer: a sandbox record is a few KiB, a listing of thousands of sandboxes a few MiB.
 pub const JSON_BODY_MAX: u64 = 16 << 20;
-/// A toolbox exec's answer. provider-facts.md documents no cap of Daytona's own on the output;
+/// A toolbox exec's answer (and each stream of a Modal router exec). provider-facts.md documents no cap of Daytona's own on the output;
 /// what the adapter runs there (the derived verbs' `agentd fs`/`agentd exec`) answers at most
 /// agentd's reply limit of 16 MiB (`MAX_REPLY_BYTES`), so 25 MiB leaves room for the JSON string's
 /// escapes while bounding a command that prints without end.
@@ -21,11 +26,13 @@ pub const EXEC_RESULT_MAX: u64 = 25 << 20;
 /// One file of a download: the contract hands files over whole, in memory, so each has a bound.
 pub const FILE_MAX: u64 = 1 << 30;
 /// Room reserved at most before the first bytes arrive, whatever `Content-Length` claims.
+#[cfg(feature = "daytona")]
 const PREALLOCATE_MAX: u64 = 1 << 20;
 
 /// The whole body of `response`, refused at once when its `Content-Length` announces more than
 /// `cap` bytes and as soon as the bytes received pass `cap`. `what` names the answer in the
 /// error; `transport` turns a failed read into the caller's error.
+#[cfg(feature = "daytona")]
 pub async fn read_capped(
     mut response: reqwest::Response,
     cap: u64,
@@ -49,6 +56,7 @@ pub async fn read_capped(
 }
 
 #[cfg(test)]
+#[cfg(feature = "daytona")]
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};

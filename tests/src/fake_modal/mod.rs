@@ -27,7 +27,8 @@
 //!
 //! Hostile switches (a provider that is not to be trusted): [`FakeModal::add_listed`] lists a
 //! sandbox with any id and source tag, with no container behind it; the id of every terminate
-//! request is recorded ([`FakeModal::terminated`]).
+//! request is recorded ([`FakeModal::terminated`]); [`FakeModal::endless_stdout`] makes every exec
+//! of a sandbox without a container print without end (generated as it is sent).
 
 mod control;
 pub mod proto;
@@ -99,6 +100,8 @@ pub(crate) struct Shared {
     pub creating: std::sync::atomic::AtomicUsize,
     /// The `sandbox_id` of every `SandboxTerminate` (V1 and V2), in arrival order.
     pub terminated: Mutex<Vec<String>>,
+    /// [`FakeModal::endless_stdout`].
+    pub endless_stdout: Mutex<bool>,
 }
 
 /// A call in progress: [`Recorded::end`] writes its status into the record.
@@ -253,6 +256,7 @@ impl FakeModal {
             execs: Mutex::new(HashMap::new()),
             creating: std::sync::atomic::AtomicUsize::new(0),
             terminated: Mutex::new(Vec::new()),
+            endless_stdout: Mutex::new(false),
         });
         let control_service = control::service(shared.clone());
         let router_service = router::service(shared.clone());
@@ -384,6 +388,13 @@ impl FakeModal {
             task_id_polls: 0,
         };
         lock(&self.shared.state).sandboxes.insert(id.to_owned(), sandbox);
+    }
+
+    /// Whether an exec started in a sandbox without a container (see [`FakeModal::add_listed`])
+    /// is accepted, prints zeros on stdout without end (made as they are read, never held) and
+    /// never exits: a hostile sandbox.
+    pub fn endless_stdout(&self, endless: bool) {
+        *lock(&self.shared.endless_stdout) = endless;
     }
 
     /// The `sandbox_id` of every terminate request so far (V1 and V2), in arrival order.
