@@ -9,6 +9,9 @@
 //! peak RSS stays under 128 MiB. No Docker is needed: the hostile records have no container, and
 //! agentctl's Docker is pointed at a socket that does not exist (so its listing fails, which
 //! `ls` and `gc` must also survive).
+//!
+//! Like `agentctl.rs`, these run `target/<profile>/agentctl` as built: `cargo build --workspace`
+//! first (a test run alone does not rebuild the binary).
 
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
