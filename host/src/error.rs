@@ -38,6 +38,13 @@ pub enum SandboxError {
     Provider { provider: &'static str, status: Option<u16>, message: String },
     #[error("{what}: no answer within {after:?}")]
     Timeout { what: String, after: std::time::Duration },
+    /// An id (listed by a provider, or typed) that is not of the shape the provider's ids have;
+    /// nothing was sent for it. Shown escaped: it may hold anything.
+    #[error("{provider}: `{}` is not a well-formed sandbox id; nothing was sent for it", crate::untrusted::escape_controls(.id))]
+    BadId { provider: &'static str, id: String },
+    /// A body from a provider passed its cap; the rest was not read.
+    #[error("{what}: the answer passed the limit of {limit} bytes; refused")]
+    TooLarge { what: String, limit: u64 },
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }

@@ -27,6 +27,8 @@
 //! [`LocalSandbox`], the derived path, the provider interface and the contract; kinds whose feature
 //! is off parse in a spec and fail with [`SandboxError::Unsupported`]. `agentctl` needs all three.
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
+//! - [`untrusted`]: what comes from a provider or a sandbox is data: ids checked for their shape
+//!   before use ([`check_id`]), text escaped before a person sees it ([`escape_controls`]).
 //! - Result types are the protocol crate's ([`agentd_protocol::contract`]), re-exported here.
 //!
 //! The binary `agentctl` (in `src/bin/`) is the command line over the same pieces.
@@ -50,6 +52,7 @@ pub mod error;
 pub mod link;
 pub mod provider;
 pub mod sandbox;
+pub mod untrusted;
 
 pub use adapters::agentd::{AgentdSandbox, OverAgentd};
 pub use adapters::local::{LocalOptions, LocalSandbox};
@@ -61,3 +64,4 @@ pub use error::{Result, SandboxError};
 pub use link::Link;
 pub use provider::{Kind, Provider, SandboxInfo, SandboxSpec};
 pub use sandbox::BaseSandbox;
+pub use untrusted::{check_id, escape_controls};

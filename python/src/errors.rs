@@ -28,7 +28,9 @@ fn class_name(error: &SandboxError) -> &'static str {
         | SandboxError::Provider { .. }
         | SandboxError::NotFound { .. }
         | SandboxError::Unsupported { .. }
-        | SandboxError::MissingEnv(_) => "ProviderError",
+        | SandboxError::MissingEnv(_)
+        | SandboxError::BadId { .. }
+        | SandboxError::TooLarge { .. } => "ProviderError",
         _ => "AgentdError",
     }
 }

@@ -280,6 +280,9 @@ async fn the_provider_lists_attaches_and_removes_by_tag() {
     drop(attached);
     provider.remove(sb.id()).await.unwrap();
     assert!(provider.list().await.unwrap().is_empty());
-    let unknown = provider.attach("sb-no-such-sandbox").await.err().unwrap();
+    let unknown = provider.attach("sb-nosuchsandbox").await.err().unwrap();
     assert!(matches!(unknown, SandboxError::NotFound { .. }), "{unknown:?}");
+    // Not of Modal's shape (`sb-` + letters and digits): refused before any call.
+    let malformed = provider.attach("sb-no-such-sandbox").await.err().unwrap();
+    assert!(matches!(malformed, SandboxError::BadId { .. }), "{malformed:?}");
 }

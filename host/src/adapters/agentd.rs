@@ -326,9 +326,6 @@ pub(crate) async fn link_or_fallback(
 /// through the exec channel with the derived verbs and offload.
 #[async_trait]
 pub trait LinkOrExec: Send + Sync {
-    /// The link's name in errors (`agentd over …`).
-    const LINK: &'static str;
-
     /// [`BaseSandbox::id`].
     fn sandbox_id(&self) -> &str;
 

@@ -452,8 +452,6 @@ fn ws_url(url: &str) -> Result<String> {
 
 #[async_trait]
 impl LinkOrExec for DaytonaSandbox {
-    const LINK: &'static str = "agentd over the Daytona preview link";
-
     fn sandbox_id(&self) -> &str {
         &self.id
     }

@@ -39,6 +39,7 @@ use crate::error::{Result, SandboxError};
 use crate::link::Link;
 use crate::provider::{Kind, Provider, SandboxInfo};
 use crate::sandbox::BaseSandbox;
+use crate::untrusted::{bad_id, check_id};
 
 /// Label on every container this adapter creates.
 pub const LABEL: &str = "dev.agentd.sandbox";
@@ -61,6 +62,16 @@ pub struct DockerSandbox {
     agentd_path: String,
     /// Created by this adapter: stopped and removed by [`DockerSandbox::close`].
     owned: bool,
+}
+
+/// The provider's name in errors.
+const PROVIDER: &str = "Docker";
+
+/// A container id (hex) or name (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`, Docker's own rule), checked before
+/// it goes into an Engine API path: bollard puts it in the path as it is, and resolves `..`.
+pub fn check_container(id: &str) -> Result<()> {
+    check_id(PROVIDER, id)?;
+    if id.starts_with(|c: char| c.is_ascii_alphanumeric()) { Ok(()) } else { Err(bad_id(PROVIDER, id)) }
 }
 
 fn docker_error(err: bollard::errors::Error) -> SandboxError {
@@ -155,12 +166,14 @@ impl DockerSandbox {
 
     /// [`DockerSandbox::attach`] with agentd's working directory inside the container.
     pub async fn attach_with(container: &str, agentd_binary: &Path, workdir: Option<String>) -> Result<Self> {
+        check_container(container)?;
         let docker = engine().await?;
         let inspect = docker
             .inspect_container(container, None::<InspectContainerOptions>)
             .await
             .map_err(docker_error)?;
         let id = inspect.id.unwrap_or_else(|| container.to_owned());
+        check_container(&id)?;
         let binary = std::fs::read(agentd_binary)
             .map_err(|e| SandboxError::Start(format!("cannot read {}: {e}", agentd_binary.display())))?;
         let tar = tar_one(INJECTED_AGENTD.trim_start_matches('/'), &binary, 0o755)?;
@@ -190,6 +203,7 @@ impl DockerSandbox {
 
 /// Stops (agentd ends its commands on SIGTERM) and removes a container.
 pub async fn remove(docker: &Docker, container: &str) -> Result<()> {
+    check_container(container)?;
     let _ = docker.stop_container(container, Some(StopContainerOptions { t: Some(5), signal: None })).await;
     docker
         .remove_container(container, Some(RemoveContainerOptions { force: true, v: true, link: false }))
@@ -197,7 +211,8 @@ pub async fn remove(docker: &Docker, container: &str) -> Result<()> {
         .map_err(docker_error)
 }
 
-/// Containers carrying [`LABEL`]: (id, image, status).
+/// Containers carrying [`LABEL`]: (id, image, status). The ids are the engine's word: [`remove`]
+/// and [`DockerSandbox::attach`] check them.
 pub async fn list(docker: &Docker) -> Result<Vec<(String, String, String)>> {
     let filters = HashMap::from([("label".to_owned(), vec![LABEL.to_owned()])]);
     let options =
@@ -504,6 +519,7 @@ impl Provider for DockerProvider {
     }
 
     async fn attach(&self, id: &str) -> Result<Box<dyn BaseSandbox>> {
+        check_container(id)?;
         let binary = static_agentd()?;
         Ok(Box::new(DockerSandbox::attach_with(id, &binary, self.options.workdir.clone()).await?))
     }
@@ -517,9 +533,27 @@ impl Provider for DockerProvider {
     }
 
     async fn remove(&self, id: &str) -> Result<()> {
+        // Before reaching for the engine: a malformed id is refused even without one.
+        check_container(id)?;
         remove(&engine().await?, id).await
     }
 }
 
 use crate::adapters::inject::random_hex;
 pub use crate::adapters::inject::static_agentd;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_ids_and_names_have_docker_s_shape() {
+        for id in ["3f2a9c0d1e2b", "agentd-x_1.v2", "a"] {
+            assert!(check_container(id).is_ok(), "{id}");
+        }
+        for id in ["", "-rf", ".hidden", "_x", "../../images/x", "a/b", "a%2Fb", "a b", "\u{1b}[2J"] {
+            let err = check_container(id).unwrap_err();
+            assert!(matches!(err, SandboxError::BadId { provider: PROVIDER, .. }), "{id}: {err}");
+        }
+    }
+}

@@ -7,10 +7,13 @@
 //!   through a preview URL, or driven through the toolbox exec when no link can be made.
 //! - `modal` (feature `modal`): a Modal sandbox (gRPC API), agentd baked in or injected, linked
 //!   through a tunnel, or driven through the command router's exec when there is no tunnel.
+//! - [`capped`]: bodies from a provider read with a cap ([`SandboxError::TooLarge`](crate::SandboxError::TooLarge)),
+//!   and the caps.
 //! - [`inject`]: what adapters that inject agentd share (the static binary).
 //! - [`local`]: the embedded default: a private agentd child on loopback with a temporary workspace.
 
 pub mod agentd;
+pub mod capped;
 #[cfg(feature = "daytona")]
 pub mod daytona;
 #[cfg(feature = "docker")]

@@ -40,6 +40,7 @@ use crate::adapters::agentd::{
     AgentdSandbox, Connector, DEFAULT_EXEC_TIMEOUT, LinkOrExec, link_or_exec_sandbox, link_or_fallback,
     timeout_note,
 };
+use crate::adapters::capped::EXEC_RESULT_MAX;
 use crate::adapters::inject::{random_hex, static_agentd};
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
@@ -334,7 +335,7 @@ impl ModalSandbox {
             script = Some(path);
         }
         let args = ["sh".to_owned(), "-c".to_owned(), text];
-        let out = self.router.exec(&args, None, timeout).await;
+        let out = self.router.exec(&args, None, timeout, EXEC_RESULT_MAX).await;
         if let Some(path) = script {
             let _ = self.sh(&format!("rm -f {path}"), None).await;
         }
@@ -345,7 +346,7 @@ impl ModalSandbox {
 /// `sh -c SCRIPT` through `router`: the exit code and stdout then stderr, as text.
 async fn sh(router: &Router, script: &str, stdin: Option<&[u8]>) -> Result<(Option<i32>, String)> {
     let args = ["sh".to_owned(), "-c".to_owned(), script.to_owned()];
-    let out = router.exec(&args, stdin, Some(Duration::from_secs(60))).await?;
+    let out = router.exec(&args, stdin, Some(Duration::from_secs(60)), EXEC_RESULT_MAX).await?;
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     Ok((out.status.code(), text))
@@ -456,8 +457,6 @@ impl Connector for TunnelConnector {
 
 #[async_trait]
 impl LinkOrExec for ModalSandbox {
-    const LINK: &'static str = "agentd over the Modal tunnel";
-
     fn sandbox_id(&self) -> &str {
         &self.id
     }

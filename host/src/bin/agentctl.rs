@@ -17,7 +17,7 @@ use agentd_host::adapters::local::{
 use agentd_host::derived::shell_quote;
 use agentd_host::download::download_to_path;
 use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
-use agentd_host::{AgentdSandbox, BaseSandbox, Deadlines, LocalSandbox, SandboxError};
+use agentd_host::{AgentdSandbox, BaseSandbox, Deadlines, LocalSandbox, SandboxError, escape_controls};
 use agentd_protocol::cli::FsCommand;
 use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
@@ -192,10 +192,21 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("agentctl: {err}");
+            say(err);
             ExitCode::from(AGENTCTL_FAILED)
         }
     }
+}
+
+/// Prints `message` on stderr as agentctl's own line. Messages carry names, ids and errors from
+/// providers and sandboxes: their control characters are written out, never sent to the terminal.
+fn say(message: impl std::fmt::Display) {
+    eprintln!("agentctl: {}", escape_controls(&message.to_string()));
+}
+
+/// `text` from a sandbox or a provider, fit to print for a person (see [`escape_controls`]).
+fn shown(text: &str) -> std::borrow::Cow<'_, str> {
+    escape_controls(text)
 }
 
 /// The sandbox a command talks to; keeps a private agentd alive while needed.
@@ -223,10 +234,10 @@ impl Target {
             Self::Private(local) => Some(format!(
                 "the local agentd (pid {}, workspace {})",
                 local.pid(),
-                cleanup::printable(&local.workspace().display().to_string())
+                shown(&local.workspace().display().to_string())
             )),
             Self::Spec(opened) if opened.created => {
-                Some(format!("{}:{}", opened.kind(), cleanup::printable(opened.sandbox.id())))
+                Some(format!("{}:{}", opened.kind(), shown(opened.sandbox.id())))
             }
             Self::Spec(_) => None,
         }
@@ -318,7 +329,7 @@ async fn in_sandbox(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Waited::Done(Ok(())) => false,
         Waited::Done(Err(err)) => {
             let created = created.as_deref().unwrap_or("the sandbox");
-            eprintln!("agentctl: removing {created}: {}", cleanup::printable(&err.to_string()));
+            say(format!("removing {created}: {err}"));
             true
         }
         Waited::TimedOut => {
@@ -352,7 +363,7 @@ async fn abandoned_opening(
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
     // Only a `KIND:SPEC` that creates leaves something of its own behind.
     let creating = match cli.sandbox.as_deref().map(str::parse::<SandboxSpec>) {
-        Some(Ok(spec @ SandboxSpec::Create { .. })) => Some(cleanup::printable(&spec.to_string())),
+        Some(Ok(spec @ SandboxSpec::Create { .. })) => Some(shown(&spec.to_string()).into_owned()),
         Some(Ok(SandboxSpec::Attach { .. }) | Err(_)) | None => None,
     };
     if let (Ok(signo), Some(creating)) = (&ended, &creating) {
@@ -370,7 +381,7 @@ async fn abandoned_opening(
     };
     if let (Some(why), Some(creating)) = (left, creating) {
         if let Err(err) = &ended {
-            eprintln!("agentctl: {}", cleanup::printable(&err.to_string()));
+            say(err);
         }
         eprintln!(
             "agentctl: {why}: a sandbox {creating} may be left (`agentctl sandbox ls` lists what agentd created)"
@@ -412,13 +423,13 @@ async fn status(target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>>
             let hello = agentd.link().await?.hello().clone();
             println!(
                 "{kind}: {} pid {} workspace {} (agentd {})",
-                sandbox.id(),
+                shown(sandbox.id()),
                 hello.pid,
-                hello.workspace,
-                hello.agentd_version
+                shown(&hello.workspace),
+                shown(&hello.agentd_version)
             );
         }
-        None => println!("{kind}: {} (no agentd link: the contract through its exec)", sandbox.id()),
+        None => println!("{kind}: {} (no agentd link: the contract through its exec)", shown(sandbox.id())),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -552,7 +563,7 @@ async fn upload(
         None => Ok(ExitCode::SUCCESS),
         Some(error) => {
             if !cli.json {
-                eprintln!("agentctl: upload to {remote} failed: {error}");
+                say(format!("upload to {remote} failed: {error}"));
             }
             Ok(ExitCode::FAILURE)
         }
@@ -596,7 +607,7 @@ async fn download(
             if cli.json {
                 println!("{}", serde_json::json!({"path": remote, "error": error}));
             } else {
-                eprintln!("agentctl: download of {remote} failed: {error}");
+                say(format!("download of {remote} failed: {error}"));
             }
             Ok(ExitCode::FAILURE)
         }
@@ -804,7 +815,7 @@ async fn verb(
     };
     if let Some(error) = error {
         if !cli.json {
-            eprintln!("agentctl: {error}");
+            say(error);
         }
         return Ok(ExitCode::FAILURE);
     }
@@ -818,7 +829,7 @@ fn print_human(response: &FsResponse) {
     match response {
         FsResponse::Ls(r) => {
             for entry in r.entries.iter().flatten() {
-                println!("{}{}", entry.path, if entry.is_dir { "/" } else { "" });
+                println!("{}{}", shown(&entry.path), if entry.is_dir { "/" } else { "" });
             }
         }
         FsResponse::Read(r) => {
@@ -831,13 +842,14 @@ fn print_human(response: &FsResponse) {
                 eprintln!("agentctl: more lines follow; continue with --offset {next}");
             }
         }
-        FsResponse::Write(r) => println!("{}", r.path.as_deref().unwrap_or_default()),
+        FsResponse::Write(r) => println!("{}", shown(r.path.as_deref().unwrap_or_default())),
         FsResponse::Edit(r) => {
-            println!("{}: {} replaced", r.path.as_deref().unwrap_or_default(), r.occurrences.unwrap_or(0))
+            let path = shown(r.path.as_deref().unwrap_or_default());
+            println!("{path}: {} replaced", r.occurrences.unwrap_or(0))
         }
         FsResponse::Glob(r) => {
             for entry in r.matches.iter().flatten() {
-                println!("{}", entry.path);
+                println!("{}", shown(&entry.path));
             }
             if r.truncated {
                 eprintln!("agentctl: results truncated ({:?})", r.truncation_reason);
@@ -845,7 +857,8 @@ fn print_human(response: &FsResponse) {
         }
         FsResponse::Grep(r) => {
             for m in r.matches.iter().flatten() {
-                println!("{}:{}:{}", m.path, m.line, m.text);
+                // The path is a name from the sandbox; the line is the file's content, as `read` prints it.
+                println!("{}:{}:{}", shown(&m.path), m.line, m.text);
             }
         }
         FsResponse::Delete(_) => {}
@@ -872,44 +885,56 @@ fn listable() -> (Vec<Box<dyn provider::Provider>>, Skipped) {
     (providers, skipped)
 }
 
-/// Every sandbox agentd created, across the listable kinds.
-async fn list_all() -> Result<(Vec<SandboxInfo>, Skipped), Box<dyn std::error::Error>> {
-    let (providers, skipped) = listable();
-    let mut all = Vec::new();
+/// Every sandbox agentd created, across the listable kinds, and the kinds whose listing failed
+/// (each said on stderr as it fails; the others are still listed).
+async fn list_all() -> (Vec<SandboxInfo>, Vec<Kind>) {
+    let (providers, _skipped) = listable();
+    let (mut all, mut failed) = (Vec::new(), Vec::new());
     for provider in providers {
-        all.extend(provider.list().await.map_err(|e| format!("{}: {e}", provider.kind()))?);
+        match provider.list().await {
+            Ok(listed) => all.extend(listed),
+            Err(err) => {
+                say(format!("{}: {err}", provider.kind()));
+                failed.push(provider.kind());
+            }
+        }
     }
-    Ok((all, skipped))
+    (all, failed)
 }
 
 /// How `sandbox ls` shows an id: Docker's are shortened as `docker ps` does (`rm` takes prefixes).
 fn short_id(info: &SandboxInfo) -> &str {
     match info.kind {
-        Kind::Docker => &info.id[..info.id.len().min(12)],
+        // By `get`: an id that is not ASCII (a hostile listing) is shown whole, not cut mid-character.
+        Kind::Docker => info.id.get(..12).unwrap_or(&info.id),
         Kind::Local | Kind::Daytona | Kind::Modal => &info.id,
     }
 }
 
+/// Exit status 1 when a provider could not be listed (the others are shown all the same).
 async fn sandbox_ls(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let (all, _skipped) = list_all().await?;
+    let (all, failed) = list_all().await;
+    let status = if failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     if cli.json {
         println!("{}", serde_json::to_string(&all)?);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(status);
     }
-    let rows: Vec<[&str; 4]> =
-        all.iter().map(|i| [i.kind.name(), short_id(i), i.source.as_str(), i.state.as_str()]).collect();
-    let header = ["KIND", "ID", "SOURCE", "STATE"];
-    let mut widths = header.map(str::len);
+    let rows: Vec<[std::borrow::Cow<'_, str>; 4]> = all
+        .iter()
+        .map(|i| [i.kind.name().into(), shown(short_id(i)), shown(&i.source), shown(&i.state)])
+        .collect();
+    let header = ["KIND", "ID", "SOURCE", "STATE"].map(std::borrow::Cow::from);
+    let mut widths = header.each_ref().map(|h| h.chars().count());
     for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
+            *width = (*width).max(cell.chars().count());
         }
     }
     for row in std::iter::once(&header).chain(&rows) {
         let [kind, id, source, state] = row;
         println!("{kind:<0$}  {id:<1$}  {source:<2$}  {state}", widths[0], widths[1], widths[2]);
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(status)
 }
 
 /// `KIND:ID` goes to that kind; a bare id (or a prefix of one) is looked up among what `ls` lists.
@@ -921,7 +946,7 @@ async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Erro
                 Some((kind, rest)) => (kind, rest.to_owned()),
                 None => {
                     if listed.is_none() {
-                        listed = Some(list_all().await?.0);
+                        listed = Some(list_all().await.0);
                     }
                     let all = listed.as_deref().unwrap_or_default();
                     let found: Vec<&SandboxInfo> =
@@ -930,13 +955,15 @@ async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Erro
                         [one] => (one.kind, one.id.clone()),
                         [] => {
                             return Err(format!(
-                                "no sandbox agentd created has the id {id} (see `agentctl sandbox ls`)"
+                                "no sandbox agentd created has the id {} (see `agentctl sandbox ls`)",
+                                shown(id)
                             )
                             .into());
                         }
                         _ => {
                             return Err(format!(
-                                "{id} names {} sandboxes; give more of the id or KIND:ID",
+                                "{} names {} sandboxes; give more of the id or KIND:ID",
+                                shown(id),
                                 found.len()
                             )
                             .into());
@@ -948,26 +975,48 @@ async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Erro
             return Err(why.into());
         }
         provider::provider(kind)?.remove(&id).await?;
-        println!("removed {kind}:{id}");
+        println!("removed {kind}:{}", shown(&id));
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Removes what every provider lists. A listing or a removal that fails (an id of the wrong
+/// shape is refused before any request) is said and skipped; the rest goes on, and the exit
+/// status is then 1.
 async fn gc() -> Result<ExitCode, Box<dyn std::error::Error>> {
     let (providers, skipped) = listable();
     for (kind, why) in skipped {
-        eprintln!("agentctl: {kind} skipped: {why}");
+        say(format!("{kind} skipped: {why}"));
     }
-    let mut removed = 0;
+    let (mut removed, mut failed) = (0, 0);
     for provider in providers {
         let kind = provider.kind();
-        for info in provider.list().await.map_err(|e| format!("{kind}: {e}"))? {
-            provider.remove(&info.id).await?;
-            println!("removed {kind}:{} ({})", short_id(&info), info.source);
-            removed += 1;
+        let listed = match provider.list().await {
+            Ok(listed) => listed,
+            Err(err) => {
+                say(format!("{kind}: {err}"));
+                failed += 1;
+                continue;
+            }
+        };
+        for info in listed {
+            match provider.remove(&info.id).await {
+                Ok(()) => {
+                    println!("removed {kind}:{} ({})", shown(short_id(&info)), shown(&info.source));
+                    removed += 1;
+                }
+                Err(err) => {
+                    say(format!("{kind}: not removed: {err}"));
+                    failed += 1;
+                }
+            }
         }
     }
     println!("{removed} sandbox(es) removed");
+    if failed > 0 {
+        say(format!("{failed} listing(s) or removal(s) failed"));
+        return Ok(ExitCode::FAILURE);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

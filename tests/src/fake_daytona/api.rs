@@ -9,6 +9,7 @@ use axum::http::{Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
+use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 use super::state::{Sandbox, error_body, random_hex};
@@ -62,7 +63,41 @@ async fn guard(State(shared): Shd, request: Request, next: Next) -> Response {
         return (StatusCode::UNAUTHORIZED, axum::Json(json!({"statusCode": 401, "message": "Unauthorized"})))
             .into_response();
     }
+    let huge = shared
+        .huge
+        .lock()
+        .ok()
+        .and_then(|huge| huge.iter().find(|h| uri.path().contains(&h.path_part)).map(|h| h.bytes));
+    if let Some(bytes) = huge {
+        return huge_json(bytes);
+    }
     next.run(request).await
+}
+
+/// `{"exitCode":0,"result":"xxxx…` up to `bytes` bytes, made chunk by chunk as the client reads:
+/// the fake's memory stays at one chunk however large the answer.
+fn huge_json(bytes: u64) -> Response {
+    const CHUNK: usize = 64 << 10;
+    let head = Bytes::from_static(br#"{"exitCode":0,"result":""#);
+    let filler = Bytes::from(vec![b'x'; CHUNK]);
+    let start = (head.len() as u64).min(bytes);
+    let first = head.slice(..usize::try_from(start).unwrap_or(0));
+    let rest = futures_util::stream::unfold(bytes - start, move |left| {
+        let filler = filler.clone();
+        async move {
+            if left == 0 {
+                return None;
+            }
+            let n = usize::try_from(left).map_or(CHUNK, |left| left.min(CHUNK));
+            Some((Ok::<_, std::convert::Infallible>(filler.slice(..n)), left - n as u64))
+        }
+    });
+    let body = futures_util::stream::once(async move { Ok(first) }).chain(rest);
+    let mut response = axum::body::Body::from_stream(body).into_response();
+    response
+        .headers_mut()
+        .insert(axum::http::header::CONTENT_TYPE, axum::http::HeaderValue::from_static("application/json"));
+    response
 }
 
 async fn not_found(method: Method, uri: Uri) -> Response {

@@ -14,6 +14,12 @@
 //! [`FakeDaytona::mount`] bind-mounts a host directory at the same path into the containers made
 //! afterwards and starts them there (the real Daytona's volumes, reduced to what tests need: the
 //! host and the sandbox seeing the same files at the same paths).
+//!
+//! Hostile switches (a provider that is not to be trusted): [`FakeDaytona::add_listed`] lists a
+//! record with any id and source (`../../../../evil/delete-me`, `a%2Fb`, escape sequences), with
+//! no container behind it; [`FakeDaytona::huge_answers`] answers matching requests with a body of
+//! any size, generated as it is sent. Every request's method and raw path is recorded
+//! ([`FakeDaytona::requests`]), so a test can check that nothing went outside `/sandbox/<id>`.
 
 mod api;
 mod docker;
@@ -48,6 +54,13 @@ pub(crate) struct Fault {
     remaining: usize,
 }
 
+/// [`FakeDaytona::huge_answers`]: requests whose path contains `path_part` get `bytes` bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct Huge {
+    pub path_part: String,
+    pub bytes: u64,
+}
+
 /// What the handlers share.
 pub(crate) struct Shared {
     pub key: String,
@@ -60,6 +73,7 @@ pub(crate) struct Shared {
     pub sandboxes: Mutex<HashMap<String, Sandbox>>,
     pub requests: Mutex<Vec<String>>,
     pub faults: Mutex<Vec<Fault>>,
+    pub huge: Mutex<Vec<Huge>>,
 }
 
 impl Shared {
@@ -102,6 +116,7 @@ impl FakeDaytona {
             sandboxes: Mutex::new(HashMap::new()),
             requests: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
+            huge: Mutex::new(Vec::new()),
         });
         let app = api::router(shared.clone());
         let server = crate::ServerThread::spawn("fake-daytona", move || async move {
@@ -155,6 +170,32 @@ impl FakeDaytona {
             status,
             remaining: count,
         });
+    }
+
+    /// Lists a sandbox record `id` (state `started`, [`agentd_host::adapters::daytona::LABEL`] set,
+    /// `source` as its source label) that has no container: what a hostile or broken provider
+    /// may list. Deleting it works like any other.
+    pub fn add_listed(&self, id: &str, source: &str) {
+        let body = serde_json::json!({
+            "labels": {
+                agentd_host::adapters::daytona::LABEL: "1",
+                agentd_host::adapters::daytona::SOURCE_LABEL: source,
+            },
+        });
+        let sandbox = Sandbox::new(id.to_owned(), &body, String::new(), "started", &[]);
+        self.shared.lock_sandboxes().insert(id.to_owned(), sandbox);
+    }
+
+    /// From now on, every authorised request whose path contains `path_part` (e.g. `/api/sandbox`,
+    /// `/process/execute`) is answered 200 with a JSON document of `bytes` bytes that never
+    /// closes, produced as it is sent (never held in memory) and without a `Content-Length`, so
+    /// a client must count what it reads.
+    pub fn huge_answers(&self, path_part: &str, bytes: u64) {
+        self.shared
+            .huge
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(Huge { path_part: path_part.to_owned(), bytes });
     }
 
     /// Every request seen so far, as `METHOD /path?query` (auth failures included).

@@ -224,6 +224,7 @@ impl Control {
 
     async fn terminate(&self, request: SandboxTerminateRequest) -> Result<SandboxTerminateResponse, Status> {
         let id = request.sandbox_id;
+        lock(&self.shared.terminated).push(id.clone());
         let existing = lock(&self.shared.state).sandbox(&id)?.result.clone();
         if existing.is_none() {
             finish(&self.shared, &id, result(GenericStatus::Terminated, "", -1)).await;

@@ -24,6 +24,11 @@
 //! Knobs: [`FakeModal::no_tunnels`], [`FakeModal::cut_stdio_after`],
 //! [`FakeModal::expire_router_jwts`], [`FakeModal::unavailable_once`], [`FakeModal::mount`]; every
 //! call is recorded ([`FakeModal::calls`]) with its idempotency key and retry attempt.
+//!
+//! Hostile switches (a provider that is not to be trusted): [`FakeModal::add_listed`] lists a
+//! sandbox with any id and source tag, with no container behind it; the id of every terminate
+//! request is recorded ([`FakeModal::terminated`]); [`FakeModal::endless_stdout`] makes every exec
+//! of a sandbox without a container print without end (generated as it is sent).
 
 mod control;
 pub mod proto;
@@ -93,6 +98,10 @@ pub(crate) struct Shared {
     pub execs: Mutex<HashMap<String, Arc<router::Exec>>>,
     /// `docker run`s in flight: a stop kills their CLI, but the engine may still make the container.
     pub creating: std::sync::atomic::AtomicUsize,
+    /// The `sandbox_id` of every `SandboxTerminate` (V1 and V2), in arrival order.
+    pub terminated: Mutex<Vec<String>>,
+    /// [`FakeModal::endless_stdout`].
+    pub endless_stdout: Mutex<bool>,
 }
 
 /// A call in progress: [`Recorded::end`] writes its status into the record.
@@ -246,6 +255,8 @@ impl FakeModal {
             state: Mutex::new(control::State::default()),
             execs: Mutex::new(HashMap::new()),
             creating: std::sync::atomic::AtomicUsize::new(0),
+            terminated: Mutex::new(Vec::new()),
+            endless_stdout: Mutex::new(false),
         });
         let control_service = control::service(shared.clone());
         let router_service = router::service(shared.clone());
@@ -351,6 +362,44 @@ impl FakeModal {
     /// Every call so far, in arrival order.
     pub fn calls(&self) -> Vec<Call> {
         lock(&self.shared.calls).clone()
+    }
+
+    /// Lists a running sandbox `id` carrying the tags agentd puts (`source` as its source tag) that
+    /// has no container: what a hostile or broken control plane may list.
+    pub fn add_listed(&self, id: &str, source: &str) {
+        use proto::client::SandboxTag;
+        let tag =
+            |name: &str, value: &str| SandboxTag { tag_name: name.to_owned(), tag_value: value.to_owned() };
+        let sandbox = control::Sandbox {
+            id: id.to_owned(),
+            app_id: String::new(),
+            task_id: format!("ta-{}", crate::random_hex(8)),
+            image_id: String::new(),
+            name: None,
+            tags: vec![
+                tag(agentd_host::adapters::modal::TAG, "1"),
+                tag(agentd_host::adapters::modal::SOURCE_TAG, source),
+            ],
+            created_at: now_secs(),
+            timeout_secs: 3600,
+            container: None,
+            tunnels: Vec::new(),
+            result: None,
+            task_id_polls: 0,
+        };
+        lock(&self.shared.state).sandboxes.insert(id.to_owned(), sandbox);
+    }
+
+    /// Whether an exec started in a sandbox without a container (see [`FakeModal::add_listed`])
+    /// is accepted, prints zeros on stdout without end (made as they are read, never held) and
+    /// never exits: a hostile sandbox.
+    pub fn endless_stdout(&self, endless: bool) {
+        *lock(&self.shared.endless_stdout) = endless;
+    }
+
+    /// The `sandbox_id` of every terminate request so far (V1 and V2), in arrival order.
+    pub fn terminated(&self) -> Vec<String> {
+        lock(&self.shared.terminated).clone()
     }
 
     /// The ids of the sandboxes made so far (terminated ones included).

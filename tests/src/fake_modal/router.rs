@@ -46,6 +46,8 @@ pub struct Stdin {
 /// One exec, keyed by its `exec_id`.
 pub struct Exec {
     pub task_id: String,
+    /// [`super::FakeModal::endless_stdout`]: no process; stdout is zeros without end.
+    endless: bool,
     stdout: watch::Sender<Output>,
     stderr: watch::Sender<Output>,
     stdin: tokio::sync::Mutex<Stdin>,
@@ -124,12 +126,29 @@ impl Router {
         if lock(&self.shared.execs).contains_key(&request.exec_id) {
             return Ok(());
         }
-        let container = lock(&self.shared.state)
+        let found = lock(&self.shared.state)
             .sandboxes
             .values()
-            .find(|s| s.task_id == request.task_id)
-            .and_then(|s| s.container.clone())
-            .ok_or_else(|| Status::not_found(format!("task {} not found or finished", request.task_id)))?;
+            .find(|s| s.task_id == request.task_id && s.result.is_none())
+            .map(|s| s.container.clone());
+        let container = match found {
+            Some(Some(container)) => container,
+            Some(None) if *lock(&self.shared.endless_stdout) => {
+                let exec = Arc::new(Exec {
+                    task_id: request.task_id.clone(),
+                    endless: true,
+                    stdout: watch::Sender::new(Output::default()),
+                    stderr: watch::Sender::new(Output { bytes: Vec::new(), eof: true }),
+                    stdin: tokio::sync::Mutex::new(Stdin { pipe: None, written: 0, closed: false }),
+                    stdin_epoch: AtomicU64::new(0),
+                    exit: watch::Sender::new(None),
+                    killed: AtomicBool::new(false),
+                });
+                lock(&self.shared.execs).entry(request.exec_id).or_insert(exec);
+                return Ok(());
+            }
+            _ => return Err(Status::not_found(format!("task {} not found or finished", request.task_id))),
+        };
         let marker = containers::exec_marker(EXEC_MARKER);
         let mut command = tokio::process::Command::new("docker");
         command.args(["exec", "-i", "-e", &marker]);
@@ -150,6 +169,7 @@ impl Router {
             .map_err(|err| Status::internal(format!("fake-modal: docker exec: {err}")))?;
         let exec = Arc::new(Exec {
             task_id: request.task_id.clone(),
+            endless: false,
             stdout: watch::Sender::new(Output::default()),
             stderr: watch::Sender::new(Output::default()),
             stdin: tokio::sync::Mutex::new(Stdin { pipe: child.stdin.take(), written: 0, closed: false }),
@@ -294,6 +314,13 @@ impl TaskCommandRouter for Router {
         };
         let shared = self.shared.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(4);
+        if exec.endless && request.file_descriptor == TaskExecStdioFileDescriptor::Stdout as i32 {
+            tokio::spawn(async move {
+                let zeros = vec![0u8; CHUNK];
+                while tx.send(Ok(TaskExecStdioReadResponse { data: zeros.clone() })).await.is_ok() {}
+            });
+            return call.end(Ok(Response::new(stream_of(rx))));
+        }
         tokio::spawn(async move {
             let mut output = exec.pipe(request.file_descriptor).subscribe();
             let mut offset = usize::try_from(request.offset).unwrap_or(usize::MAX);

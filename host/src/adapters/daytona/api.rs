@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::{Method, StatusCode};
+use reqwest::{Method, StatusCode, Url};
 use serde::Deserialize;
 
+use crate::adapters::capped::{JSON_BODY_MAX, read_capped};
 use crate::error::{Result, SandboxError};
+use crate::untrusted::check_id;
 
 /// The provider's name in errors.
 pub const PROVIDER: &str = "Daytona";
@@ -95,6 +97,38 @@ pub struct Preview {
 pub struct Api {
     http: reqwest::Client,
     config: Arc<DaytonaConfig>,
+    /// `config.api_url`, parsed once.
+    base: Url,
+}
+
+/// `base` with `segments` appended, each one percent-encoded as a single path segment: an id or a
+/// path from a provider or a user can never add, remove or climb segments. Every URL the adapter
+/// builds goes through here. Empty, `.` and `..` segments are refused (the URL parser would drop
+/// them silently, turning `sandbox/..` into `sandbox`).
+pub(crate) fn join(base: &Url, segments: &[&str]) -> Result<Url> {
+    if let Some(bad) = segments.iter().find(|s| matches!(**s, "" | "." | "..")) {
+        return Err(SandboxError::Protocol(format!("`{bad}` cannot be a URL path segment")));
+    }
+    let mut url = base.clone();
+    {
+        let mut path = url
+            .path_segments_mut()
+            .map_err(|()| SandboxError::Protocol(format!("`{base}` cannot be the base of a URL path")))?;
+        path.pop_if_empty();
+        // `push` encodes `/`, `%`, `?`, `#` and the rest that would end or split a segment.
+        path.extend(segments);
+    }
+    Ok(url)
+}
+
+/// A URL from a provider or the configuration, parsed.
+pub(crate) fn parse_url(text: &str, what: &str) -> Result<Url> {
+    Url::parse(text).map_err(|e| {
+        SandboxError::Protocol(format!(
+            "{what} `{}` is not a URL: {e}",
+            crate::untrusted::escape_controls(text)
+        ))
+    })
 }
 
 /// The error a user can act on, from a failed response: 401 names the variable, 404 says what was
@@ -155,7 +189,8 @@ impl Api {
             .connect_timeout(CONNECT_TIMEOUT)
             .build()
             .map_err(|e| transport_error("cannot build the HTTP client", &e))?;
-        Ok(Self { http, config: Arc::new(config) })
+        let base = parse_url(&config.api_url, ENV_API_URL)?;
+        Ok(Self { http, config: Arc::new(config), base })
     }
 
     pub fn config(&self) -> &DaytonaConfig {
@@ -166,16 +201,20 @@ impl Api {
         &self.http
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}/{}", self.config.api_url.trim_end_matches('/'), path.trim_start_matches('/'))
+    /// `{api}/sandbox/{id}/{rest…}`, the id checked for its shape first.
+    fn sandbox_url(&self, id: &str, rest: &[&str]) -> Result<Url> {
+        check_id(PROVIDER, id)?;
+        let segments: Vec<&str> = ["sandbox", id].into_iter().chain(rest.iter().copied()).collect();
+        join(&self.base, &segments)
     }
 
     /// One call; GET and DELETE are retried with backoff on 5xx and connection failures (the others
-    /// are not idempotent). A non-2xx answer becomes [`status_error`].
+    /// are not idempotent). A non-2xx answer becomes [`status_error`]; the body, whatever the
+    /// status, is read up to [`JSON_BODY_MAX`].
     async fn call(
         &self,
         method: Method,
-        path: &str,
+        url: &Url,
         body: Option<&serde_json::Value>,
         what: &str,
     ) -> Result<String> {
@@ -185,7 +224,7 @@ impl Api {
         loop {
             let mut request = self
                 .http
-                .request(method.clone(), self.url(path))
+                .request(method.clone(), url.clone())
                 .bearer_auth(&self.config.api_key)
                 .timeout(CALL_TIMEOUT);
             if let Some(body) = body {
@@ -194,7 +233,9 @@ impl Api {
             let retry = match request.send().await {
                 Ok(response) => {
                     let status = response.status();
-                    let text = response.text().await.map_err(|e| transport_error(what, &e))?;
+                    let bytes =
+                        read_capped(response, JSON_BODY_MAX, what, |e| transport_error(what, e)).await?;
+                    let text = String::from_utf8_lossy(&bytes).into_owned();
                     if status.is_success() {
                         return Ok(text);
                     }
@@ -219,11 +260,11 @@ impl Api {
     async fn call_json<T: serde::de::DeserializeOwned>(
         &self,
         method: Method,
-        path: &str,
+        url: &Url,
         body: Option<&serde_json::Value>,
         what: &str,
     ) -> Result<T> {
-        let text = self.call(method, path, body, what).await?;
+        let text = self.call(method, url, body, what).await?;
         serde_json::from_str(&text).map_err(|e| {
             let shown: String = text.chars().take(200).collect();
             SandboxError::Protocol(format!("{what}: unexpected answer from Daytona ({e}): {shown}"))
@@ -232,30 +273,38 @@ impl Api {
 
     /// `POST /sandbox`.
     pub async fn create(&self, body: &serde_json::Value) -> Result<SandboxRecord> {
-        self.call_json(Method::POST, "sandbox", Some(body), "create sandbox").await
+        let url = join(&self.base, &["sandbox"])?;
+        let record: SandboxRecord = self.call_json(Method::POST, &url, Some(body), "create sandbox").await?;
+        check_id(PROVIDER, &record.id)?;
+        Ok(record)
     }
 
     /// `GET /sandbox/{id}`.
     pub async fn get(&self, id: &str) -> Result<SandboxRecord> {
-        self.call_json(Method::GET, &format!("sandbox/{id}"), None, &format!("sandbox {id}")).await
+        let url = self.sandbox_url(id, &[])?;
+        self.call_json(Method::GET, &url, None, &format!("sandbox {id}")).await
     }
 
     /// `POST /sandbox/{id}/start`.
     pub async fn start(&self, id: &str) -> Result<SandboxRecord> {
-        self.call_json(Method::POST, &format!("sandbox/{id}/start"), None, &format!("sandbox {id}")).await
+        let url = self.sandbox_url(id, &["start"])?;
+        self.call_json(Method::POST, &url, None, &format!("sandbox {id}")).await
     }
 
     /// `POST /sandbox/{id}/stop`.
     pub async fn stop(&self, id: &str) -> Result<SandboxRecord> {
-        self.call_json(Method::POST, &format!("sandbox/{id}/stop"), None, &format!("sandbox {id}")).await
+        let url = self.sandbox_url(id, &["stop"])?;
+        self.call_json(Method::POST, &url, None, &format!("sandbox {id}")).await
     }
 
     /// `DELETE /sandbox/{id}`.
     pub async fn delete(&self, id: &str) -> Result<()> {
-        self.call(Method::DELETE, &format!("sandbox/{id}"), None, &format!("sandbox {id}")).await.map(drop)
+        let url = self.sandbox_url(id, &[])?;
+        self.call(Method::DELETE, &url, None, &format!("sandbox {id}")).await.map(drop)
     }
 
-    /// `GET /sandbox?labels=…`, filtered here too (a server may ignore the filter).
+    /// `GET /sandbox?labels=…`, filtered here too (a server may ignore the filter). The ids are
+    /// the provider's word: whoever uses one checks it ([`check_id`]), as every call here does.
     pub async fn list(&self, labels: &HashMap<String, String>) -> Result<Vec<SandboxRecord>> {
         #[derive(Deserialize)]
         #[serde(untagged)]
@@ -264,8 +313,9 @@ impl Api {
             Paged { items: Vec<SandboxRecord> },
         }
         let filter = serde_json::to_string(labels).map_err(|e| SandboxError::Protocol(e.to_string()))?;
-        let path = format!("sandbox?labels={}", percent_encode(&filter));
-        let all = match self.call_json(Method::GET, &path, None, "list sandboxes").await? {
+        let mut url = join(&self.base, &["sandbox"])?;
+        url.query_pairs_mut().append_pair("labels", &filter);
+        let all = match self.call_json(Method::GET, &url, None, "list sandboxes").await? {
             Listing::Plain(items) | Listing::Paged { items } => items,
         };
         Ok(all
@@ -277,13 +327,13 @@ impl Api {
 
     /// `GET /sandbox/{id}/ports/{port}/preview-url`: the URL and its token (new after each restart).
     pub async fn preview(&self, id: &str, port: u16) -> Result<Preview> {
-        let path = format!("sandbox/{id}/ports/{port}/preview-url");
-        self.call_json(Method::GET, &path, None, &format!("preview URL of sandbox {id} port {port}")).await
+        let url = self.sandbox_url(id, &["ports", &port.to_string(), "preview-url"])?;
+        self.call_json(Method::GET, &url, None, &format!("preview URL of sandbox {id} port {port}")).await
     }
 
     /// The toolbox base of a sandbox: `toolboxProxyUrl` + `/` + id, or the dedicated endpoint when
     /// the record has none.
-    pub async fn toolbox_base(&self, record: &SandboxRecord) -> Result<String> {
+    pub async fn toolbox_base(&self, record: &SandboxRecord) -> Result<Url> {
         let proxy = match record.toolbox_proxy_url.as_deref().filter(|u| !u.is_empty()) {
             Some(url) => url.to_owned(),
             None => {
@@ -291,12 +341,13 @@ impl Api {
                 struct ProxyUrl {
                     url: String,
                 }
-                let path = format!("sandbox/{}/toolbox-proxy-url", record.id);
+                let url = self.sandbox_url(&record.id, &["toolbox-proxy-url"])?;
                 let what = format!("toolbox URL of sandbox {}", record.id);
-                self.call_json::<ProxyUrl>(Method::GET, &path, None, &what).await?.url
+                self.call_json::<ProxyUrl>(Method::GET, &url, None, &what).await?.url
             }
         };
-        Ok(format!("{}/{}", proxy.trim_end_matches('/'), record.id))
+        check_id(PROVIDER, &record.id)?;
+        join(&parse_url(&proxy, "toolboxProxyUrl")?, &[&record.id])
     }
 
     /// Polls until the sandbox is `started`, with the SDKs' backoff (100 ms, ×1.1 after 5 s, at
@@ -340,16 +391,6 @@ impl Api {
     }
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters (a query value).
-fn percent_encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,7 +413,32 @@ mod tests {
     }
 
     #[test]
-    fn query_values_are_encoded() {
-        assert_eq!(percent_encode(r#"{"a.b":"1"}"#), "%7B%22a.b%22%3A%221%22%7D");
+    fn ids_and_paths_stay_one_segment() {
+        let base = Url::parse("http://127.0.0.1:4000/api").unwrap();
+        let url = |segments: &[&str]| join(&base, segments).map(String::from);
+        assert_eq!(url(&["sandbox", "abc"]).unwrap(), "http://127.0.0.1:4000/api/sandbox/abc");
+        let slash = Url::parse("http://h/api/").unwrap();
+        assert_eq!(join(&slash, &["sandbox"]).unwrap().as_str(), "http://h/api/sandbox");
+        assert_eq!(
+            url(&["sandbox", "../../../../evil/delete-me"]).unwrap(),
+            "http://127.0.0.1:4000/api/sandbox/..%2F..%2F..%2F..%2Fevil%2Fdelete-me"
+        );
+        assert_eq!(url(&["sandbox", "a%2Fb"]).unwrap(), "http://127.0.0.1:4000/api/sandbox/a%252Fb");
+        assert_eq!(url(&["files", "a?b#c d"]).unwrap(), "http://127.0.0.1:4000/api/files/a%3Fb%23c%20d");
+        for bad in ["..", ".", ""] {
+            assert!(url(&["sandbox", bad]).is_err(), "{bad:?}");
+        }
+        let mailto = Url::parse("mailto:x@y").unwrap();
+        assert!(join(&mailto, &["sandbox"]).is_err());
+    }
+
+    #[test]
+    fn listed_ids_are_checked_before_any_request() {
+        let api = Api::new(DaytonaConfig::new("http://127.0.0.1:9/api", "k")).unwrap();
+        for id in ["../../../../evil/delete-me", "a%2Fb", "\u{1b}]0;x\u{7}"] {
+            let err = api.sandbox_url(id, &[]).unwrap_err();
+            assert!(matches!(err, SandboxError::BadId { provider: PROVIDER, .. }), "{err}");
+        }
+        assert_eq!(api.sandbox_url("ok-1", &["start"]).unwrap().path(), "/api/sandbox/ok-1/start");
     }
 }

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use agentd_protocol::{ExecuteResponse, FileDownloadResponse, FileUploadResponse, TransferError};
 use base64::Engine as _;
-use reqwest::StatusCode;
+use reqwest::{StatusCode, Url};
 use serde::Deserialize;
 
-use super::api::{PROVIDER, error_chain, error_message, status_error};
+use super::api::{PROVIDER, error_chain, error_message, join, status_error};
+use crate::adapters::capped::{EXEC_RESULT_MAX, FILE_MAX, JSON_BODY_MAX, read_capped};
 use crate::error::{Result, SandboxError};
 
 pub use crate::adapters::agentd::DEFAULT_EXEC_TIMEOUT;
@@ -23,7 +24,8 @@ const INLINE_COMMAND_MAX: usize = 64 * 1024;
 #[derive(Clone)]
 pub struct Toolbox {
     http: reqwest::Client,
-    base: String,
+    /// `toolboxProxyUrl` + the sandbox id (as one segment).
+    base: Url,
     key: String,
     sandbox: String,
 }
@@ -34,12 +36,13 @@ fn transfer_timeout(bytes: usize) -> Duration {
 }
 
 impl Toolbox {
-    pub fn new(http: reqwest::Client, base: String, key: String, sandbox: String) -> Self {
-        Self { http, base: base.trim_end_matches('/').to_owned(), key, sandbox }
+    pub fn new(http: reqwest::Client, base: Url, key: String, sandbox: String) -> Self {
+        Self { http, base, key, sandbox }
     }
 
-    fn url(&self, path: &str) -> String {
-        format!("{}/{path}", self.base)
+    /// The toolbox endpoint `segments` (e.g. `["files", "bulk-upload"]`) of this sandbox.
+    fn url(&self, segments: &[&str]) -> Result<Url> {
+        join(&self.base, segments)
     }
 
     fn transport(&self, what: &str, err: &reqwest::Error) -> SandboxError {
@@ -70,7 +73,7 @@ impl Toolbox {
             script = Some(path);
         }
         let mut body = serde_json::json!({ "command": wrapped });
-        let mut request = self.http.post(self.url("process/execute")).bearer_auth(&self.key);
+        let mut request = self.http.post(self.url(&["process", "execute"])?).bearer_auth(&self.key);
         if !timeout.is_zero() {
             // Whole seconds on the wire; never round a short timeout down to "none".
             body["timeout"] = serde_json::json!(timeout.as_secs_f64().ceil().max(1.0) as u64);
@@ -88,7 +91,9 @@ impl Toolbox {
             other => other.map_err(|e| self.transport(what, &e))?,
         };
         let status = response.status();
-        let text = response.text().await.map_err(|e| self.transport(what, &e))?;
+        let what_here = format!("{what} in Daytona sandbox {}", self.sandbox);
+        let body = read_capped(response, EXEC_RESULT_MAX, &what_here, |e| self.transport(what, e)).await?;
+        let text = String::from_utf8_lossy(&body);
         if status == StatusCode::REQUEST_TIMEOUT {
             if let Some(path) = script {
                 // The wrapper's own `rm` was killed with the command.
@@ -111,8 +116,10 @@ impl Toolbox {
             exit_code: Option<i32>,
             code: Option<i32>,
         }
-        let executed: Executed = serde_json::from_str(&text)
-            .map_err(|e| SandboxError::Protocol(format!("toolbox exec answered {e}: {text:.200}")))?;
+        let executed: Executed = serde_json::from_str(&text).map_err(|e| {
+            let shown: String = text.chars().take(200).collect();
+            SandboxError::Protocol(format!("toolbox exec answered {e}: {shown}"))
+        })?;
         // A missing exit code is an error, never a silent 0.
         let exit_code = executed
             .exit_code
@@ -168,7 +175,7 @@ impl Toolbox {
         }
         let response = self
             .http
-            .post(self.url("files/bulk-upload"))
+            .post(self.url(&["files", "bulk-upload"])?)
             .bearer_auth(&self.key)
             .timeout(transfer_timeout(size))
             .multipart(form)
@@ -179,7 +186,9 @@ impl Toolbox {
         if status.is_success() {
             return Ok(Ok(()));
         }
-        let text = response.text().await.map_err(|e| self.transport("bulk upload", &e))?;
+        let what = format!("bulk upload in Daytona sandbox {}", self.sandbox);
+        let body = read_capped(response, JSON_BODY_MAX, &what, |e| self.transport("bulk upload", e)).await?;
+        let text = String::from_utf8_lossy(&body);
         if status == StatusCode::UNAUTHORIZED || status == StatusCode::NOT_FOUND {
             return Err(status_error(status, &text, &format!("sandbox {}", self.sandbox)));
         }
@@ -225,7 +234,7 @@ impl Toolbox {
         let what = "bulk download";
         let response = self
             .http
-            .post(self.url("files/bulk-download"))
+            .post(self.url(&["files", "bulk-download"])?)
             .bearer_auth(&self.key)
             .json(&serde_json::json!({ "paths": paths }))
             // The size is unknown until the parts come: a generous bound for the whole transfer.
@@ -235,8 +244,9 @@ impl Toolbox {
             .map_err(|e| self.transport(what, &e))?;
         let status = response.status();
         if !status.is_success() {
-            let text = response.text().await.map_err(|e| self.transport(what, &e))?;
-            return Err(status_error(status, &text, &format!("{what} in sandbox {}", self.sandbox)));
+            let what = format!("{what} in sandbox {}", self.sandbox);
+            let body = read_capped(response, JSON_BODY_MAX, &what, |e| self.transport(&what, e)).await?;
+            return Err(status_error(status, &String::from_utf8_lossy(&body), &what));
         }
         let content_type = response
             .headers()
@@ -247,12 +257,23 @@ impl Toolbox {
         let boundary = multer::parse_boundary(&content_type).map_err(|e| {
             SandboxError::Protocol(format!("{what} answered `{content_type}`, not multipart: {e}"))
         })?;
-        let mut multipart = multer::Multipart::new(response.bytes_stream(), boundary);
+        // Each part is held whole (the contract's type), so each has a cap; the whole body at most
+        // one capped file per path asked for (parts for paths not asked for are not kept).
+        let whole = FILE_MAX.saturating_mul(paths.len() as u64).saturating_add(JSON_BODY_MAX);
+        let limits = multer::SizeLimit::new().per_field(FILE_MAX).whole_stream(whole);
+        let constraints = multer::Constraints::new().size_limit(limits);
+        let mut multipart =
+            multer::Multipart::with_constraints(response.bytes_stream(), boundary, constraints);
         let mut parts: HashMap<String, VecDeque<_>> = HashMap::new();
-        let broken = |e: multer::Error| SandboxError::Provider {
-            provider: PROVIDER,
-            status: None,
-            message: format!("{what} in sandbox {} broke off: {}", self.sandbox, error_chain(&e)),
+        let broken = |e: multer::Error| match e {
+            multer::Error::FieldSizeExceeded { limit, .. } | multer::Error::StreamSizeExceeded { limit } => {
+                SandboxError::TooLarge { what: format!("{what} in Daytona sandbox {}", self.sandbox), limit }
+            }
+            e => SandboxError::Provider {
+                provider: PROVIDER,
+                status: None,
+                message: format!("{what} in sandbox {} broke off: {}", self.sandbox, error_chain(&e)),
+            },
         };
         while let Some(field) = multipart.next_field().await.map_err(broken)? {
             let disposition = field
@@ -267,6 +288,10 @@ impl Toolbox {
                     "{what}: a part without a filename: {disposition}"
                 )));
             };
+            if !paths.iter().any(|p| **p == filename) {
+                tracing::debug!("{what}: a part for a path not asked for, skipped");
+                continue;
+            }
             let body = field.bytes().await.map_err(broken)?;
             let outcome = if name == "error" {
                 Err(file_error(&String::from_utf8_lossy(&body)))

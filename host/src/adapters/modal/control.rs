@@ -14,8 +14,20 @@ use tonic::{Code, Request, Status};
 use super::config::{ModalConfig, PROVIDER, TOKEN_VARIABLES};
 use super::proto::client::{self as pb, modal_client_client::ModalClientClient};
 use crate::error::{Result, SandboxError};
+use crate::untrusted::{bad_id, check_id};
 
-/// Largest message either way (the Go SDK's limit).
+/// Modal's sandbox ids have the shape `sb-` + letters and digits (provider facts §A3 step 3);
+/// anything else, listed or typed, is never sent.
+pub fn check_sandbox_id(id: &str) -> Result<()> {
+    check_id(PROVIDER, id)?;
+    match id.strip_prefix("sb-") {
+        Some(rest) if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_alphanumeric()) => Ok(()),
+        _ => Err(bad_id(PROVIDER, id)),
+    }
+}
+
+/// Largest message either way (the Go SDK's limit, provider facts §A1), set explicitly on both
+/// channels: tonic refuses a longer message from its length prefix, before reading it.
 pub(crate) const MAX_MESSAGE: usize = 100 << 20;
 /// HTTP/2 windows (the Go SDK's): large transfers are not throttled by flow control.
 const WINDOW: u32 = 64 << 20;
@@ -462,11 +474,13 @@ impl Control {
             .unary(request, CALL_DEADLINE, |mut c, r| async move { c.sandbox_create(r).await })
             .await
             .map_err(|s| status_error(&s, &format!("sandbox from `{}`", spec.image)))?;
+        check_sandbox_id(&response.sandbox_id)?;
         Ok(response.sandbox_id)
     }
 
     /// The sandbox's task, polled every 500 ms until it runs (§A3 step 4).
     pub async fn task_id(&self, sandbox_id: &str, timeout: Duration) -> Result<String> {
+        check_sandbox_id(sandbox_id)?;
         let started = Instant::now();
         loop {
             let request =
@@ -497,6 +511,7 @@ impl Control {
 
     /// The sandbox's tunnels, once ready (§A3 step 5: status 4 means "not yet").
     pub async fn tunnels(&self, sandbox_id: &str, timeout: Duration) -> Result<Vec<pb::TunnelData>> {
+        check_sandbox_id(sandbox_id)?;
         let started = Instant::now();
         loop {
             let request = pb::SandboxGetTunnelsRequest {
@@ -532,7 +547,8 @@ impl Control {
         Ok((response.jwt, response.url))
     }
 
-    /// The running sandboxes carrying every tag of `tags`.
+    /// The running sandboxes carrying every tag of `tags`. Their ids are Modal's word: every call
+    /// here that takes one checks it ([`check_sandbox_id`]).
     pub async fn list(&self, tags: &[(&str, &str)]) -> Result<Vec<pb::SandboxInfo>> {
         let request = pb::SandboxListRequest {
             environment_name: self.environment(),
@@ -551,6 +567,7 @@ impl Control {
 
     /// `SandboxTerminate`.
     pub async fn terminate(&self, sandbox_id: &str) -> Result<()> {
+        check_sandbox_id(sandbox_id)?;
         let request = pb::SandboxTerminateRequest { sandbox_id: sandbox_id.to_owned() };
         self.unary(request, CALL_DEADLINE, |mut c, r| async move { c.sandbox_terminate(r).await })
             .await
@@ -581,6 +598,19 @@ pub(crate) fn describe(result: &pb::GenericResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sandbox_ids_have_modal_s_shape() {
+        for id in ["sb-a1B2", "sb-0123456789abcdefGHIJ"] {
+            assert!(check_sandbox_id(id).is_ok(), "{id}");
+        }
+        for id in
+            ["sb-", "sb", "ab-123", "sb-a_b", "sb-a.b", "sb-../x", "../../../../evil/delete-me", "sb-%2F", ""]
+        {
+            let err = check_sandbox_id(id).unwrap_err();
+            assert!(matches!(err, SandboxError::BadId { provider: PROVIDER, .. }), "{id}: {err}");
+        }
+    }
 
     #[test]
     fn urls_dial_as_the_sdks_do() {

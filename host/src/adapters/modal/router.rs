@@ -231,12 +231,15 @@ impl Router {
     }
 
     /// Runs `args` (argv, no shell), feeding `stdin` if given; `timeout` (`None`: no limit) is the
-    /// router's `timeout_secs`, and the exec's deadline is that plus a margin.
+    /// router's `timeout_secs`, and the exec's deadline is that plus a margin. Each of stdout and
+    /// stderr is held up to `cap` bytes: past it the exec fails with [`SandboxError::TooLarge`] (a
+    /// command, or a sandbox, that prints without end costs bounded memory).
     pub async fn exec(
         &self,
         args: &[String],
         stdin: Option<&[u8]>,
         timeout: Option<Duration>,
+        cap: u64,
     ) -> Result<ExecOutput> {
         let started = Instant::now();
         let exec_id = uuid4();
@@ -252,8 +255,8 @@ impl Router {
         self.unary("exec start", request, |mut c, r| async move { c.task_exec_start(r).await }).await?;
         let deadline = timeout.map(|t| started + t + Duration::from_secs(30));
         let (exited, exit_seen) = watch::channel(None);
-        let stdout = self.read(&exec_id, pb::TaskExecStdioFileDescriptor::Stdout, exit_seen.clone());
-        let stderr = self.read(&exec_id, pb::TaskExecStdioFileDescriptor::Stderr, exit_seen);
+        let stdout = self.read(&exec_id, pb::TaskExecStdioFileDescriptor::Stdout, exit_seen.clone(), cap);
+        let stderr = self.read(&exec_id, pb::TaskExecStdioFileDescriptor::Stderr, exit_seen, cap);
         let feed = async {
             match stdin {
                 Some(bytes) => self.write_stdin(&exec_id, bytes).await,
@@ -269,13 +272,15 @@ impl Router {
         Ok(ExecOutput { stdout, stderr, status, elapsed: started.elapsed() })
     }
 
-    /// One descriptor's whole output, reopened at the offset received so far after a retryable
-    /// error (10 tries between messages) or with a fresh JWT after an `UNAUTHENTICATED`.
+    /// One descriptor's whole output (at most `cap` bytes), reopened at the offset received so
+    /// far after a retryable error (10 tries between messages) or with a fresh JWT after an
+    /// `UNAUTHENTICATED`.
     async fn read(
         &self,
         exec_id: &str,
         fd: pb::TaskExecStdioFileDescriptor,
         mut exit_seen: watch::Receiver<Option<ExitStatus>>,
+        cap: u64,
     ) -> Result<Vec<u8>> {
         let what = format!("{} of exec {exec_id}", fd.as_str_name().to_lowercase());
         let mut data = Vec::new();
@@ -320,6 +325,12 @@ impl Router {
                         };
                         match next {
                             Ok(Some(message)) => {
+                                if data.len() as u64 + message.data.len() as u64 > cap {
+                                    return Err(SandboxError::TooLarge {
+                                        what: format!("{what} in Modal's command router"),
+                                        limit: cap,
+                                    });
+                                }
                                 data.extend_from_slice(&message.data);
                                 (failures, delay, refreshed) = (0, Duration::from_millis(10), false);
                             }

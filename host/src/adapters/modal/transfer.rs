@@ -6,6 +6,7 @@ use agentd_protocol::{FileDownloadResponse, FileUploadResponse, TransferError};
 use futures_util::StreamExt as _;
 
 use super::router::{ExecOutput, ExitStatus, Router};
+use crate::adapters::capped::{EXEC_RESULT_MAX, FILE_MAX};
 use crate::error::Result;
 
 /// Exit statuses of the wrappers, one per contract code (out of the range `cat` and `sh` use).
@@ -99,7 +100,7 @@ async fn upload_one(router: &Router, script: &str, path: &str, bytes: &[u8]) -> 
         Err(code) => Some(code.as_str().to_owned()),
         Ok(()) => {
             let ExecOutput { stderr, status, .. } =
-                router.exec(&args(script, path), Some(bytes), None).await?;
+                router.exec(&args(script, path), Some(bytes), None, EXEC_RESULT_MAX).await?;
             transfer_error(status, &stderr)
         }
     };
@@ -124,7 +125,8 @@ async fn download_one(router: &Router, script: &str, path: &str) -> Result<FileD
     if let Err(code) = TransferError::check_path(path) {
         return Ok(failed(code.as_str().to_owned()));
     }
-    let ExecOutput { stdout, stderr, status, .. } = router.exec(&args(script, path), None, None).await?;
+    let ExecOutput { stdout, stderr, status, .. } =
+        router.exec(&args(script, path), None, None, FILE_MAX).await?;
     Ok(match transfer_error(status, &stderr) {
         None => FileDownloadResponse { path: path.to_owned(), content: Some(stdout), error: None },
         Some(error) => failed(error),

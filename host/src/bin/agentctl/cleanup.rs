@@ -83,11 +83,3 @@ pub async fn settle() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
-
-/// `text` with its control characters escaped (`\n`, `\u{1b}`), for one line on a terminal: ids
-/// and errors can come from the other side.
-pub fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
-        .collect()
-}
