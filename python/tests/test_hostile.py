@@ -68,6 +68,9 @@ def test_a_lying_download_is_an_error_and_leaves_no_file(evil: str, tmp_path: Pa
     out, took = timed(lambda: sandbox.download_file("/x", tmp_path / "out"))
     assert isinstance(out, agentd.errors.ProtocolError) and took < 5, (out, took)
     assert list(tmp_path.iterdir()) == []
+    sandbox.close()
+    # A new link: the lying server is still busy with the first download on the old one.
+    sandbox = agentd.AgentdSandbox(evil, silence_deadline=5)
     out, _ = timed(lambda: sandbox.download_files(["/x"]))
     assert isinstance(out, agentd.errors.ProtocolError), out
     sandbox.close()
