@@ -104,9 +104,19 @@ def gone(pid: int) -> bool:
     return False
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (agentd after a SIGTERM, not yet reaped) does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    # The state follows the command name, which is in parentheses and may hold spaces.
+    return not stat.rpartition(")")[2].lstrip().startswith("Z")
+
+
 def assert_alive(sandbox: agentd.LocalSandbox, pid: int, workspace: Path) -> None:
     """The parent's sandbox as it was: same agentd, same workspace, and it answers."""
-    assert not gone(pid), "the parent's agentd is gone"
+    assert running(pid), "the parent's agentd is gone"
     assert sandbox.pid == pid
     assert (workspace / "mine.txt").read_text() == "parent\n", "the parent's workspace is gone"
     assert sandbox.execute("cat mine.txt").output == "parent\n"
@@ -266,7 +276,7 @@ async def test_the_parents_coroutines_still_run_after_a_child_used_its_own_runti
 
     assert in_child(child_runtime) == "child\n"
     assert (await holder[0].aexecute("cat mine.txt")).output == "parent\n"
-    assert not gone(pid)
+    assert running(pid)
     await holder[0].aclose()
     assert not workspace.exists()
 

@@ -30,8 +30,11 @@ fn wait_child(child: Pid) -> Option<WaitStatus> {
     None
 }
 
+/// Whether `pid` runs: a zombie (agentd after a SIGTERM, not yet reaped by its parent) does not.
 fn alive(pid: u32) -> bool {
-    kill(Pid::from_raw(i32::try_from(pid).unwrap()), None).is_ok()
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command name, which is in parentheses and may hold spaces.
+    stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
 }
 
 #[tokio::test]
