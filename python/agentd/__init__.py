@@ -40,6 +40,7 @@ from agentd.errors import (
     AgentdError,
     AuthenticationError,
     ConnectionError,  # noqa: A004
+    InheritedSandboxError,
     InvalidSpecError,
     ProtocolError,
     ProviderError,
@@ -70,6 +71,7 @@ __all__ = [
     "ConnectionError",
     "DaytonaSandbox",
     "DockerSandbox",
+    "InheritedSandboxError",
     "InvalidSpecError",
     "LocalSandbox",
     "ModalSandbox",
@@ -123,7 +125,13 @@ def _files(files: Iterable[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
 class Sandbox(_Base):  # type: ignore[misc,valid-type]
     """A sandbox reached through agentd. Made by the subclasses or by :func:`open`.
 
-    Use it as a context manager (``with`` / ``async with``) or call :meth:`close` when done.
+    Use it as a context manager (``with`` / ``async with``: closed however the block ends, by an
+    exception or Ctrl-C too) or call :meth:`close` when done.
+
+    It belongs to the process that made it. A child made by ``fork`` (``os.fork``, multiprocessing's
+    ``fork`` start method) inherits a copy it cannot use: every call there raises
+    :class:`InheritedSandboxError` at once, while :meth:`close` and garbage collection of the copy do
+    nothing, so the parent's sandbox, its agentd and its workspace carry on. The child makes its own.
     """
 
     #: deepagents' middleware may capture large ``execute`` output at the source: agentd does it
@@ -295,7 +303,8 @@ class Sandbox(_Base):  # type: ignore[misc,valid-type]
     def close(self) -> None:
         """Ends the sandbox: stops the embedded default's agentd, removes what a provider created
         for this object (an attached sandbox is left running). Later calls raise
-        :class:`SandboxClosedError`; closing twice is allowed."""
+        :class:`SandboxClosedError`; closing twice is allowed. In a forked child, closing a sandbox
+        the parent made does nothing (it is the parent's to end)."""
         self._native.close()
 
     async def aclose(self) -> None:

@@ -13,7 +13,9 @@ _Execute = tuple[str, int | None, bool]
 
 class Sandbox:
     """One sandbox over agentd's link; every blocking call releases the GIL, every ``a``-method
-    returns an awaitable run on the module's tokio runtime."""
+    returns an awaitable run on the process's tokio runtime. In a child made by ``fork``, calls on
+    a sandbox the parent made raise ``agentd.errors.InheritedSandboxError`` and ``close`` does
+    nothing."""
 
     @staticmethod
     def local(
@@ -73,5 +75,6 @@ class Sandbox:
     def fs(self, request: dict[str, Any]) -> dict[str, Any]:
         """One file verb (``{"verb": "read", "path": …}``); the dict of its result type."""
     def afs(self, request: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Ends the sandbox; in a forked child, does nothing to one the parent made."""
     def aclose(self) -> Awaitable[None]: ...

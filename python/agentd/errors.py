@@ -17,6 +17,7 @@ __all__ = [
     "AgentdError",
     "AuthenticationError",
     "ConnectionError",
+    "InheritedSandboxError",
     "InvalidSpecError",
     "ProtocolError",
     "ProviderError",
@@ -67,3 +68,9 @@ class InvalidSpecError(AgentdError, ValueError):
 
 class SandboxClosedError(AgentdError):
     """A call on a sandbox after ``close()``."""
+
+
+class InheritedSandboxError(AgentdError):
+    """A call, in a process made by ``fork`` (``os.fork``, multiprocessing's ``fork`` start method),
+    on a sandbox its parent made. The sandbox stays the parent's and keeps working there; the child
+    makes its own. ``close()`` of the inherited copy does nothing (it does not raise)."""

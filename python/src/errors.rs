@@ -53,3 +53,14 @@ pub fn named(py: Python<'_>, name: &str, message: String) -> PyErr {
 pub fn closed() -> PyErr {
     Python::attach(|py| named(py, "SandboxClosedError", "the sandbox is closed".to_owned()))
 }
+
+/// A call, in a process made by `fork`, on a sandbox that process `owner` made.
+pub fn inherited(owner: u32) -> PyErr {
+    let message = format!(
+        "this sandbox belongs to process {owner}; process {} inherited it by fork and cannot use \
+         it (its link is driven by threads that exist only in process {owner}): make a new sandbox \
+         in this process",
+        std::process::id()
+    );
+    Python::attach(|py| named(py, "InheritedSandboxError", message))
+}

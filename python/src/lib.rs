@@ -8,10 +8,13 @@
 //! ## Layout
 //! - [`sandbox`]: [`sandbox::Sandbox`], one class over any `agentd_host::BaseSandbox`: how it is
 //!   made (the embedded default, a running agentd by URL, a provider spec), every verb as a
-//!   blocking call that releases the GIL and as a coroutine on the module's tokio runtime, `close`.
+//!   blocking call that releases the GIL and as a coroutine on the process's tokio runtime,
+//!   `close`; a copy a forked child inherited refuses every call.
 //! - [`calls`]: the verbs as values ([`calls::Call`]), run against a sandbox, and their answers
 //!   turned into plain Python values (tuples, bytes, dicts with the contract's field names).
 //! - [`errors`]: `SandboxError` to the exceptions of `agentd.errors`.
+//! - [`runtime`]: the tokio runtime every call runs on, one per process (a forked child gets its
+//!   own) and pyo3-async-runtimes' glue over it.
 //!
 //! Build it with maturin (`python/install.sh`, README "From Python"); `cargo build` builds the same
 //! shared object (never linked to libpython: the interpreter that imports it provides the symbols).
@@ -22,6 +25,7 @@
 
 mod calls;
 mod errors;
+mod runtime;
 mod sandbox;
 
 use pyo3::prelude::*;

@@ -1,10 +1,15 @@
 //! [`Sandbox`]: one Python class over any `agentd_host::BaseSandbox`.
 //!
-//! Every call runs on the module's tokio runtime (pyo3-async-runtimes' multi-threaded one): the
-//! blocking form releases the GIL and waits for it (still answering Ctrl-C); the `a`-prefixed form
-//! returns an asyncio awaitable driven by that runtime (no thread per call). Giving up on a call
-//! (Ctrl-C, a cancelled task) drops it, which cancels it in agentd. `close()` waits for calls in flight, then
-//! ends the sandbox; later calls raise `SandboxClosedError`.
+//! Every call runs on this process's tokio runtime ([`crate::runtime`]): the blocking form releases
+//! the GIL and waits for it (still answering Ctrl-C); the `a`-prefixed form returns an asyncio
+//! awaitable driven by that runtime (no thread per call). Giving up on a call (Ctrl-C, a cancelled
+//! task) drops it, which cancels it in agentd. `close()` waits for calls in flight, then ends the
+//! sandbox; later calls raise `SandboxClosedError`.
+//!
+//! A sandbox belongs to the process that made it. A copy inherited by `fork` shares its link's
+//! socket and names its agentd and workspace, but none of the threads that drive them: in that
+//! child every call raises `InheritedSandboxError` before touching anything, `close()` does nothing,
+//! and garbage collection leaves the whole state alone, so the parent's sandbox goes on as before.
 
 use std::path::PathBuf;
 use std::str::FromStr as _;
@@ -16,14 +21,10 @@ use pyo3::prelude::*;
 use tokio::sync::RwLock;
 
 use crate::calls::{self, Answer, Call};
-use crate::errors;
+use crate::{errors, runtime};
 
 /// How often a blocking call looks for a Python signal (Ctrl-C).
 const SIGNAL_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
-
-fn runtime() -> &'static tokio::runtime::Runtime {
-    pyo3_async_runtimes::tokio::get_runtime()
-}
 
 /// What a [`Sandbox`] holds until it is closed.
 enum Held {
@@ -79,6 +80,8 @@ async fn run(state: State, call: Call) -> Result<Answer, Failure> {
 #[pyclass(module = "agentd._agentd", frozen)]
 pub struct Sandbox {
     state: State,
+    /// The process that made it, the only one that may use or end it.
+    owner: u32,
     id: String,
     /// The local agentd's process id and workspace (embedded default only).
     local: Option<(u32, PathBuf)>,
@@ -87,18 +90,31 @@ pub struct Sandbox {
 impl Sandbox {
     fn new(held: Held, local: Option<(u32, PathBuf)>) -> Self {
         let id = held.sandbox().id().to_owned();
-        Self { state: Arc::new(RwLock::new(Some(held))), id, local }
+        Self { state: Arc::new(RwLock::new(Some(held))), owner: std::process::id(), id, local }
+    }
+
+    /// Whether this is a copy a forked child inherited (see the module's doc).
+    fn inherited(&self) -> bool {
+        std::process::id() != self.owner
+    }
+
+    /// Refuses a call in a forked child at once: the runtime threads that would answer it exist
+    /// only in the owner, so it would wait forever.
+    fn mine(&self) -> PyResult<()> {
+        if self.inherited() { Err(errors::inherited(self.owner)) } else { Ok(()) }
     }
 
     /// Runs `call` to its end with the GIL released, looking up every [`SIGNAL_CHECK`] for a
     /// Python signal: Ctrl-C raises `KeyboardInterrupt` in the caller, and dropping the call
     /// cancels it in agentd (a command is killed with its tree).
     fn blocking(&self, py: Python<'_>, call: Call) -> PyResult<Py<PyAny>> {
+        self.mine()?;
+        let runtime = runtime::current()?;
         let mut call = Box::pin(run(Arc::clone(&self.state), call));
         loop {
             // The timer is made inside the runtime, which owns it.
-            let step = py
-                .detach(|| runtime().block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut call).await }));
+            let step =
+                py.detach(|| runtime.block_on(async { tokio::time::timeout(SIGNAL_CHECK, &mut call).await }));
             match step {
                 Ok(answer) => return answer?.into_py(py),
                 Err(_) => py.check_signals()?,
@@ -108,8 +124,9 @@ impl Sandbox {
 
     /// An awaitable that runs `call` on the runtime.
     fn spawn<'py>(&self, py: Python<'py>, call: Call) -> PyResult<Bound<'py, PyAny>> {
+        self.mine()?;
         let state = Arc::clone(&self.state);
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        runtime::future_into_py(py, async move {
             let answer = run(state, call).await?;
             Python::attach(|py| answer.into_py(py))
         })
@@ -124,7 +141,8 @@ fn made<T>(
 where
     T: Send,
 {
-    py.detach(|| runtime().block_on(make)).map_err(errors::to_py)
+    let runtime = runtime::current()?;
+    py.detach(|| runtime.block_on(make)).map_err(errors::to_py)
 }
 
 #[pymethods]
@@ -151,8 +169,8 @@ impl Sandbox {
         // Started on a runtime worker, not on the calling thread: agentd gets SIGTERM when the thread
         // that forked it ends (`PR_SET_PDEATHSIG` follows the thread), and a Python thread (a thread
         // pool's, a `threading.Thread`) may end long before the sandbox. The workers live as long as
-        // the module's runtime, which is the process.
-        let starting = runtime().spawn(async move { LocalSandbox::start_with(&options).await });
+        // the process's runtime, which is the process.
+        let starting = runtime::current()?.spawn(async move { LocalSandbox::start_with(&options).await });
         let local = made(py, async move {
             starting
                 .await
@@ -297,25 +315,34 @@ impl Sandbox {
     }
 
     /// Ends the sandbox (stops the local agentd; removes what a provider created here). Waits for
-    /// calls in flight. Closing twice is allowed.
+    /// calls in flight. Closing twice is allowed. In a forked child, closing an inherited copy does
+    /// nothing: the sandbox is the parent's to end (a `with` block unwinding in the child must not
+    /// end it, nor raise).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if self.inherited() {
+            return Ok(());
+        }
         let state = Arc::clone(&self.state);
         made(py, close(state))
     }
 
     fn aclose<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let state = Arc::clone(&self.state);
-        pyo3_async_runtimes::tokio::future_into_py(
-            py,
-            async move { close(state).await.map_err(errors::to_py) },
-        )
+        let state = (!self.inherited()).then(|| Arc::clone(&self.state));
+        runtime::future_into_py(py, async move {
+            match state {
+                Some(state) => close(state).await.map_err(errors::to_py),
+                None => Ok(()),
+            }
+        })
     }
 
     /// Whether `close()` has run.
     #[getter]
-    fn closed(&self, py: Python<'_>) -> bool {
+    fn closed(&self, py: Python<'_>) -> PyResult<bool> {
+        self.mine()?;
+        let runtime = runtime::current()?;
         let state = Arc::clone(&self.state);
-        py.detach(|| runtime().block_on(async move { state.read().await.is_none() }))
+        Ok(py.detach(|| runtime.block_on(async move { state.read().await.is_none() })))
     }
 }
 
@@ -331,7 +358,14 @@ impl Drop for Sandbox {
     /// Garbage collected without `close()`: the link's tasks live on the runtime, so let go of it
     /// there. A local agentd stops; a provider's sandbox is left as it is.
     fn drop(&mut self) {
-        let _entered = runtime().enter();
+        if self.inherited() {
+            // A forked child's copy: leaked whole. Dropping it would abort the link's tasks on the
+            // parent's threadless runtime and stop the parent's agentd (LocalSandbox's own owner
+            // check would spare that one, not a provider's link); the child's exit frees the memory.
+            std::mem::forget(Arc::clone(&self.state));
+            return;
+        }
+        let _entered = runtime::current().ok().map(|runtime| runtime.enter());
         if let Ok(mut held) = self.state.try_write() {
             drop(held.take());
         }

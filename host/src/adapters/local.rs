@@ -1,6 +1,7 @@
 //! [`LocalSandbox`]: the embedded default. It starts `agentd serve` as a child on a Unix socket in a
 //! private directory with a temporary workspace, links to it, and on drop stops it (agentd kills
-//! every running command's tree on SIGTERM) and removes the workspace.
+//! every running command's tree on SIGTERM) and removes the workspace. Only in the process that
+//! started it: a copy a forked child inherited leaves all of that to its owner when dropped.
 //!
 //! Who may drive that agentd: only a client holding its token, a fresh one per sandbox that lives in
 //! this process's memory and agentd's (handed over in agentd's environment, which agentd erases at
@@ -9,6 +10,7 @@
 //! its ancestry; agentd also refuses its own commands by their process.
 
 use std::io::{BufRead as _, BufReader};
+use std::mem::ManuallyDrop;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -34,13 +36,22 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopping agentd gets after SIGTERM before SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A private agentd on loopback, alive as long as this value.
+/// A private agentd on loopback, alive as long as this value in the process that started it.
 pub struct LocalSandbox {
-    sandbox: AgentdSandbox,
     /// `unix:PATH` of agentd's socket.
     url: String,
     /// The bearer token agentd requires on its socket.
     token: String,
+    /// The process that started agentd: only its drop ends what [`Owned`] holds. A forked child
+    /// (Python's `os.fork`, multiprocessing) has a copy of this value; its drop used to stop the
+    /// parent's agentd and delete the parent's workspace and socket.
+    owner: u32,
+    owned: ManuallyDrop<Owned>,
+}
+
+/// What dropping a [`LocalSandbox`] ends, in its owner only.
+struct Owned {
+    sandbox: AgentdSandbox,
     child: Child,
     workspace: tempfile::TempDir,
     /// Holds agentd's socket; mode 0700.
@@ -186,24 +197,27 @@ impl LocalSandbox {
         let sandbox = AgentdSandbox::connect_within(&started.url, Some(&token), deadlines).await?;
         let child = guard.0.take().ok_or_else(|| SandboxError::Start("agentd child vanished".to_owned()))?;
         Ok(Self {
-            sandbox,
             url: started.url,
             token,
-            child,
-            workspace,
-            _socket_dir: socket_dir,
-            _confinement: confinement,
+            owner: std::process::id(),
+            owned: ManuallyDrop::new(Owned {
+                sandbox,
+                child,
+                workspace,
+                _socket_dir: socket_dir,
+                _confinement: confinement,
+            }),
         })
     }
 
     /// The workspace directory on this machine (the default cwd of commands).
     pub fn workspace(&self) -> &Path {
-        self.workspace.path()
+        self.owned.workspace.path()
     }
 
     /// The underlying link, for the protocol's full exec options.
     pub fn agentd(&self) -> &AgentdSandbox {
-        &self.sandbox
+        &self.owned.sandbox
     }
 
     /// `unix:PATH` of agentd's socket.
@@ -224,13 +238,21 @@ impl LocalSandbox {
 
     /// Process id of the agentd child.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.owned.child.id()
     }
 }
 
 impl Drop for LocalSandbox {
     fn drop(&mut self) {
-        stop(&mut self.child);
+        if std::process::id() != self.owner {
+            // A forked child's copy: `owned` is leaked, untouched. Dropping it would stop the
+            // parent's agentd, delete its directories, and abort the link's tasks on a runtime
+            // whose threads stayed in the parent (a lock one held at the fork never unlocks).
+            return;
+        }
+        stop(&mut self.owned.child);
+        // SAFETY: `owned` is dropped once, here, and `self` is not used after its drop.
+        unsafe { ManuallyDrop::drop(&mut self.owned) };
     }
 }
 
@@ -388,7 +410,7 @@ pub fn agentd_binary() -> Result<PathBuf> {
 /// Everything goes over the link; the id is the link's, and `Drop` stops the child.
 impl OverAgentd for LocalSandbox {
     fn linked(&self) -> &AgentdSandbox {
-        &self.sandbox
+        &self.owned.sandbox
     }
 }
 
