@@ -48,17 +48,17 @@ def test_a_server_that_never_says_hello_fails_the_connect_at_its_deadline(evil: 
     assert isinstance(out, agentd.errors.TimeoutError), out
     assert isinstance(out, TimeoutError)
     assert "no answer within 1s" in str(out)
-    assert took < 3, took
+    assert took < 6, took
 
 
 @pytest.mark.parametrize("evil", ["mute"], indirect=True)
 def test_a_server_that_never_answers_fails_each_call_at_its_deadline(evil: str) -> None:
     sandbox = agentd.AgentdSandbox(evil, exec_margin=1, silence_deadline=1)
     out, took = timed(lambda: sandbox.execute("true", timeout=1))
-    assert isinstance(out, TimeoutError) and 2 <= took < 4, (out, took)
+    assert isinstance(out, TimeoutError) and 2 <= took < 7, (out, took)
     for call in (lambda: sandbox.ls("/"), lambda: sandbox.download_files(["/x"]), lambda: sandbox.upload_files([("/x", b"1")])):
         out, took = timed(call)
-        assert isinstance(out, TimeoutError) and took < 3, (out, took)
+        assert isinstance(out, TimeoutError) and took < 6, (out, took)
     sandbox.close()
 
 
@@ -66,7 +66,7 @@ def test_a_server_that_never_answers_fails_each_call_at_its_deadline(evil: str) 
 def test_a_lying_download_is_an_error_and_leaves_no_file(evil: str, tmp_path: Path) -> None:
     sandbox = agentd.AgentdSandbox(evil, silence_deadline=5)
     out, took = timed(lambda: sandbox.download_file("/x", tmp_path / "out"))
-    assert isinstance(out, agentd.errors.ProtocolError) and took < 5, (out, took)
+    assert isinstance(out, agentd.errors.ProtocolError) and took < 15, (out, took)
     assert list(tmp_path.iterdir()) == []
     sandbox.close()
     # A new link: the lying server is still busy with the first download on the old one.

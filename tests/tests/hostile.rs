@@ -25,7 +25,9 @@ fn tight() -> Deadlines {
     }
 }
 
-/// `call`, which must end (the test fails rather than hangs) within [`HUNG`]; with its time.
+/// `call`, which must end (the test fails rather than hangs) within [`HUNG`]; with its time. The
+/// bounds on that time leave a few seconds for a loaded machine: what tells an answer "at once"
+/// from one at a deadline is the error itself (a protocol error, not a timeout).
 async fn timed<T>(call: impl Future<Output = T>) -> (T, Duration) {
     let started = Instant::now();
     let out = tokio::time::timeout(HUNG, call).await.expect("the client hung on a lying agentd");
@@ -60,7 +62,7 @@ async fn a_server_that_never_upgrades_or_never_says_hello_fails_the_connect_at_i
         let server = EvilAgentd::start(evil).unwrap();
         let (result, took) = timed(Link::connect_within(&server.url(), None, &[], tight())).await;
         assert_timeout(result.err().unwrap(), "connecting to agentd", Duration::from_secs(1));
-        assert!(took < Duration::from_secs(3), "{evil:?}: {took:?}");
+        assert!(took < Duration::from_secs(6), "{evil:?}: {took:?}");
         let (result, _) = timed(AgentdSandbox::connect_within(&server.url(), None, tight())).await;
         assert!(matches!(result, Err(SandboxError::Timeout { .. })), "{evil:?}");
     }
@@ -74,7 +76,7 @@ async fn a_server_that_never_answers_fails_each_request_at_its_deadline() {
     // An exec waits its own timeout plus the margin: 1 s + 1 s.
     let (result, took) = timed(link.exec(exec("true", 1.0), None)).await;
     assert_timeout(result.unwrap_err(), "exec", Duration::from_secs(2));
-    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(4), "{took:?}");
+    assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(7), "{took:?}");
 
     // A verb, an upload's reply, a download's first part: the silence deadline.
     let (result, _) = timed(link.fs(ls_root())).await;
@@ -87,7 +89,7 @@ async fn a_server_that_never_answers_fails_each_request_at_its_deadline() {
     // Through the contract too, with the deadlines of the sandbox's link.
     let sandbox = AgentdSandbox::connect_within(&server.url(), None, tight()).await.unwrap();
     let (result, took) = timed(sandbox.execute("true", Some(Duration::from_secs(1)))).await;
-    assert!(matches!(result, Err(SandboxError::Timeout { .. })) && took < Duration::from_secs(4), "{took:?}");
+    assert!(matches!(result, Err(SandboxError::Timeout { .. })) && took < Duration::from_secs(7), "{took:?}");
     let (result, _) = timed(sandbox.ls("/")).await;
     assert!(matches!(result, Err(SandboxError::Timeout { .. })), "{result:?}");
 }
@@ -99,7 +101,7 @@ async fn replies_that_break_the_protocol_fail_their_request_at_once() {
     let link = link_to(&server).await;
     let (result, took) = timed(link.fs(ls_root())).await;
     let err = result.unwrap_err().to_string();
-    assert!(err.contains("unreadable") && took < Duration::from_secs(1), "{err} after {took:?}");
+    assert!(err.contains("unreadable") && took < Duration::from_secs(10), "{err} after {took:?}");
     let (result, _) = timed(link.exec(exec("true", 30.0), None)).await;
     assert!(matches!(result, Err(SandboxError::Protocol(_))), "{result:?}");
 
@@ -108,13 +110,13 @@ async fn replies_that_break_the_protocol_fail_their_request_at_once() {
     let link = link_to(&server).await;
     let (result, took) = timed(link.exec(exec("true", 30.0), None)).await;
     let err = result.unwrap_err().to_string();
-    assert!(err.contains("chunk of 8388616 bytes") && took < Duration::from_secs(1), "{err} after {took:?}");
+    assert!(err.contains("chunk of 8388616 bytes") && took < Duration::from_secs(10), "{err} after {took:?}");
 
     // A message larger than any reply closes the link: every request learns it at once.
     let server = EvilAgentd::start(Evil::HugeText).unwrap();
     let link = link_to(&server).await;
     let (result, took) = timed(link.fs(ls_root())).await;
-    assert!(matches!(result, Err(SandboxError::LinkClosed)) && took < Duration::from_secs(2), "{result:?}");
+    assert!(matches!(result, Err(SandboxError::LinkClosed)) && took < Duration::from_secs(10), "{result:?}");
     assert!(link.is_closed());
 
     // Two results for one exec and one for an id never asked: the first counts, the rest are
@@ -152,7 +154,7 @@ async fn a_download_stops_at_its_announced_size() {
     let (result, took) = timed(sandbox.download_files(&["/x".to_owned()])).await;
     let response = result.unwrap().pop().unwrap();
     assert_eq!((response.content, response.error.as_deref()), (None, Some("file_too_large")));
-    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
 /// What a finished `agentctl` run left: its status, its output and its peak resident memory.
@@ -221,7 +223,7 @@ fn agentctl_gives_up_on_a_silent_server_at_the_deadlines_it_was_given() {
     let ran = agentctl(&server.url(), &[("AGENTD_CONNECT_DEADLINE", "1")], &["exec", "--", "true"]);
     assert_eq!(ran.status.code(), Some(125), "{}", ran.stderr);
     assert!(
-        ran.stderr.contains("no answer within 1s") && ran.took < Duration::from_secs(4),
+        ran.stderr.contains("no answer within 1s") && ran.took < Duration::from_secs(8),
         "{}",
         ran.stderr
     );
@@ -229,7 +231,7 @@ fn agentctl_gives_up_on_a_silent_server_at_the_deadlines_it_was_given() {
     let ran = agentctl(&server.url(), &[], &["--connect-deadline", "1", "ls", "/"]);
     assert_eq!(ran.status.code(), Some(125), "{}", ran.stderr);
     assert!(
-        ran.stderr.contains("no answer within 1s") && ran.took < Duration::from_secs(4),
+        ran.stderr.contains("no answer within 1s") && ran.took < Duration::from_secs(8),
         "{}",
         ran.stderr
     );
@@ -239,7 +241,7 @@ fn agentctl_gives_up_on_a_silent_server_at_the_deadlines_it_was_given() {
         agentctl(&server.url(), &[("AGENTD_EXEC_MARGIN", "1")], &["exec", "--timeout", "1", "--", "true"]);
     assert_eq!(ran.status.code(), Some(125), "{}", ran.stderr);
     assert!(
-        ran.stderr.contains("exec") && ran.took < Duration::from_secs(5),
+        ran.stderr.contains("exec") && ran.took < Duration::from_secs(9),
         "{} {:?}",
         ran.stderr,
         ran.took
@@ -247,7 +249,7 @@ fn agentctl_gives_up_on_a_silent_server_at_the_deadlines_it_was_given() {
     let ran = agentctl(&server.url(), &[], &["--silence-deadline", "1", "ls", "/"]);
     assert_eq!(ran.status.code(), Some(125), "{}", ran.stderr);
     assert!(
-        ran.stderr.contains("no answer within 1s") && ran.took < Duration::from_secs(4),
+        ran.stderr.contains("no answer within 1s") && ran.took < Duration::from_secs(8),
         "{}",
         ran.stderr
     );
