@@ -107,7 +107,11 @@ impl Deadlines {
 
 /// A positive number of seconds, fractions allowed.
 pub fn seconds(text: &str) -> std::result::Result<Duration, &'static str> {
-    let value: f64 = text.trim().parse().map_err(|_| "not a number of seconds")?;
+    positive_seconds(text.trim().parse().map_err(|_| "not a number of seconds")?)
+}
+
+/// `value` seconds as a deadline: more than 0, finite.
+pub fn positive_seconds(value: f64) -> std::result::Result<Duration, &'static str> {
     // NaN is not more than 0 either.
     if value.is_nan() || value <= 0.0 {
         return Err("must be more than 0 seconds");

@@ -74,7 +74,7 @@ pub fn deadlines(
         ("silence_deadline", silence, &mut deadlines.silence),
     ] {
         if let Some(seconds) = given {
-            *field = agentd_host::deadlines::seconds(&seconds.to_string())
+            *field = agentd_host::deadlines::positive_seconds(seconds)
                 .map_err(|why| PyValueError::new_err(format!("{name}: {why}, got {seconds}")))?;
         }
     }

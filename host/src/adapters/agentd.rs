@@ -19,10 +19,10 @@ use crate::error::{Result, SandboxError};
 use crate::link::{Link, OutputSink};
 use crate::sandbox::BaseSandbox;
 
-/// Largest file [`BaseSandbox::download_files`] takes into memory; a larger one is the per-file
-/// error `file_too_large`, said before any of it is read. [`AgentdSandbox::download_to`] streams a
-/// file of any size to a writer instead.
-pub const DOWNLOAD_FILES_MOST: u64 = 256 * 1024 * 1024;
+/// Largest file [`BaseSandbox::download_files`] takes into memory (the providers' channels keep
+/// the same bound); a larger one is the per-file error `file_too_large`, said before any of it is
+/// read. [`AgentdSandbox::download_to`] streams a file of any size to a writer instead.
+pub use crate::adapters::capped::FILE_MAX as DOWNLOAD_FILES_MOST;
 
 /// A sandbox reached through agentd's websocket.
 pub struct AgentdSandbox {

@@ -24,7 +24,9 @@ pub const JSON_BODY_MAX: u64 = 16 << 20;
 /// escapes while bounding a command that prints without end.
 pub const EXEC_RESULT_MAX: u64 = 25 << 20;
 /// One file of a download: the contract hands files over whole, in memory, so each has a bound.
-pub const FILE_MAX: u64 = 1 << 30;
+/// The same bound on every path (`download_files` over the agentd link says `file_too_large`
+/// at it); a larger file streams with `download::download_to_path`.
+pub const FILE_MAX: u64 = 256 << 20;
 /// Room reserved at most before the first bytes arrive, whatever `Content-Length` claims.
 #[cfg(feature = "daytona")]
 const PREALLOCATE_MAX: u64 = 1 << 20;
