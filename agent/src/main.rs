@@ -8,7 +8,15 @@
 //! - [`server`]: websocket listener, bearer-token check on the upgrade, one session per connection
 //!   dispatching requests by id.
 //! - [`exec`]: spawn, reaping (agentd is a child subreaper), capture file and preview, kill ladder.
+//! - [`confine`]: sandbox profiles applied in each command's own process between clone and exec
+//!   (pids cgroup, rlimits, landlock, the seccomp filter of `network = "deny"`), and the measured
+//!   report of what was enforced.
 //! - [`transfer`]: chunked uploads (temp file + rename) and downloads, sha256 end to end.
+//! - [`fs`]: the seven file verbs, implemented once, for native `fs` requests and `agentd fs`.
+//! - [`root`]: the workspace, and with `--root` the guard that resolves every path beneath it on
+//!   file descriptors.
+//! - [`oneshot`]: the one-shot CLI (`agentd fs …`, `agentd exec …`) the host's derived path runs
+//!   through any exec channel.
 //! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
 //!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
 //! - [`registry`]: every request in flight (all kinds) with its caps and cancellation, and the

@@ -17,21 +17,23 @@
 //!   the protocol's extras.
 //! - [`provider`]: one shape for every kind: create from a `KIND:SPEC`, attach by id, list, remove
 //!   ([`Provider`]; [`provider::provider`] per kind, [`provider::open`] for a spec in one call).
-//!
-//! ## Features
-//! - `docker` (default): `DockerSandbox`, `DockerProvider` (bollard, tar).
-//! - `daytona` (default): the Daytona sandbox and provider.
-//! - `modal` (default): the Modal sandbox and provider (tonic; the `.proto` subset compiled by protox).
-//!
-//! Without them (`default-features = false`) the crate is the link, [`AgentdSandbox`],
-//! [`LocalSandbox`], the derived path, the provider interface and the contract; kinds whose feature
-//! is off parse in a spec and fail with [`SandboxError::Unsupported`]. `agentctl` needs all three.
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
 //! - [`untrusted`]: what comes from a provider or a sandbox is data: ids checked for their shape
 //!   before use ([`check_id`]), text escaped before a person sees it ([`escape_controls`]).
 //! - Result types are the protocol crate's ([`agentd_protocol::contract`]), re-exported here.
 //!
 //! The binary `agentctl` (in `src/bin/`) is the command line over the same pieces.
+//!
+//! ## Features
+//! - `docker` (default): `DockerSandbox`, `DockerProvider` (bollard, tar).
+//! - `daytona` (default): the Daytona sandbox and provider.
+//! - `modal` (default): the Modal sandbox and provider (tonic; the `.proto` subset compiled by protox).
+//! - `cli` (off by default): what only `agentctl` uses (clap, indicatif, the protocol's `cli`).
+//!
+//! Without the first three (`default-features = false`) the crate is the link, [`AgentdSandbox`],
+//! [`LocalSandbox`], the derived path, the provider interface and the contract; kinds whose feature
+//! is off parse in a spec and fail with [`SandboxError::Unsupported`]. `agentctl` needs all four:
+//! `cargo install --path host --features cli`.
 //!
 //! ## Example
 //! ```no_run

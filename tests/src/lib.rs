@@ -2,6 +2,14 @@
 //! [`agentd_host::LocalSandbox`]), a raw websocket client for malformed input, and `/proc` helpers
 //! to check that nothing is left running.
 //!
+//! ## Layout
+//! - [`channels`]: what the provider benchmarks share: one sandbox through the link and through the
+//!   provider's own exec channel.
+//! - [`containers`]: the fake providers' sandboxes as Docker containers, driven by the `docker` CLI.
+//! - [`evil_agentd`]: an agentd that lies, for the tests of a hostile sandbox (`evil-agentd`).
+//! - [`fake_daytona`]: a fake Daytona (API, toolbox, preview proxy; `fake-daytona`).
+//! - [`fake_modal`]: a fake Modal (control plane and command router over gRPC; `fake-modal`).
+//!
 //! The tests need the `agentd` and `agentctl` binaries built: `cargo build --workspace` (the README's
 //! test command does it first).
 

@@ -4,6 +4,9 @@
 //! agentd), else the session `agentctl up` started, else a private local agentd that lives for this
 //! one command. Commands work on any `BaseSandbox`; where it has an agentd link (`.agentd()`) they
 //! use its extras (live output, cwd/env, streamed transfers with progress, the hello).
+//!
+//! [`cleanup`]: what agentctl creates for one command it removes however the command ends
+//! (SIGINT/SIGTERM included).
 
 use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
