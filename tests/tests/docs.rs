@@ -1,5 +1,6 @@
 //! The docs stay true to the tree: every crate's map (the root file's `//!` doc) names each module the
-//! root declares, and every link of the Markdown docs between sections and files resolves.
+//! root declares, every link of the Markdown docs between sections and files resolves, and the
+//! README names every `--sandbox` form agentctl parses.
 
 // Test helpers outside #[test] functions: a failed read aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -174,4 +175,16 @@ fn anchors_are_githubs() {
             "limits-1"
         ]
     );
+}
+
+#[test]
+fn the_readme_names_every_sandbox_form_agentctl_parses() {
+    let readme = read(&workspace().join("README.md"));
+    // The comment of "From the shell" lists them, wrapped over `# ` lines: joined, as one text.
+    let shell: String =
+        readme.lines().filter_map(|line| line.strip_prefix("# ")).collect::<Vec<_>>().join(" ");
+    let forms: Vec<&str> = agentd_host::provider::SPEC_FORMS.split(", ").collect();
+    assert!(forms.len() >= 7, "{forms:?}");
+    let missing: Vec<&&str> = forms.iter().filter(|form| !shell.contains(**form)).collect();
+    assert!(missing.is_empty(), "--sandbox forms missing from README's \"From the shell\": {missing:?}");
 }
