@@ -11,9 +11,9 @@
 //!   without these system calls;
 //! - on x86_64, the same calls through the x32 ABI (number | `__X32_SYSCALL_BIT`).
 //!
-//! The filter is written for the build's architecture; a system call of another one (i386 through
-//! `int 0x80` on x86_64) kills the process: fail closed. On an architecture without a filter here,
-//! there is none and `network = "deny"` is reported partial.
+//! The filter is written for the build's architecture, x86_64 or aarch64 (the two agentd's raw
+//! system calls, `crate::exec::syscall`, are written for); a system call of another one (i386
+//! through `int 0x80` on x86_64) kills the process: fail closed.
 //!
 //! The program is written out here, 20 instructions on x86_64, rather than compiled by seccompiler
 //! (which is the reference it is tested against, verdict for verdict: see the tests). The kernel
@@ -34,8 +34,6 @@ fn audit_arch() -> Option<u32> {
         Some(LE_64 | 62)
     } else if cfg!(target_arch = "aarch64") {
         Some(LE_64 | 183)
-    } else if cfg!(target_arch = "riscv64") {
-        Some(LE_64 | 243)
     } else {
         None
     }
@@ -182,13 +180,7 @@ mod tests {
 
     /// The same rules, compiled by seccompiler: the reference the written program must match.
     fn reference_filter() -> BpfProgram {
-        let arch = if cfg!(target_arch = "x86_64") {
-            TargetArch::x86_64
-        } else if cfg!(target_arch = "aarch64") {
-            TargetArch::aarch64
-        } else {
-            TargetArch::riscv64
-        };
+        let arch = if cfg!(target_arch = "x86_64") { TargetArch::x86_64 } else { TargetArch::aarch64 };
         let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
             SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).unwrap()
         };
