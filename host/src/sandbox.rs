@@ -1,5 +1,6 @@
-//! The `BaseSandbox` contract (`shared/spec/backend-contract.md`): four required members, the seven
-//! file verbs and `execute_with_offload`. Result types come from the protocol crate.
+//! The `BaseSandbox` contract (that of the Python package deepagents' `BaseSandbox`, 0.7.32): four
+//! required members, the seven file verbs and `execute_with_offload`. Result types come from the
+//! protocol crate.
 //!
 //! The verbs and the offload have default implementations that need only the four required members
 //! ([`crate::derived`]: `agentd fs` / `agentd exec` run through `execute`), so any sandbox with an exec

@@ -1,4 +1,5 @@
-//! Model-facing result types of the `BaseSandbox` contract (`shared/spec/backend-contract.md` §1).
+//! Model-facing result types of the `BaseSandbox` contract (`agentd_host::BaseSandbox`; deepagents'
+//! `BaseSandbox`, 0.7.32).
 //! Failures are values: an `error` string the model reads, never a Rust `Err`.
 
 use serde::{Deserialize, Serialize};
