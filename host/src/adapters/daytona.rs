@@ -35,7 +35,7 @@ pub use self::api::{
 };
 pub use self::toolbox::Toolbox;
 use crate::adapters::agentd::{AgentdSandbox, Connector, LinkOrExec, link_or_exec_sandbox, link_or_fallback};
-use crate::adapters::inject::{random_hex, static_agentd};
+use crate::adapters::inject::{AgentdSource, random_hex, static_agentd};
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
 use crate::provider::{Kind, Provider, SandboxInfo};
@@ -100,6 +100,8 @@ pub struct DaytonaSandbox {
     id: String,
     toolbox: Toolbox,
     agentd_path: String,
+    /// How agentd got in; `None` until it has (or when it could not).
+    agentd_source: Option<AgentdSource>,
     /// Where this adapter keeps its agentd's token, pid and log inside the sandbox.
     run_dir: String,
     link: Option<AgentdSandbox>,
@@ -182,6 +184,7 @@ impl DaytonaSandbox {
             id: record.id,
             toolbox,
             agentd_path: "agentd".to_owned(),
+            agentd_source: None,
             run_dir,
             link: None,
             owned,
@@ -222,6 +225,7 @@ impl DaytonaSandbox {
             && let Some(path) = found.output.lines().map(str::trim).find(|l| l.starts_with('/'))
         {
             self.agentd_path = path.to_owned();
+            self.agentd_source = Some(AgentdSource::Baked);
             return Ok(());
         }
         let binary = match &options.agentd_binary {
@@ -244,6 +248,7 @@ impl DaytonaSandbox {
             )));
         }
         self.agentd_path = path;
+        self.agentd_source = Some(AgentdSource::Injected);
         Ok(())
     }
 
@@ -458,6 +463,10 @@ impl LinkOrExec for DaytonaSandbox {
 
     fn agentd_path(&self) -> &str {
         &self.agentd_path
+    }
+
+    fn agentd_source(&self) -> Option<AgentdSource> {
+        self.agentd_source
     }
 
     fn link(&self) -> Option<&AgentdSandbox> {
