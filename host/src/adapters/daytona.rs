@@ -156,12 +156,22 @@ impl DaytonaSandbox {
         let api = Api::new(config)?;
         let body = create_body(source, api.config().target.as_deref());
         let created = api.create(&body).await?;
+        // Removes it if this future is dropped halfway; a failure is removed below, awaited.
         let mut guard = DeleteOnDrop { api: api.clone(), id: created.id.clone(), armed: true };
         tracing::info!(sandbox = %created.id, state = created.state(), "created Daytona sandbox from `{source}`");
-        let record = api.wait_started(&created.id, options.start_timeout).await?;
-        let sandbox = Self::setup(api, record, options, true).await?;
+        let made = async {
+            let record = api.wait_started(&created.id, options.start_timeout).await?;
+            Self::setup(api.clone(), record, options, true).await
+        };
+        let made = made.await;
         guard.armed = false;
-        Ok(sandbox)
+        if made.is_err() {
+            // A failed build or start included: nothing of it is left listed.
+            if let Err(err) = api.delete(&created.id).await {
+                tracing::warn!(sandbox = %created.id, "the sandbox that failed to start was not removed: {err}");
+            }
+        }
+        made
     }
 
     /// Attaches to the sandbox `id`, starting it first if it is stopped.
