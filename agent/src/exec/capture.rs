@@ -744,6 +744,12 @@ mod tests {
         capture.accept(b"and more");
         assert!(capture.is_full(), "the pipe must go on being drained");
         assert_eq!((capture.captured(), capture.total()), (SPILL_BYTES as u64, SPILL_BYTES as u64 + 12));
+        let why = format!("the capture file {} cannot be created: ", gone.join("c").display());
+        assert!(
+            capture.failure().is_some_and(|failure| failure.starts_with(&why)),
+            "{:?}",
+            capture.failure()
+        );
         assert_eq!(capture.into_bytes().unwrap().len(), SPILL_BYTES);
     }
 
