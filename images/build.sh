@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the agentd container images without any registry:
 #   agentd-busybox:latest  on agentd-base-busybox:latest (images/base/busybox.sh)
-#   agentd-debian:latest   on agentd-base-debian:latest  (images/base/debian.sh, Debian + python3)
+#   agentd-debian:latest   on agentd-base-debian:latest  (images/base/debian.sh, Debian + python3, python)
 #
 #   images/build.sh [--only busybox|debian] [--force] [--force-base]
 #
 # Builds the static agentd first (cargo makes that a no-op when it is fresh). A base image is built
-# only when missing (--force-base rebuilds it). An agentd image is skipped when it exists and carries
+# only when missing (the Debian one also when its recipe changed; --force-base rebuilds it). An agentd image is skipped when it exists and carries
 # the current binary's sha256 and base image id in its labels, unless --force. Works from any cwd.
 set -euo pipefail
 

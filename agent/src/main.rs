@@ -150,9 +150,14 @@ fn main() -> ExitCode {
     let _ = nix::sys::prctl::set_dumpable(false);
 
     let cli = Cli::parse();
+    // The one-shot commands log nothing unless asked: a provider's exec channel merges stderr into
+    // stdout, and a log line before the result would make the result unreadable (it carries what
+    // went wrong itself, as `capture_error` does).
+    let quiet = matches!(cli.command, Command::Fs(_) | Command::Exec(_));
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG")
+                .unwrap_or_else(|_| if quiet { "off" } else { "warn" }.into()),
         )
         .with_writer(std::io::stderr)
         .init();

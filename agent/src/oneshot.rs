@@ -95,7 +95,8 @@ pub struct ExecArgs {
     /// Bytes stored at most; the rest is counted and dropped.
     #[arg(long, default_value_t = DEFAULT_MAX_CAPTURE_BYTES)]
     max_capture_bytes: u64,
-    /// Print `<SENTINEL> <exit> <offloaded> <capped> <omitted>` as the first line.
+    /// Print `<SENTINEL> <exit> <offloaded> <capped> <omitted>` as the first line (`capped` is 1
+    /// also when output was lost because the capture file could not be written).
     #[arg(long)]
     meta: Option<String>,
 }
@@ -159,12 +160,20 @@ pub fn exec(args: ExecArgs) -> ExitCode {
         let meta = MetaLine {
             exit_code: result.exit_code,
             offloaded: result.offloaded,
-            capped: result.offloaded && result.capped,
+            // The field the host reads as `truncated`: set for output lost to a capture file that
+            // could not be written too, where the contract's `capped` would say 0.
+            capped: (result.offloaded && result.capped) || result.capture_note().is_some(),
             omitted: result.omitted_lines,
         };
         let _ = stdout.write_all(meta.render(sentinel).as_bytes());
     }
     let _ = stdout.write_all(&output);
+    if let Some(note) = result.capture_note() {
+        if !output.is_empty() && !output.ends_with(b"\n") {
+            let _ = stdout.write_all(b"\n");
+        }
+        let _ = stdout.write_all(note.as_bytes());
+    }
     let _ = stdout.flush();
     ExitCode::from(u8::try_from(result.exit_code).unwrap_or(1))
 }

@@ -17,6 +17,7 @@ use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadRespons
 use async_trait::async_trait;
 
 use crate::adapters::agentd::AgentdSandbox;
+use crate::adapters::inject::AgentdSource;
 use crate::derived;
 use crate::error::{Result, SandboxError};
 
@@ -52,6 +53,13 @@ pub trait BaseSandbox: Send + Sync {
     /// How the sandbox's shell finds agentd, for the derived path (a name on `$PATH` by default).
     fn agentd_command(&self) -> &str {
         "agentd"
+    }
+
+    /// How agentd got into a sandbox a provider made or attached to: baked into its image or
+    /// injected. `None` (the default): not a provider's sandbox (a link, the local agentd), or one
+    /// without agentd (only `execute` works, through the provider's exec).
+    fn agentd_source(&self) -> Option<AgentdSource> {
+        None
     }
 
     /// Runs `command` keeping output above `inline_budget` bytes in the file at `capture_path` and

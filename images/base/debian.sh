@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Builds agentd-base-debian:latest (Debian minbase + python3) with debootstrap and docker import.
+# Builds agentd-base-debian:latest (Debian minbase + python3, `python` naming it) with debootstrap and
+# docker import.
 #
 #   images/base/debian.sh [--force] [--print-source]
 #
 # No registry is needed: the Debian mirror and suite are read at run time from this machine's apt
 # sources (/etc/apt/sources.list, /etc/apt/sources.list.d/*.list and *.sources). The variables
-# AGENTD_DEBIAN_MIRROR and AGENTD_DEBIAN_SUITE override them. Skips the build when the image already
-# exists, unless --force. Takes a minute or so. --print-source prints the mirror and suite it would
+# AGENTD_DEBIAN_MIRROR and AGENTD_DEBIAN_SUITE override them. Skips the build when the image exists
+# and was made by this very script (its sha256 in the label dev.agentd.recipe-sha256), unless --force. Takes a minute or so. --print-source prints the mirror and suite it would
 # use, and exits.
 set -euo pipefail
 
@@ -124,8 +125,11 @@ if [ "$PRINT_SOURCE" = 1 ]; then
     exit 0
 fi
 
-if [ "$FORCE" = 0 ] && docker image inspect "$IMAGE" >/dev/null 2>&1; then
-    say "$IMAGE exists, skipping (--force to rebuild)"
+# A changed recipe (a package added, say) rebuilds an existing image.
+RECIPE=$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)
+if [ "$FORCE" = 0 ] &&
+    [ "$(docker image inspect -f '{{index .Config.Labels "dev.agentd.recipe-sha256"}}' "$IMAGE" 2>/dev/null)" = "$RECIPE" ]; then
+    say "$IMAGE exists and was made by this recipe, skipping (--force to rebuild)"
     exit 0
 fi
 
@@ -164,9 +168,11 @@ trap cleanup EXIT
 KEYRING=()
 [ -f /usr/share/keyrings/debian-archive-keyring.gpg ] && KEYRING=(--keyring=/usr/share/keyrings/debian-archive-keyring.gpg)
 
-say "debootstrap --variant=minbase --include=python3 $SUITE (log: $WORK/debootstrap.log while it runs)"
+# python-is-python3: `python` runs python3, as scripts and test suites expect.
+PACKAGES=python3,python-is-python3
+say "debootstrap --variant=minbase --include=$PACKAGES $SUITE (log: $WORK/debootstrap.log while it runs)"
 start=$(date +%s)
-if ! debootstrap --variant=minbase --include=python3 "${KEYRING[@]}" "$SUITE" "$ROOT" "$MIRROR" \
+if ! debootstrap --variant=minbase --include=$PACKAGES "${KEYRING[@]}" "$SUITE" "$ROOT" "$MIRROR" \
     >"$WORK/debootstrap.log" 2>&1; then
     tail -n 40 "$WORK/debootstrap.log" >&2
     [ -f "$ROOT/debootstrap/debootstrap.log" ] && tail -n 40 "$ROOT/debootstrap/debootstrap.log" >&2
@@ -209,9 +215,10 @@ tar -C "$ROOT" --numeric-owner -c . | docker import \
     --change 'WORKDIR /workspace' \
     --change 'CMD ["/bin/bash"]' \
     --change 'LABEL org.opencontainers.image.title="agentd-base-debian"' \
-    --change "LABEL org.opencontainers.image.description=\"Debian $SUITE minbase with python3, made by debootstrap\"" \
+    --change "LABEL org.opencontainers.image.description=\"Debian $SUITE minbase with python3 (also as python), made by debootstrap\"" \
     --change 'LABEL dev.agentd.base="debian"' \
     --change "LABEL dev.agentd.debian-suite=\"$SUITE\"" \
+    --change "LABEL dev.agentd.recipe-sha256=\"$RECIPE\"" \
     - "$IMAGE" >/dev/null
 # A rebuilt tag leaves the previous image dangling: drop it (kept while images or containers use it).
 if [ -n "$OLD_ID" ] && [ "$OLD_ID" != "$(docker image inspect -f '{{.Id}}' "$IMAGE")" ]; then

@@ -306,6 +306,11 @@ pub struct ExecResult {
     /// Lines the head/tail preview left out (the number in its marker); 0 without that marker.
     #[serde(default)]
     pub omitted_lines: u64,
+    /// Why storing the output stopped short of the cap: the capture file could not be created or
+    /// written (its path and the system's error). Output written after that was dropped, and
+    /// `truncated` says so whenever any was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capture_error: Option<String>,
     /// What the sandbox profile enforced for this command (absent without a profile).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<Enforcement>,
@@ -320,6 +325,13 @@ pub struct ExecResult {
 }
 
 impl ExecResult {
+    /// The line that ends the contract's view of an output that storing failed to keep whole
+    /// (`capture_error` with `truncated`): a model reading the output learns that it is cut, and why.
+    pub fn capture_note(&self) -> Option<String> {
+        let why = self.capture_error.as_deref().filter(|_| self.truncated)?;
+        Some(format!("[Output incomplete: {why}; the command wrote {} bytes]", self.total_bytes))
+    }
+
     /// The output bytes, whichever field carries them.
     pub fn output_bytes(&self) -> Result<Vec<u8>, DecodeError> {
         use base64::Engine as _;

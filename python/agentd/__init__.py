@@ -149,6 +149,12 @@ class Sandbox(_Base):  # type: ignore[misc,valid-type]
         """A stable identifier, unique per sandbox."""
         return self._native.id
 
+    @property
+    def agentd_source(self) -> str | None:
+        """How agentd got into a sandbox a provider made or attached to: ``"baked"`` (the image had
+        it) or ``"injected"`` (the wheel's agentd was copied in); ``None`` for the other kinds."""
+        return self._native.agentd_source
+
     # -- the four required members --------------------------------------------------------------
 
     def execute(self, command: str, *, timeout: float | None = None) -> ExecuteResponse:
@@ -422,8 +428,9 @@ def _spec(kind: str, source: str | None, sandbox_id: str | None, *, source_requi
 
 
 class DockerSandbox(Sandbox):
-    """A container from ``image`` with agentd injected (removed on :meth:`close`), or an existing
-    container by ``id`` (left running). Talks to the Docker engine ``DOCKER_HOST`` names."""
+    """A container from ``image`` (removed on :meth:`close`), or an existing container by ``id`` (left
+    running). agentd is the image's own when its entrypoint is agentd, else the wheel's, injected
+    (:attr:`agentd_source` says which). Talks to the Docker engine ``DOCKER_HOST`` names."""
 
     def __init__(self, image: str | None = None, *, id: str | None = None) -> None:  # noqa: A002
         super().__init__(_agentd.Sandbox.open(_spec("docker", image, id, source_required=True)))

@@ -85,12 +85,15 @@ pub struct Sandbox {
     id: String,
     /// The local agentd's process id and workspace (embedded default only).
     local: Option<(u32, PathBuf)>,
+    /// How agentd got into a provider's sandbox (`baked`, `injected`).
+    agentd_source: Option<&'static str>,
 }
 
 impl Sandbox {
     fn new(held: Held, local: Option<(u32, PathBuf)>) -> Self {
         let id = held.sandbox().id().to_owned();
-        Self { state: Arc::new(RwLock::new(Some(held))), owner: std::process::id(), id, local }
+        let agentd_source = held.sandbox().agentd_source().map(|source| source.name());
+        Self { state: Arc::new(RwLock::new(Some(held))), owner: std::process::id(), id, local, agentd_source }
     }
 
     /// Whether this is a copy a forked child inherited (see the module's doc).
@@ -210,6 +213,13 @@ impl Sandbox {
     #[getter]
     fn id(&self) -> &str {
         &self.id
+    }
+
+    /// How agentd got into a sandbox a provider made or attached to: `"baked"` (the image had it)
+    /// or `"injected"` (the wheel's agentd was copied in); `None` for other kinds.
+    #[getter]
+    fn agentd_source(&self) -> Option<&'static str> {
+        self.agentd_source
     }
 
     /// Process id of the embedded default's agentd (`None` for other kinds).

@@ -114,6 +114,16 @@ def test_provider_sandbox_works_and_close_removes_it(
         sandbox.execute("true")
 
 
+def test_docker_image_without_agentd_gets_the_packaged_agentd_injected(docker: None) -> None:
+    with agentd.DockerSandbox(IMAGE) as sandbox:
+        assert sandbox.agentd_source == "injected"
+        assert sandbox.execute("echo ok").output == "ok\n"
+        assert its_containers("docker", sandbox.id), "no container behind the sandbox"
+    assert its_containers("docker", sandbox.id) == [], "close() left the container behind"
+    with agentd.DockerSandbox(BAKED) as sandbox:
+        assert sandbox.agentd_source == "baked"
+
+
 def test_docker_attach_injects_the_packaged_agentd(docker: None) -> None:
     container = subprocess.run(
         ["docker", "run", "-d", "--rm", "--label", "dev.agentd.python-test", IMAGE, "sleep", "infinity"],
@@ -121,6 +131,7 @@ def test_docker_attach_injects_the_packaged_agentd(docker: None) -> None:
     ).stdout.strip()
     try:
         with agentd.DockerSandbox(id=container) as sandbox:
+            assert sandbox.agentd_source == "injected"
             assert sandbox.execute("echo $((6 * 7))").output == "42\n"
             assert sandbox.write("/tmp/w.txt", "w").error is None
             assert sandbox.ls("/tmp").entries is not None

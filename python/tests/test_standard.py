@@ -1,4 +1,5 @@
-"""langchain-tests' standard sandbox suite through the embedded default, with the native verbs.
+"""langchain-tests' standard sandbox suite through the embedded default, with the native verbs, and
+in a Docker container (agentd injected).
 
 A few tests of the suite are older than the contract (``backend-contract.md``, deepagents 0.7.32)
 and contradict it; exactly those are expected to fail, each with the contract's rule as the reason.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -61,6 +63,29 @@ class TestLocalSandboxStandard(SandboxIntegrationTests):
             shutil.rmtree(bin_dir, ignore_errors=True)
 
 
+class TestDockerSandboxStandard(SandboxIntegrationTests):
+    """The same suite in a container from the bare Debian base, agentd injected: the same score as
+    the local run (its `python` is the image's, `python-is-python3`). Skips without Docker or the
+    image, unless ``AGENTD_REQUIRE_DOCKER`` is set."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def sandbox(cls) -> Iterator[agentd.DockerSandbox]:
+        image = "agentd-base-debian:latest"
+        have = shutil.which("docker") is not None and subprocess.run(
+            ["docker", "image", "inspect", image], capture_output=True, check=False
+        ).returncode == 0
+        if not have:
+            if os.environ.get("AGENTD_REQUIRE_DOCKER"):
+                pytest.fail(f"no Docker engine or no {image} (AGENTD_REQUIRE_DOCKER is set)")
+            pytest.skip(f"no Docker engine or no {image} (images/build.sh)")
+        backend = agentd.DockerSandbox(image)
+        try:
+            yield backend
+        finally:
+            backend.close()
+
+
 def _expected_failure(name: str, reason: str) -> Callable[..., Any]:
     inherited = getattr(SandboxIntegrationTests, name)
 
@@ -73,3 +98,4 @@ def _expected_failure(name: str, reason: str) -> Callable[..., Any]:
 
 for _name, _reason in CONTRADICT_THE_CONTRACT.items():
     setattr(TestLocalSandboxStandard, _name, _expected_failure(_name, _reason))
+    setattr(TestDockerSandboxStandard, _name, _expected_failure(_name, _reason))

@@ -158,6 +158,27 @@ fn inspect_state(container: &str) -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
+/// `status` of a container says how agentd got in: the image's own, or injected into an image
+/// without it.
+#[tokio::test]
+async fn status_says_whether_agentd_was_baked_or_injected() {
+    if !agentd_tests::docker_available("agentd-debian:latest").await
+        || !agentd_tests::docker_available("agentd-base-debian:latest").await
+    {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let session = state.path().join("s.json");
+    for (image, source) in [("agentd-debian:latest", "baked"), ("agentd-base-debian:latest", "injected")] {
+        let out = succeed(agentctl(&session).args(["--sandbox", &format!("docker:{image}"), "status"]));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            said.starts_with("container: ") && said.trim_end().ends_with(&format!(", {source})")),
+            "{said}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn sandbox_docker_exec_then_ls_and_rm_across_kinds() {
     const DEBIAN: &str = "agentd-debian:latest";

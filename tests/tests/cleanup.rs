@@ -100,7 +100,8 @@ impl Tag {
     }
 
     /// `image` with agentd replaced by a process that never answers and ignores SIGTERM (`sleep`
-    /// as PID 1): its published port accepts connections and then drops them.
+    /// as PID 1): its published port accepts connections and then drops them. The entrypoint is
+    /// still a program named agentd, so the adapter takes it for baked and injects nothing.
     fn mute(image: &str) -> Self {
         let tag = Self(format!("agentd-test-cleanup-mute-{}:latest", agentd_tests::random_hex(6)));
         let mut build = Command::new("docker")
@@ -110,7 +111,8 @@ impl Tag {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let dockerfile = format!("FROM {image}\nENTRYPOINT [\"/bin/sleep\"]\nCMD [\"300\"]\n");
+        let dockerfile =
+            format!("FROM {image}\nRUN printf '#!/bin/sh\\nexec /bin/sleep 300\\n' >/usr/local/bin/agentd\n");
         std::io::Write::write_all(&mut build.stdin.take().unwrap(), dockerfile.as_bytes()).unwrap();
         let out = build.wait_with_output().unwrap();
         assert!(out.status.success(), "docker build: {}", String::from_utf8_lossy(&out.stderr));

@@ -10,7 +10,10 @@
 
 use std::time::{Duration, Instant};
 
-use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
+use agentd_host::adapters::daytona::{
+    Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaProvider, DaytonaSandbox,
+};
+use agentd_host::provider::Provider as _;
 use agentd_host::{BaseSandbox, SandboxError};
 use agentd_tests::fake_daytona::{FakeDaytona, IMAGE_BUILD_FAILED};
 
@@ -96,6 +99,12 @@ async fn build_failed_carries_the_error_reason() {
     // The errorReason is the provider's: the fake's record says what it was.
     let id = fake.sandbox_ids().pop();
     assert!(text.len() > "build_failed".len() + 40, "no reason in: {text} ({id:?})");
+    // The failed sandbox is deleted before the error comes back: listed at most on its way out.
+    let id = id.unwrap();
+    assert!(fake.requests().contains(&format!("DELETE /api/sandbox/{id}")), "{:?}", fake.requests());
+    let provider = DaytonaProvider::new(config(&fake), DaytonaOptions::default());
+    let listed = provider.list().await.unwrap();
+    assert!(listed.iter().all(|s| s.state == "destroying"), "left by the failed build: {listed:?}");
 }
 
 #[tokio::test]

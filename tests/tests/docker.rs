@@ -12,7 +12,8 @@
 use std::time::{Duration, Instant};
 
 use agentd_host::BaseSandbox;
-use agentd_host::adapters::docker::{self, DockerSandbox};
+use agentd_host::adapters::docker::{self, AgentdSource, DockerSandbox};
+use agentd_host::provider::{self, SandboxSpec};
 use agentd_protocol::ExecRequest;
 use sha2::{Digest as _, Sha256};
 
@@ -137,12 +138,41 @@ async fn debian_baked_and_injected() {
     }
     let sb = DockerSandbox::create(DEBIAN).await.unwrap();
     let _remove = agentd_tests::RemoveOnDrop(sb.container().to_owned());
-    let r = sb.execute("python3 -c 'print(6*7)'", None).await.unwrap();
-    assert_eq!(r.output, "42\n");
+    assert_eq!(sb.agentd_source(), AgentdSource::Baked);
+    // `python` too: test suites and scripts call it by that name.
+    let r = sb.execute("python3 -c 'print(6*7)'; python -c 'print(1)'", None).await.unwrap();
+    assert_eq!((r.output.as_str(), r.exit_code), ("42\n1\n", Some(0)));
     sb.close().await.unwrap();
     let container = agentd_tests::plain_container(DEBIAN_BASE, &[]);
     let _remove = agentd_tests::RemoveOnDrop(container.clone());
     let sb = DockerSandbox::attach(&container, &agentd_tests::static_agentd()).await.unwrap();
-    let r = sb.execute("python3 -c 'print(6*7)'; exit 5", None).await.unwrap();
-    assert_eq!((r.output.as_str(), r.exit_code), ("42\n", Some(5)));
+    assert_eq!(sb.agentd_source(), AgentdSource::Injected);
+    let r = sb.execute("python3 -c 'print(6*7)'; python -c 'print(1)'; exit 5", None).await.unwrap();
+    assert_eq!((r.output.as_str(), r.exit_code), ("42\n1\n", Some(5)));
+}
+
+/// `docker:IMAGE` of an image without agentd (its entrypoint is not agentd): the static agentd is
+/// copied in before start and runs as PID 1, and the sandbox says it was injected.
+#[tokio::test]
+async fn created_from_an_image_without_agentd_gets_it_injected() {
+    if !agentd_tests::docker_available(DEBIAN_BASE).await {
+        return;
+    }
+    let spec: SandboxSpec = format!("docker:{DEBIAN_BASE}").parse().unwrap();
+    let opened = provider::open(&spec).await.unwrap();
+    let _remove = agentd_tests::RemoveOnDrop(opened.sandbox.id().to_owned());
+    assert_eq!(opened.sandbox.agentd_source(), Some(AgentdSource::Injected));
+    let r =
+        opened.sandbox.execute("echo ok; cat /proc/1/cmdline | tr '\\0' ' '; exit 3", None).await.unwrap();
+    assert_eq!(
+        (r.output.as_str(), r.exit_code),
+        ("ok\n/tmp/.agentd/agentd serve --listen 0.0.0.0:7700 --token-file /run/agentd/token ", Some(3))
+    );
+    agentd_tests::check_commands_and_verbs(opened.sandbox.as_ref()).await;
+    let id = opened.sandbox.id().to_owned();
+    opened.close().await.unwrap();
+    let engine = docker::engine().await.unwrap();
+    let gone =
+        engine.inspect_container(&id, None::<bollard::query_parameters::InspectContainerOptions>).await;
+    assert!(gone.is_err(), "the container is removed on close");
 }

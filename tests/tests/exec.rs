@@ -611,3 +611,78 @@ async fn concurrent_children_each_exec_their_own_command_and_environment() {
     });
     futures_util::future::join_all(workers).await;
 }
+
+/// agentd run by a normal user (`nobody`) with a capture path it cannot write, as a deep agent's
+/// `/large_tool_results/…` in a directory root made: output above what agentd keeps in memory
+/// (64 KiB) is never returned as complete, natively or through `agentd exec` (the derived path).
+#[tokio::test]
+async fn output_lost_to_an_unwritable_capture_file_is_never_reported_complete() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !nix::unistd::geteuid().is_root() {
+        agentd_tests::skip(agentd_tests::Need::Root, "dropping to `nobody` needs root");
+        return;
+    }
+    let nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"];
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(workspace.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Root's directory, as `/large_tool_results` is when the image or an admin made it.
+    let results = workspace.path().join("large_tool_results");
+    std::fs::create_dir(&results).unwrap();
+    std::fs::set_permissions(&results, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let capture = results.join("call_1").to_string_lossy().into_owned();
+    let daemon = agentd_tests::Daemon::launch(&nobody, workspace, &[], None);
+    let sb = agentd_host::AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    assert_eq!(sb.execute("id -u", None).await.unwrap().output, "65534\n");
+
+    // 70000 bytes: under the contract's inline budget (80000), over what stays in memory.
+    for (bytes, budget) in [(70_000, 80_000), (200_000, 80_000), (70_000, 1_000)] {
+        let command = format!("head -c {bytes} /dev/zero | tr '\\0' x");
+        let request = ExecRequest {
+            offload: Some(Offload { capture_path: capture.clone(), inline_budget: budget }),
+            ..exec(&command)
+        };
+        let r = sb.exec(request, None).await.unwrap();
+        let why = r.capture_error.clone().unwrap_or_default();
+        assert!(why.starts_with(&format!("the capture file {capture} cannot be created: ")), "{r:?}");
+        assert!(why.contains("Permission denied"), "{why}");
+        assert_eq!((r.truncated, r.offloaded, r.total_bytes), (true, false, bytes), "{bytes}/{budget}");
+        assert_eq!(r.output.as_deref().map(str::len), Some(64 << 10));
+
+        // The contract's view: truncated, and the output ends by saying why.
+        let off = sb.execute_with_offload(&command, &capture, budget, None, None).await.unwrap();
+        assert!(off.response.truncated && !off.offloaded, "{bytes}/{budget}");
+        let note = format!("[Output incomplete: {why}; the command wrote {bytes} bytes]");
+        assert!(off.response.output.ends_with(&format!("\n{note}")), "{bytes}/{budget}");
+
+        // The derived path: `agentd exec` run by `nobody`, its meta line parsed by the host's rules.
+        let script = agentd_host::derived::OffloadScript::new(
+            agentd_tests::binary("agentd").to_str().unwrap(),
+            &command,
+            &capture,
+            budget,
+            None,
+            None,
+            &mut rand::rng(),
+        );
+        // stderr merged into stdout, as a provider's exec channel gives them.
+        let out = std::process::Command::new(nobody[0])
+            .args(&nobody[1..])
+            .args(["/bin/sh", "-c", &format!("exec 2>&1\n{}", script.script)])
+            .current_dir(daemon.workspace.path())
+            .output()
+            .unwrap();
+        let response = agentd_protocol::ExecuteResponse {
+            output: String::from_utf8_lossy(&out.stdout).into_owned(),
+            exit_code: out.status.code(),
+            truncated: false,
+        };
+        let derived = meta::parse(response, &script.sentinel);
+        assert!(derived.response.truncated && !derived.offloaded, "{bytes}/{budget}: {derived:?}");
+        assert!(derived.response.output.ends_with(&format!("\n{note}")), "{bytes}/{budget}");
+        assert_eq!(derived.response.exit_code, Some(0));
+    }
+    // Output that fits in memory comes back whole and is not reported as cut.
+    let small = sb.execute_with_offload("seq 1 3", &capture, 80_000, None, None).await.unwrap();
+    assert_eq!((small.response.output.as_str(), small.response.truncated), ("1\n2\n3\n", false));
+    assert!(!std::path::Path::new(&capture).exists());
+}

@@ -117,12 +117,29 @@ pub struct CaptureFile {
     captured: u64,
     newlines: u64,
     total: u64,
+    /// Why storing stopped before the cap, if it did: the file could not be made or written.
+    failure: Option<String>,
 }
 
 impl CaptureFile {
     /// A capture that will use `target` once it spills, storing at most `cap` bytes.
     pub fn new(target: CaptureTarget, cap: u64) -> Self {
-        Self { target, cap, memory: Vec::new(), file: None, captured: 0, newlines: 0, total: 0 }
+        Self {
+            target,
+            cap,
+            memory: Vec::new(),
+            file: None,
+            captured: 0,
+            newlines: 0,
+            total: 0,
+            failure: None,
+        }
+    }
+
+    /// Why storing stopped short of the cap (the capture file could not be created or written),
+    /// naming the file: every byte written after it was dropped.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
     }
 
     /// Bytes stored.
@@ -165,9 +182,10 @@ impl CaptureFile {
         &self.target.shown
     }
 
-    /// Stores what fits under the cap and counts all of `data`. A failing disk ends the storing,
-    /// not the exec: the capture counts as full from then on, so the pipe keeps being drained and the
-    /// command never sees a closed pipe.
+    /// Stores what fits under the cap and counts all of `data`. A file that cannot be made or
+    /// written ends the storing, not the exec: the capture counts as full from then on, so the pipe
+    /// keeps being drained and the command never sees a closed pipe, and [`Self::failure`] says why
+    /// (the result must not pass for complete).
     pub fn accept(&mut self, data: &[u8]) {
         self.total += data.len() as u64;
         let room = usize::try_from(self.cap - self.captured.min(self.cap)).unwrap_or(usize::MAX);
@@ -176,7 +194,9 @@ impl CaptureFile {
             return;
         }
         if let Err(err) = self.store(kept) {
-            tracing::warn!(path = %self.target.shown.display(), "capture stopped at {} bytes: {err}", self.captured);
+            let failure = self.failed(&err);
+            tracing::warn!("{failure}");
+            self.failure = Some(failure);
             self.cap = self.captured;
             return;
         }
@@ -197,6 +217,15 @@ impl CaptureFile {
             }
         }
         Ok(())
+    }
+
+    /// The reason told for `err`, which stopped the storing.
+    fn failed(&self, err: &io::Error) -> String {
+        let (verb, at) = match self.file {
+            None => ("created", String::new()),
+            Some(_) => ("written", format!(" past {} bytes", self.captured)),
+        };
+        format!("the capture file {} cannot be {verb}{at}: {err}", self.target.shown.display())
     }
 
     /// Counts bytes that were dropped without being read.
@@ -240,13 +269,24 @@ impl CaptureFile {
         Ok(bytes)
     }
 
-    /// Makes sure the stored bytes are in the file at [`Self::path`], which is kept.
+    /// Makes sure the stored bytes are in the file at [`Self::path`], which is kept. When the file
+    /// cannot be made, the bytes stay in memory and [`Self::failure`] says why.
     pub fn persist(&mut self) -> io::Result<()> {
         if self.file.is_none() {
-            let mut file = self.target.create()?;
-            file.write_all(&self.memory)?;
-            self.memory = Vec::new();
-            self.file = Some(file);
+            let made = self.target.create().and_then(|mut file| {
+                file.write_all(&self.memory)?;
+                Ok(file)
+            });
+            match made {
+                Ok(file) => {
+                    self.memory = Vec::new();
+                    self.file = Some(file);
+                }
+                Err(err) => {
+                    self.failure = Some(self.failed(&err));
+                    return Err(err);
+                }
+            }
         }
         Ok(())
     }
@@ -704,6 +744,12 @@ mod tests {
         capture.accept(b"and more");
         assert!(capture.is_full(), "the pipe must go on being drained");
         assert_eq!((capture.captured(), capture.total()), (SPILL_BYTES as u64, SPILL_BYTES as u64 + 12));
+        let why = format!("the capture file {} cannot be created: ", gone.join("c").display());
+        assert!(
+            capture.failure().is_some_and(|failure| failure.starts_with(&why)),
+            "{:?}",
+            capture.failure()
+        );
         assert_eq!(capture.into_bytes().unwrap().len(), SPILL_BYTES);
     }
 

@@ -572,25 +572,36 @@ fn reply_size(capture: &CaptureFile, mode: &CaptureMode) -> usize {
     captured.saturating_mul(6).min(OUTPUT_BUDGET) + FIELDS
 }
 
-/// Fills the output fields of `result` from the finished capture.
+/// Fills the output fields of `result` from the finished capture. Output lost because the capture
+/// file could not be made or written is never reported as complete: `truncated`, with the reason
+/// in `capture_error`.
 fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut ExecResult) -> io::Result<()> {
+    let offloadable = match mode {
+        CaptureMode::Inline => false,
+        CaptureMode::Offload { inline_budget, .. } => {
+            // A file that cannot be made leaves the stored bytes in memory: they come back inline.
+            capture.captured() > *inline_budget && capture.persist().is_ok()
+        }
+    };
+    // Bytes dropped because storing failed (the cap's own drops follow the rules below).
+    let lost = capture.failure().is_some() && capture.total() > capture.captured();
+    result.capture_error = capture.failure().map(str::to_owned);
     match mode {
         CaptureMode::Inline => {
             let dropped = capture.total() > capture.captured();
             let cut = result.set_output_within(capture.into_bytes()?, OUTPUT_BUDGET);
             result.truncated = dropped || cut;
         }
-        CaptureMode::Offload { inline_budget, .. } if capture.captured() <= *inline_budget => {
+        CaptureMode::Offload { .. } if !offloadable => {
             // The contract's quirk: inline output cut at the cap is not reported as truncated.
             result.capped = false;
             let bytes = capture.bytes()?;
             // The contract removes the capture file of inline output, also one left there before.
             capture.discard();
             // Output that escaping makes too large for one reply is agentd's own loss: reported.
-            result.truncated = result.set_output_within(bytes, OUTPUT_BUDGET);
+            result.truncated = result.set_output_within(bytes, OUTPUT_BUDGET) || lost;
         }
         CaptureMode::Offload { .. } => {
-            capture.persist()?;
             let len = capture.captured();
             let head = capture.read_at(0, preview::BYTE_EXCERPT)?;
             let tail_len = preview::EXCERPT_BYTES + 1;
@@ -604,7 +615,7 @@ fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut Exe
             };
             let (text, omitted) = preview::render(&stored);
             result.offloaded = true;
-            result.truncated = result.capped;
+            result.truncated = result.capped || lost;
             result.omitted_lines = omitted;
             result.capture_path = Some(capture.path().to_string_lossy().into_owned());
             result.set_output(text);

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
+use crate::adapters::inject::AgentdSource;
 use crate::deadlines::Deadlines;
 use crate::error::{Result, SandboxError};
 use crate::link::{Link, OutputSink};
@@ -119,16 +120,23 @@ pub fn timeout_note(secs: f64) -> String {
 }
 
 /// The contract's view of a native result. A timeout reads as exit code 124 with a note, the
-/// convention of `timeout(1)` that models and harnesses already know.
+/// convention of `timeout(1)` that models and harnesses already know; output that agentd could not
+/// store whole ends with [`ExecResult::capture_note`] (and `truncated` is set).
 pub fn execute_response(result: &ExecResult) -> Result<ExecuteResponse> {
     let bytes = result.output_bytes().map_err(|e| SandboxError::Protocol(e.to_string()))?;
     let mut output = String::from_utf8_lossy(&bytes).into_owned();
     let mut exit_code = result.exit_code;
-    if result.timed_out {
+    let mut note = |text: &str| {
         if !output.is_empty() && !output.ends_with('\n') {
             output.push('\n');
         }
-        output.push_str(&timeout_note(result.duration));
+        output.push_str(text);
+    };
+    if let Some(lost) = result.capture_note() {
+        note(&lost);
+    }
+    if result.timed_out {
+        note(&timeout_note(result.duration));
         exit_code = 124;
     }
     Ok(ExecuteResponse { output, exit_code: Some(exit_code), truncated: result.truncated })
@@ -231,6 +239,11 @@ pub trait OverAgentd: Send + Sync {
         self.linked().agentd_command()
     }
 
+    /// [`BaseSandbox::agentd_source`]; default: none (the link is all there is).
+    fn source(&self) -> Option<AgentdSource> {
+        None
+    }
+
     /// [`BaseSandbox::upload_files`]; default: streamed over the link.
     async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
         self.linked().upload_files(files).await
@@ -250,6 +263,10 @@ impl<T: OverAgentd> BaseSandbox for T {
 
     fn agentd_command(&self) -> &str {
         self.agentd_path()
+    }
+
+    fn agentd_source(&self) -> Option<AgentdSource> {
+        self.source()
     }
 
     fn agentd(&self) -> Option<&AgentdSandbox> {
@@ -332,6 +349,9 @@ pub trait LinkOrExec: Send + Sync {
     /// [`BaseSandbox::agentd_command`].
     fn agentd_path(&self) -> &str;
 
+    /// [`BaseSandbox::agentd_source`].
+    fn agentd_source(&self) -> Option<AgentdSource>;
+
     /// The link, if one was made.
     fn link(&self) -> Option<&AgentdSandbox>;
 
@@ -358,6 +378,10 @@ macro_rules! link_or_exec_sandbox {
 
             fn agentd_command(&self) -> &str {
                 $crate::adapters::agentd::LinkOrExec::agentd_path(self)
+            }
+
+            fn agentd_source(&self) -> Option<$crate::adapters::inject::AgentdSource> {
+                $crate::adapters::agentd::LinkOrExec::agentd_source(self)
             }
 
             fn agentd(&self) -> Option<&$crate::adapters::agentd::AgentdSandbox> {

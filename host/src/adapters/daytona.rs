@@ -35,7 +35,7 @@ pub use self::api::{
 };
 pub use self::toolbox::Toolbox;
 use crate::adapters::agentd::{AgentdSandbox, Connector, LinkOrExec, link_or_exec_sandbox, link_or_fallback};
-use crate::adapters::inject::{random_hex, static_agentd};
+use crate::adapters::inject::{AgentdSource, random_hex, static_agentd};
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
 use crate::provider::{Kind, Provider, SandboxInfo};
@@ -100,6 +100,8 @@ pub struct DaytonaSandbox {
     id: String,
     toolbox: Toolbox,
     agentd_path: String,
+    /// How agentd got in; `None` until it has (or when it could not).
+    agentd_source: Option<AgentdSource>,
     /// Where this adapter keeps its agentd's token, pid and log inside the sandbox.
     run_dir: String,
     link: Option<AgentdSandbox>,
@@ -154,12 +156,22 @@ impl DaytonaSandbox {
         let api = Api::new(config)?;
         let body = create_body(source, api.config().target.as_deref());
         let created = api.create(&body).await?;
+        // Removes it if this future is dropped halfway; a failure is removed below, awaited.
         let mut guard = DeleteOnDrop { api: api.clone(), id: created.id.clone(), armed: true };
         tracing::info!(sandbox = %created.id, state = created.state(), "created Daytona sandbox from `{source}`");
-        let record = api.wait_started(&created.id, options.start_timeout).await?;
-        let sandbox = Self::setup(api, record, options, true).await?;
+        let made = async {
+            let record = api.wait_started(&created.id, options.start_timeout).await?;
+            Self::setup(api.clone(), record, options, true).await
+        };
+        let made = made.await;
         guard.armed = false;
-        Ok(sandbox)
+        if made.is_err() {
+            // A failed build or start included: nothing of it is left listed.
+            if let Err(err) = api.delete(&created.id).await {
+                tracing::warn!(sandbox = %created.id, "the sandbox that failed to start was not removed: {err}");
+            }
+        }
+        made
     }
 
     /// Attaches to the sandbox `id`, starting it first if it is stopped.
@@ -182,6 +194,7 @@ impl DaytonaSandbox {
             id: record.id,
             toolbox,
             agentd_path: "agentd".to_owned(),
+            agentd_source: None,
             run_dir,
             link: None,
             owned,
@@ -222,6 +235,7 @@ impl DaytonaSandbox {
             && let Some(path) = found.output.lines().map(str::trim).find(|l| l.starts_with('/'))
         {
             self.agentd_path = path.to_owned();
+            self.agentd_source = Some(AgentdSource::Baked);
             return Ok(());
         }
         let binary = match &options.agentd_binary {
@@ -244,6 +258,7 @@ impl DaytonaSandbox {
             )));
         }
         self.agentd_path = path;
+        self.agentd_source = Some(AgentdSource::Injected);
         Ok(())
     }
 
@@ -458,6 +473,10 @@ impl LinkOrExec for DaytonaSandbox {
 
     fn agentd_path(&self) -> &str {
         &self.agentd_path
+    }
+
+    fn agentd_source(&self) -> Option<AgentdSource> {
+        self.agentd_source
     }
 
     fn link(&self) -> Option<&AgentdSandbox> {

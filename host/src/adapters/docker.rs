@@ -1,15 +1,18 @@
 //! [`DockerSandbox`]: a container driven through the Docker Engine API (`bollard`).
 //!
-//! Two modes:
-//! - **baked** ([`DockerSandbox::create`]): a container from an image with agentd as its entrypoint
-//!   (see `images/`). The token goes in through the archive API before start, the port is published
-//!   on 127.0.0.1 only, and the link is a websocket to it.
-//! - **injected** ([`DockerSandbox::attach`]): an already running container without agentd. The
-//!   static binary is copied in through the archive API and started with `agentd serve --stdio` under
-//!   `docker exec -i`; the link runs over that attach stream, so no port is published and no token is
-//!   needed (the Docker API is the authentication).
+//! Two ways in:
+//! - **created** ([`DockerSandbox::create`]): a container from an image, agentd its PID 1: the
+//!   image's own when its entrypoint is agentd (**baked**, see `images/`), else the static binary
+//!   copied in through the archive API before start (**injected**, the image's entrypoint replaced).
+//!   The token goes in the same way, the port is published on 127.0.0.1 only, and the link is a
+//!   websocket to it.
+//! - **attached** ([`DockerSandbox::attach`]): an already running container. The static binary is
+//!   copied in (injected) and started with `agentd serve --stdio` under `docker exec -i`; the link
+//!   runs over that attach stream, so no port is published and no token is needed (the Docker API is
+//!   the authentication).
 //!
-//! Either way `id` is the container id, `execute`, the verbs and the offload go over the link, and
+//! [`DockerSandbox::agentd_source`] says which way agentd got in. Either way `id` is the container
+//! id, `execute`, the verbs and the offload go over the link, and
 //! `upload_files` / `download_files` use the archive API (tar), the adapter's own channel, with the
 //! contract's per-file codes. Containers this adapter creates carry the label [`LABEL`], so
 //! [`DockerProvider::list`] (`agentctl sandbox ls`, `agentctl sandbox gc`) can find leftovers.
@@ -49,7 +52,7 @@ pub const PORT: u16 = 7700;
 pub const BAKED_AGENTD: &str = "/usr/local/bin/agentd";
 /// Where an injected agentd is copied.
 pub const INJECTED_AGENTD: &str = "/tmp/.agentd/agentd";
-/// Where a baked container's entrypoint reads its token.
+/// Where a created container's agentd reads its token (relative: a path in the archive).
 const TOKEN_FILE: &str = "run/agentd/token";
 /// How long a new container may take until agentd answers.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -59,6 +62,8 @@ pub struct DockerSandbox {
     docker: Docker,
     container: String,
     agentd: AgentdSandbox,
+    source: AgentdSource,
+    /// agentd inside: the image's entrypoint, or [`INJECTED_AGENTD`].
     agentd_path: String,
     /// Created by this adapter: stopped and removed by [`DockerSandbox::close`].
     owned: bool,
@@ -98,7 +103,8 @@ pub struct DockerOptions {
 }
 
 impl DockerSandbox {
-    /// Creates and starts a container from `image` (agentd baked in), waits until agentd answers.
+    /// Creates and starts a container from `image`, waits until agentd answers. agentd is the
+    /// image's when its entrypoint is agentd, else the static one ([`static_agentd`]) is injected.
     pub async fn create(image: &str) -> Result<Self> {
         Self::create_with(image, &DockerOptions::default()).await
     }
@@ -106,10 +112,29 @@ impl DockerSandbox {
     /// [`DockerSandbox::create`] with bind mounts and a working directory.
     pub async fn create_with(image: &str, options: &DockerOptions) -> Result<Self> {
         let docker = engine().await?;
+        let (source, agentd_path) = agentd_in(&docker, image).await?;
+        // Injected: the binary comes before start and is the entrypoint, with the baked image's
+        // command (`images/Dockerfile`).
+        let (entrypoint, cmd, binary) = match source {
+            AgentdSource::Baked => (None, None, None),
+            AgentdSource::Injected => {
+                let serve = [
+                    "serve",
+                    "--listen",
+                    &format!("0.0.0.0:{PORT}"),
+                    "--token-file",
+                    &format!("/{TOKEN_FILE}"),
+                ]
+                .map(str::to_owned);
+                (Some(vec![INJECTED_AGENTD.to_owned()]), Some(serve.to_vec()), Some(static_agentd()?))
+            }
+        };
         let token = random_hex();
         let port_key = format!("{PORT}/tcp");
         let body = ContainerCreateBody {
             image: Some(image.to_owned()),
+            entrypoint,
+            cmd,
             working_dir: options.workdir.clone(),
             labels: Some(HashMap::from([(LABEL.to_owned(), "1".to_owned())])),
             exposed_ports: Some(HashMap::from([(port_key.clone(), HashMap::new())])),
@@ -136,6 +161,9 @@ impl DockerSandbox {
         // The token arrives as a file before start: never in the image, the command line or the env.
         let tar = tar_one(TOKEN_FILE, token.as_bytes(), 0o600)?;
         upload_tar(&docker, &container, "/", tar).await.map_err(SandboxError::Docker)?;
+        if let Some(binary) = &binary {
+            put_agentd(&docker, &container, binary).await?;
+        }
         docker
             .start_container(&container, None::<bollard::query_parameters::StartContainerOptions>)
             .await
@@ -155,7 +183,7 @@ impl DockerSandbox {
         let url = format!("ws://127.0.0.1:{host_port}");
         let agentd = connect_when_ready(&url, &token, &container).await?;
         cleanup.disarm();
-        Ok(Self { docker, container, agentd, agentd_path: BAKED_AGENTD.to_owned(), owned: true })
+        Ok(Self { docker, container, agentd, source, agentd_path, owned: true })
     }
 
     /// Links to a running container that has no agentd: copies the static `agentd_binary` in and
@@ -174,13 +202,16 @@ impl DockerSandbox {
             .map_err(docker_error)?;
         let id = inspect.id.unwrap_or_else(|| container.to_owned());
         check_container(&id)?;
-        let binary = std::fs::read(agentd_binary)
-            .map_err(|e| SandboxError::Start(format!("cannot read {}: {e}", agentd_binary.display())))?;
-        let tar = tar_one(INJECTED_AGENTD.trim_start_matches('/'), &binary, 0o755)?;
-        upload_tar(&docker, &id, "/", tar).await.map_err(SandboxError::Docker)?;
+        put_agentd(&docker, &id, agentd_binary).await?;
         let connector = StdioConnector { docker: docker.clone(), container: id.clone(), workdir };
         let agentd = AgentdSandbox::with_connector(Box::new(connector), format!("docker:{id}")).await?;
-        Ok(Self { docker, container: id, agentd, agentd_path: INJECTED_AGENTD.to_owned(), owned: false })
+        let agentd_path = INJECTED_AGENTD.to_owned();
+        Ok(Self { docker, container: id, agentd, source: AgentdSource::Injected, agentd_path, owned: false })
+    }
+
+    /// How agentd got into this container: the image's own, or injected.
+    pub fn agentd_source(&self) -> AgentdSource {
+        self.source
     }
 
     /// The link-based sandbox inside (all protocol options).
@@ -199,6 +230,29 @@ impl DockerSandbox {
         }
         Ok(())
     }
+}
+
+/// How a container from `image` gets agentd, and where agentd is in it: baked when the image's
+/// entrypoint is a program named `agentd`, else injected.
+async fn agentd_in(docker: &Docker, image: &str) -> Result<(AgentdSource, String)> {
+    let inspect = docker.inspect_image(image).await.map_err(docker_error)?;
+    let entrypoint = inspect.config.and_then(|config| config.entrypoint).unwrap_or_default();
+    Ok(match entrypoint.into_iter().next() {
+        Some(program) if Path::new(&program).file_name() == Some("agentd".as_ref()) => {
+            (AgentdSource::Baked, program)
+        }
+        _ => (AgentdSource::Injected, INJECTED_AGENTD.to_owned()),
+    })
+}
+
+/// Copies the static `binary` to [`INJECTED_AGENTD`] in `container` (running, or created and not
+/// yet started) through the archive API.
+async fn put_agentd(docker: &Docker, container: &str, binary: &Path) -> Result<()> {
+    let bytes = tokio::fs::read(binary)
+        .await
+        .map_err(|e| SandboxError::Start(format!("cannot read {}: {e}", binary.display())))?;
+    let tar = tar_one(INJECTED_AGENTD.trim_start_matches('/'), &bytes, 0o755)?;
+    upload_tar(docker, container, "/", tar).await.map_err(SandboxError::Docker)
 }
 
 /// Stops (agentd ends its commands on SIGTERM) and removes a container.
@@ -477,6 +531,10 @@ impl OverAgentd for DockerSandbox {
         &self.agentd_path
     }
 
+    fn source(&self) -> Option<AgentdSource> {
+        Some(self.source)
+    }
+
     async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
         let mut out = Vec::with_capacity(files.len());
         for (path, bytes) in files {
@@ -499,8 +557,8 @@ impl OverAgentd for DockerSandbox {
     }
 }
 
-/// Docker sandboxes: `create` makes a container from an image with agentd baked in (removed by
-/// `remove`/`close`), `attach` injects the static agentd into a running container, `list` finds
+/// Docker sandboxes: `create` makes a container from an image, agentd baked in or injected (removed
+/// by `remove`/`close`), `attach` injects the static agentd into a running container, `list` finds
 /// the containers carrying [`LABEL`].
 #[derive(Debug, Default, Clone)]
 pub struct DockerProvider {
@@ -540,7 +598,7 @@ impl Provider for DockerProvider {
 }
 
 use crate::adapters::inject::random_hex;
-pub use crate::adapters::inject::static_agentd;
+pub use crate::adapters::inject::{AgentdSource, static_agentd};
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,33 @@
-//! What every adapter that injects agentd into a sandbox needs: the static binary to copy in.
+//! What every adapter that injects agentd into a sandbox needs: the static binary to copy in, and
+//! the word for how agentd got in ([`AgentdSource`]).
 
 use crate::error::{Result, SandboxError};
+
+/// How agentd got into a sandbox a provider made or attached to
+/// ([`BaseSandbox::agentd_source`](crate::BaseSandbox::agentd_source)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentdSource {
+    /// The image had it (Docker: its entrypoint is agentd; Daytona, Modal: `agentd` on `PATH`).
+    Baked,
+    /// The static binary ([`static_agentd`]) was copied in.
+    Injected,
+}
+
+impl AgentdSource {
+    /// `baked` or `injected`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Baked => "baked",
+            Self::Injected => "injected",
+        }
+    }
+}
+
+impl std::fmt::Display for AgentdSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
 
 /// The static agentd to inject: `$AGENTD_STATIC_BIN`, the bundled one
 /// ([`crate::adapters::local::set_bundled_agentd`]), else the static build of this workspace next

@@ -9,7 +9,8 @@
 //!   through a tunnel, or driven through the command router's exec when there is no tunnel.
 //! - [`capped`]: bodies from a provider read with a cap ([`SandboxError::TooLarge`](crate::SandboxError::TooLarge)),
 //!   and the caps.
-//! - [`inject`]: what adapters that inject agentd share (the static binary).
+//! - [`inject`]: what adapters that inject agentd share (the static binary), and [`inject::AgentdSource`]:
+//!   whether agentd was baked into a sandbox's image or injected.
 //! - [`local`]: the embedded default: a private agentd child on loopback with a temporary workspace.
 
 pub mod agentd;

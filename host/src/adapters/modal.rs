@@ -41,7 +41,7 @@ use crate::adapters::agentd::{
     timeout_note,
 };
 use crate::adapters::capped::EXEC_RESULT_MAX;
-use crate::adapters::inject::{random_hex, static_agentd};
+use crate::adapters::inject::{AgentdSource, random_hex, static_agentd};
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
 use crate::provider::{Kind, Provider, SandboxInfo};
@@ -170,6 +170,8 @@ pub struct ModalSandbox {
     id: String,
     router: std::sync::Arc<Router>,
     agentd_path: String,
+    /// How agentd got in; `None` until it has (or when it could not).
+    agentd_source: Option<AgentdSource>,
     link: Option<AgentdSandbox>,
     /// Created by this adapter: terminated by [`ModalSandbox::close`].
     owned: bool,
@@ -203,7 +205,15 @@ impl ModalSandbox {
     async fn setup(control: Control, id: String, options: &ModalOptions, owned: bool) -> Result<Self> {
         let task_id = control.task_id(&id, options.start_timeout).await?;
         let router = std::sync::Arc::new(Router::new(control.clone(), task_id));
-        let mut sandbox = Self { control, id, router, agentd_path: "agentd".to_owned(), link: None, owned };
+        let mut sandbox = Self {
+            control,
+            id,
+            router,
+            agentd_path: "agentd".to_owned(),
+            agentd_source: None,
+            link: None,
+            owned,
+        };
         let injected = sandbox.put_agentd(options).await;
         let (wanted, required) = (options.mode != ModalMode::RouterExec, options.mode == ModalMode::Link);
         let open = sandbox.open_link(options);
@@ -241,6 +251,7 @@ impl ModalSandbox {
             && let Some(path) = field("path=").filter(|p| p.starts_with('/'))
         {
             self.agentd_path = path;
+            self.agentd_source = Some(AgentdSource::Baked);
             return Ok(());
         }
         let binary = match &options.agentd_binary {
@@ -266,6 +277,7 @@ impl ModalSandbox {
             }
         }
         self.agentd_path = target;
+        self.agentd_source = Some(AgentdSource::Injected);
         Ok(())
     }
 
@@ -463,6 +475,10 @@ impl LinkOrExec for ModalSandbox {
 
     fn agentd_path(&self) -> &str {
         &self.agentd_path
+    }
+
+    fn agentd_source(&self) -> Option<AgentdSource> {
+        self.agentd_source
     }
 
     fn link(&self) -> Option<&AgentdSandbox> {

@@ -109,7 +109,8 @@ enum Cmd {
     /// The sandboxes agentd created, across kinds: ls, rm, gc.
     #[command(subcommand)]
     Sandbox(SandboxCmd),
-    /// Remove every sandbox agentd created, across kinds (`agentctl sandbox gc`).
+    /// Remove every sandbox agentd created, across kinds (`agentctl sandbox gc`): every one carrying
+    /// agentd's label, whoever made it (other users' containers on the same Docker engine too).
     Gc,
     #[command(flatten)]
     Fs(FsCommand),
@@ -125,7 +126,9 @@ enum SandboxCmd {
         #[arg(required = true)]
         ids: Vec<String>,
     },
-    /// Remove every sandbox agentd created, across kinds.
+    /// Remove every sandbox agentd created, across kinds: every one carrying agentd's label
+    /// (`dev.agentd.sandbox`), whoever made it: other users' containers on the same Docker engine,
+    /// and every such sandbox of the Daytona organisation or Modal environment, are removed too.
     Gc,
 }
 
@@ -136,8 +139,8 @@ fn sandbox_help() -> String {
 fn sandbox_long_help() -> String {
     format!(
         "Sandbox to use instead of --url or the `up` session, KIND:SPEC, one of: {SPEC_FORMS}.\n\
-         local: a private local agentd for this command. docker:IMAGE: a container from an image with \
-         agentd baked in. daytona:SNAPSHOT_OR_IMAGE: a Daytona sandbox (needs DAYTONA_API_KEY). modal:IMAGE: a Modal \
+         local: a private local agentd for this command. docker:IMAGE: a container from an image, with \
+         its own agentd when its entrypoint is agentd, else the static agentd injected. daytona:SNAPSHOT_OR_IMAGE: a Daytona sandbox (needs DAYTONA_API_KEY). modal:IMAGE: a Modal \
          sandbox (needs MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or ~/.modal.toml). A \
          sandbox created for a command is removed when it ends; KIND-attach:ID uses an existing one \
          and leaves it (docker-attach injects the static agentd)."
@@ -421,11 +424,13 @@ async fn status(target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>>
         Target::Spec(opened) => opened.kind().name(),
     };
     let sandbox = target.sandbox();
+    // How a provider's sandbox got its agentd: `, baked` or `, injected`.
+    let source = sandbox.agentd_source().map(|source| format!(", {source}")).unwrap_or_default();
     match sandbox.agentd() {
         Some(agentd) => {
             let hello = agentd.link().await?.hello().clone();
             println!(
-                "{kind}: {} pid {} workspace {} (agentd {})",
+                "{kind}: {} pid {} workspace {} (agentd {}{source})",
                 shown(sandbox.id()),
                 hello.pid,
                 shown(&hello.workspace),
