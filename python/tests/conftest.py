@@ -1,9 +1,12 @@
-"""Shared fixtures: a served agentd over TCP with a token, and helpers to find leftover processes."""
+"""Shared fixtures: a served agentd over TCP with a token, the workspace's fake providers (built
+here), and helpers to skip for a missing need and to find leftover processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -15,6 +18,43 @@ import agentd
 
 #: The agentd this package runs (the static binary in the wheel).
 AGENTD = Path(agentd.__file__).with_name("bin") / "agentd"
+#: The cargo workspace these tests are part of.
+WORKSPACE = Path(__file__).resolve().parents[2]
+
+
+def need(ready: bool, why: str) -> None:
+    """Skips the test for a need this machine lacks (pytest's ``-rs`` lists why), or fails it when
+    ``AGENTD_REQUIRE_DOCKER`` is set (CI)."""
+    if ready:
+        return
+    if os.environ.get("AGENTD_REQUIRE_DOCKER"):
+        pytest.fail(f"{why} (AGENTD_REQUIRE_DOCKER is set)")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def fakes() -> dict[str, Path]:
+    """``{"daytona": path, "modal": path}``: the workspace's fake providers (package ``agentd-tests``),
+    built once per session. Cargo builds them when missing or stale and does nothing when fresh; a
+    build that fails fails the tests, only a missing cargo or workspace skips them."""
+    cargo = shutil.which("cargo")
+    need(cargo is not None, "no cargo on PATH to build fake-daytona and fake-modal")
+    need((WORKSPACE / "tests" / "Cargo.toml").is_file(), f"no agentd workspace at {WORKSPACE} to build the fakes in")
+    assert cargo is not None
+    names = {"daytona": "fake-daytona", "modal": "fake-modal"}
+    command = [cargo, "build", "-p", "agentd-tests", "--message-format=json-render-diagnostics"]
+    for binary in names.values():
+        command += ["--bin", binary]
+    # Its diagnostics go to stderr (shown with a failure); stdout is one JSON message a line.
+    built = subprocess.run(command, cwd=WORKSPACE, stdout=subprocess.PIPE, text=True, check=False)
+    if built.returncode != 0:
+        pytest.fail(f"{' '.join(command)} failed with status {built.returncode}")
+    executables = {}
+    for line in built.stdout.splitlines():
+        message = json.loads(line)
+        if message.get("reason") == "compiler-artifact" and message.get("executable"):
+            executables[message["target"]["name"]] = Path(message["executable"])
+    return {kind: executables[binary] for kind, binary in names.items()}
 
 
 @pytest.fixture
