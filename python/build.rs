@@ -160,7 +160,8 @@ mod bundle {
             .get_mut("workspace")
             .and_then(toml::Value::as_table_mut)
             .ok_or_else(|| BundleError::NoWorkspace(manifest_path.clone()))?;
-        workspace.insert("members".to_owned(), CRATES.iter().map(|name| toml::Value::from(*name)).collect());
+        let members = CRATES.iter().map(|name| toml::Value::from(*name)).collect();
+        workspace.insert("members".to_owned(), toml::Value::Array(members));
         workspace.remove("default-members");
         write_if_changed(&into.join("Cargo.toml"), manifest.to_string().as_bytes())?;
         let lock = root.join("Cargo.lock");
