@@ -41,10 +41,10 @@ mod bundle {
         #[error("agentd runs on Linux with glibc only; this build targets {0}")]
         Target(String),
         #[error(
-            "no static glibc for the C compiler `{cc}` (`{cc} -print-file-name=libc.a` found none): \
-             install it (Debian and Ubuntu: libc6-dev; Fedora: glibc-static) and build again"
+            "no static glibc (`cc -print-file-name=libc.a` found none): install it (Debian and \
+             Ubuntu: libc6-dev; Fedora: glibc-static) and build again"
         )]
-        NoStaticGlibc { cc: String },
+        NoStaticGlibc,
         #[error("cannot run `{command}`: {source}")]
         Run { command: String, source: io::Error },
         #[error(
@@ -133,18 +133,17 @@ mod bundle {
         Ok(())
     }
 
-    /// Fails early, with the package to install, when the C compiler that links the static agentd
-    /// has no `libc.a` (it answers with the bare name when it has none).
+    /// Fails early, with the package to install, when `cc` (rustc's linker on Linux) has no
+    /// `libc.a`: it answers with the bare name when it has none.
     fn check_static_glibc() -> Result<(), BundleError> {
-        let cc = env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-        let asked = Command::new(&cc).arg("-print-file-name=libc.a").output().map_err(|source| {
-            BundleError::Run { command: format!("{cc} -print-file-name=libc.a"), source }
+        let asked = Command::new("cc").arg("-print-file-name=libc.a").output().map_err(|source| {
+            BundleError::Run { command: "cc -print-file-name=libc.a".to_owned(), source }
         })?;
         let found = PathBuf::from(String::from_utf8_lossy(&asked.stdout).trim());
         if asked.status.success() && found.is_absolute() && found.is_file() {
             Ok(())
         } else {
-            Err(BundleError::NoStaticGlibc { cc })
+            Err(BundleError::NoStaticGlibc)
         }
     }
 

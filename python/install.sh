@@ -14,5 +14,6 @@ venv=${1:-$root/target/python-venv}
 
 pip() { "$venv/bin/pip" --quiet --disable-pip-version-check "$@"; }
 pip install "maturin==1.16.0"
-pip install --no-build-isolation "$root/python[test]"
+# Without build isolation pip runs the venv's maturin, which it looks for on PATH.
+PATH="$venv/bin:$PATH" pip install --no-build-isolation "$root/python[test]"
 echo "installed $("$venv/bin/python" -c 'import importlib.metadata as m; print("agentd-sandbox", m.version("agentd-sandbox"))') into $venv"
