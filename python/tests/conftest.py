@@ -1,5 +1,6 @@
-"""Shared fixtures: a served agentd over TCP with a token, the workspace's fake providers (built
-here), and helpers to skip for a missing need and to find leftover processes."""
+"""Shared fixtures: a served agentd over TCP with a token, the workspace's test servers (built
+here: the fake providers, ``evil-agentd``), and helpers to skip for a missing need and to find
+leftover processes."""
 
 from __future__ import annotations
 
@@ -32,18 +33,21 @@ def need(ready: bool, why: str) -> None:
     pytest.skip(why)
 
 
+#: The workspace's test servers (package ``agentd-tests``) the suite runs.
+TEST_BINARIES = ("fake-daytona", "fake-modal", "evil-agentd")
+
+
 @pytest.fixture(scope="session")
-def fakes() -> dict[str, Path]:
-    """``{"daytona": path, "modal": path}``: the workspace's fake providers (package ``agentd-tests``),
-    built once per session. Cargo builds them when missing or stale and does nothing when fresh; a
-    build that fails fails the tests, only a missing cargo or workspace skips them."""
+def test_binaries() -> dict[str, Path]:
+    """Each of :data:`TEST_BINARIES` by name, built once per session: cargo builds them when missing
+    or stale and does nothing when they are fresh. A build that fails fails the tests; only a
+    missing cargo or workspace skips them."""
     cargo = shutil.which("cargo")
-    need(cargo is not None, "no cargo on PATH to build fake-daytona and fake-modal")
-    need((WORKSPACE / "tests" / "Cargo.toml").is_file(), f"no agentd workspace at {WORKSPACE} to build the fakes in")
+    need(cargo is not None, "no cargo on PATH to build " + ", ".join(TEST_BINARIES))
+    need((WORKSPACE / "tests" / "Cargo.toml").is_file(), f"no agentd workspace at {WORKSPACE} to build them in")
     assert cargo is not None
-    names = {"daytona": "fake-daytona", "modal": "fake-modal"}
     command = [cargo, "build", "-p", "agentd-tests", "--message-format=json-render-diagnostics"]
-    for binary in names.values():
+    for binary in TEST_BINARIES:
         command += ["--bin", binary]
     # Its diagnostics go to stderr (shown with a failure); stdout is one JSON message a line.
     built = subprocess.run(command, cwd=WORKSPACE, stdout=subprocess.PIPE, text=True, check=False)
@@ -54,7 +58,7 @@ def fakes() -> dict[str, Path]:
         message = json.loads(line)
         if message.get("reason") == "compiler-artifact" and message.get("executable"):
             executables[message["target"]["name"]] = Path(message["executable"])
-    return {kind: executables[binary] for kind, binary in names.items()}
+    return {binary: executables[binary] for binary in TEST_BINARIES}
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The providers from Python: Docker on the machine's engine, Daytona and Modal through the
-workspace's fakes (``fake-daytona``, ``fake-modal``, built by the ``fakes`` fixture: their documented
+workspace's fakes (``fake-daytona``, ``fake-modal``, built by the ``test_binaries`` fixture: their documented
 wire APIs over containers of the same engine). Daytona, Modal and an attached Docker container start from the bare
 Debian base image, so agentd is the one this package ships, injected; a created Docker sandbox runs
 the image with agentd baked in.
@@ -49,12 +49,12 @@ def docker() -> None:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch, fakes: dict[str, Path]) -> Iterator[Callable[[str], None]]:
+def fake(monkeypatch: pytest.MonkeyPatch, test_binaries: dict[str, Path]) -> Iterator[Callable[[str], None]]:
     """Starts the fake NAME (``daytona``, ``modal``) and puts the variables it prints in the environment."""
     started: list[subprocess.Popen[str]] = []
 
     def start(name: str) -> None:
-        child = subprocess.Popen([os.fspath(fakes[name])], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen([os.fspath(test_binaries[f"fake-{name}"])], stdout=subprocess.PIPE, text=True)
         started.append(child)
         assert child.stdout is not None
         wanted = {"daytona": 2, "modal": 3}[name]
