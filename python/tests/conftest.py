@@ -1,9 +1,13 @@
-"""Shared fixtures: a served agentd over TCP with a token, and helpers to find leftover processes."""
+"""Shared fixtures: a served agentd over TCP with a token, the workspace's test servers (built
+here: the fake providers, ``evil-agentd``), and helpers to skip for a missing need and to find
+leftover processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -15,6 +19,46 @@ import agentd
 
 #: The agentd this package runs (the static binary in the wheel).
 AGENTD = Path(agentd.__file__).with_name("bin") / "agentd"
+#: The cargo workspace these tests are part of.
+WORKSPACE = Path(__file__).resolve().parents[2]
+
+
+def need(ready: bool, why: str) -> None:
+    """Skips the test for a need this machine lacks (pytest's ``-rs`` lists why), or fails it when
+    ``AGENTD_REQUIRE_DOCKER`` is set (CI)."""
+    if ready:
+        return
+    if os.environ.get("AGENTD_REQUIRE_DOCKER"):
+        pytest.fail(f"{why} (AGENTD_REQUIRE_DOCKER is set)")
+    pytest.skip(why)
+
+
+#: The workspace's test servers (package ``agentd-tests``) the suite runs.
+TEST_BINARIES = ("fake-daytona", "fake-modal", "evil-agentd")
+
+
+@pytest.fixture(scope="session")
+def test_binaries() -> dict[str, Path]:
+    """Each of :data:`TEST_BINARIES` by name, built once per session: cargo builds them when missing
+    or stale and does nothing when they are fresh. A build that fails fails the tests; only a
+    missing cargo or workspace skips them."""
+    cargo = shutil.which("cargo")
+    need(cargo is not None, "no cargo on PATH to build " + ", ".join(TEST_BINARIES))
+    need((WORKSPACE / "tests" / "Cargo.toml").is_file(), f"no agentd workspace at {WORKSPACE} to build them in")
+    assert cargo is not None
+    command = [cargo, "build", "-p", "agentd-tests", "--message-format=json-render-diagnostics"]
+    for binary in TEST_BINARIES:
+        command += ["--bin", binary]
+    # Its diagnostics go to stderr (shown with a failure); stdout is one JSON message a line.
+    built = subprocess.run(command, cwd=WORKSPACE, stdout=subprocess.PIPE, text=True, check=False)
+    if built.returncode != 0:
+        pytest.fail(f"{' '.join(command)} failed with status {built.returncode}")
+    executables = {}
+    for line in built.stdout.splitlines():
+        message = json.loads(line)
+        if message.get("reason") == "compiler-artifact" and message.get("executable"):
+            executables[message["target"]["name"]] = Path(message["executable"])
+    return {binary: executables[binary] for binary in TEST_BINARIES}
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""The package against an agentd that lies (``target/debug/evil-agentd``, the workspace's test
-server): every wait ends at its deadline, a download stops at its announced size, a 2 GiB answer
+"""The package against an agentd that lies (``evil-agentd``, the workspace's test server, built by
+the ``test_binaries`` fixture): every wait ends at its deadline, a download stops at its announced size, a 2 GiB answer
 costs bounded memory, and nothing is left on disk."""
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ import pytest
 
 import agentd
 
-EVIL = Path(__file__).resolve().parents[2] / "target" / "debug" / "evil-agentd"
-
-
 @pytest.fixture
-def evil(request: pytest.FixtureRequest) -> Iterator[str]:
+def evil(request: pytest.FixtureRequest, test_binaries: dict[str, Path]) -> Iterator[str]:
     """The url of an ``evil-agentd`` in the mode the test names (``@pytest.mark.parametrize``)."""
-    assert EVIL.is_file(), f"{EVIL} is missing: run `cargo build --workspace` first"
-    child = subprocess.Popen([os.fspath(EVIL), request.param], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [os.fspath(test_binaries["evil-agentd"]), request.param], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None
         yield child.stdout.readline().strip()

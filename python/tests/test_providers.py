@@ -1,11 +1,11 @@
 """The providers from Python: Docker on the machine's engine, Daytona and Modal through the
-workspace's fakes (``target/debug/fake-daytona``, ``fake-modal``: their documented wire APIs over
-containers of the same engine). Daytona, Modal and an attached Docker container start from the bare
+workspace's fakes (``fake-daytona``, ``fake-modal``, built by the ``test_binaries`` fixture: their documented
+wire APIs over containers of the same engine). Daytona, Modal and an attached Docker container start from the bare
 Debian base image, so agentd is the one this package ships, injected; a created Docker sandbox runs
 the image with agentd baked in.
 
-Needs the Docker engine, the images (``images/build.sh``) and ``cargo build --workspace``; without
-them each test skips, unless ``AGENTD_REQUIRE_DOCKER`` is set (CI), when it fails.
+Needs the Docker engine, the images (``images/build.sh``) and cargo; without them each test skips,
+unless ``AGENTD_REQUIRE_DOCKER`` is set (CI), when it fails.
 """
 
 from __future__ import annotations
@@ -18,20 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from conftest import need
 
 import agentd
 
 IMAGE = "agentd-base-debian:latest"
 BAKED = "agentd-debian:latest"
-TARGET = Path(__file__).resolve().parents[2] / "target" / "debug"
-
-
-def need(ready: bool, why: str) -> None:
-    if ready:
-        return
-    if os.environ.get("AGENTD_REQUIRE_DOCKER"):
-        pytest.fail(f"{why} (AGENTD_REQUIRE_DOCKER is set)")
-    pytest.skip(why)
 
 
 def its_containers(kind: str, sandbox_id: str) -> list[str]:
@@ -57,14 +49,12 @@ def docker() -> None:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
-    """Starts ``target/debug/fake-NAME`` and puts the variables it prints in the environment."""
+def fake(monkeypatch: pytest.MonkeyPatch, test_binaries: dict[str, Path]) -> Iterator[Callable[[str], None]]:
+    """Starts the fake NAME (``daytona``, ``modal``) and puts the variables it prints in the environment."""
     started: list[subprocess.Popen[str]] = []
 
     def start(name: str) -> None:
-        binary = TARGET / f"fake-{name}"
-        need(binary.is_file(), f"no {binary} (cargo build --workspace)")
-        child = subprocess.Popen([os.fspath(binary)], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen([os.fspath(test_binaries[f"fake-{name}"])], stdout=subprocess.PIPE, text=True)
         started.append(child)
         assert child.stdout is not None
         wanted = {"daytona": 2, "modal": 3}[name]
