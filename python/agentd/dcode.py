@@ -5,8 +5,9 @@ The package publishes :class:`AgentdProvider` under the entry-point group
 commands and file verbs through agentd. ``AGENTD_SANDBOX`` chooses the kind, as a ``KIND:SPEC`` of
 :func:`agentd.open`:
 
-- unset or ``local``: :class:`agentd.LocalSandbox`, confined, with the current directory writable
-  (the agent's working directory: the project ``dcode`` was started in);
+- unset or ``local``: :class:`agentd.LocalSandbox`, confined, with one writable root: the directory
+  ``dcode`` was started in (``$PWD``: dcode's server process runs in a directory of its own, and
+  inherits the shell's ``PWD``), which is the agent's working directory;
 - ``docker:IMAGE``, ``daytona:SNAPSHOT_OR_IMAGE``, ``modal:IMAGE``: a sandbox created for the
   session and removed by :meth:`AgentdProvider.delete`; ``--sandbox-id ID`` attaches to an existing
   one of that kind instead (left running).
@@ -57,6 +58,13 @@ SPEC_VARIABLE = "AGENTD_SANDBOX"
 WORKING_DIRS = {"docker": "/workspace", "daytona": "/home/daytona", "modal": "/workspace"}
 
 
+def _started_in() -> str:
+    """The directory the user started ``dcode`` in: the shell's ``PWD`` when it names a directory,
+    else the current one."""
+    pwd = os.environ.get("PWD", "")
+    return pwd if os.path.isabs(pwd) and os.path.isdir(pwd) else os.getcwd()
+
+
 def _kind(spec: str) -> str:
     """``docker`` of ``docker:IMAGE`` (the spec itself is checked by :func:`agentd.open`)."""
     return spec.partition(":")[0].removesuffix("-attach")
@@ -80,7 +88,7 @@ class AgentdProvider(SandboxProvider):  # type: ignore[misc,valid-type]
         local = kind == "local"
         return SandboxProviderMetadata(
             name="agentd",
-            working_dir=os.getcwd() if local else WORKING_DIRS.get(kind, "/workspace"),
+            working_dir=_started_in() if local else WORKING_DIRS.get(kind, "/workspace"),
             install=SandboxInstallHint(kind="package", name="agentd"),
             # A local agentd belongs to the process that started it: the CLI's client cannot make
             # one for its server process to attach to.
@@ -98,7 +106,7 @@ class AgentdProvider(SandboxProvider):  # type: ignore[misc,valid-type]
                 msg = "agentd: a local sandbox cannot be attached by id; set AGENTD_SANDBOX to docker:IMAGE, …"
                 raise agentd.InvalidSpecError(msg)
             return agentd.open(f"{kind}-attach:{sandbox_id}")
-        sandbox = agentd.LocalSandbox([os.getcwd()]) if kind == "local" else agentd.open(self.spec)
+        sandbox = agentd.LocalSandbox([_started_in()]) if kind == "local" else agentd.open(self.spec)
         with self._lock:
             self._made[sandbox.id] = sandbox
         return sandbox

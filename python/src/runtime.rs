@@ -66,10 +66,11 @@ pub fn current() -> PyResult<&'static Runtime> {
 /// An asyncio future of the running event loop, settled with `convert` of `fut`'s output.
 ///
 /// One tokio task per call, settled straight from it: the task converts the output with the GIL
-/// (the loop's thread is parked in its selector, without the GIL) and hands it to the loop with
-/// one `call_soon_threadsafe`. pyo3-async-runtimes' `future_into_py` made each call cost three
-/// tasks and a hop through the blocking pool, which measured 1.40-1.46x `subprocess.run` for
-/// `aexecute("true")` against 1.23-1.29x for the blocking `execute` (python/benches/bench.py).
+/// and hands it to the loop with one `call_soon_threadsafe`. pyo3-async-runtimes' `future_into_py`
+/// spent three tasks and a hop through the blocking pool on each call: `aexecute("true")` measured
+/// 1.35x `subprocess.run` with it and 1.25x with this (python/benches/bench.py, same machine).
+/// Taking the GIL on a worker holds that worker until the GIL is free; the loop's own thread waits
+/// in its selector without it, so only another busy Python thread makes this wait.
 ///
 /// Cancelling the asyncio future (`Task.cancel`, `asyncio.timeout`) aborts the task, which drops
 /// `fut` on the runtime: a call in flight is cancelled in agentd. A panic in `fut` settles the

@@ -1,8 +1,9 @@
 """agentd as Deep Agents Code's sandbox provider (``dcode --sandbox agentd``), found as the CLI finds
 it, through the ``deepagents_code.sandbox_providers`` entry point, and driven through the
 provider's own interface the way the CLI drives it: ``get_or_create(sandbox_id=…)``, then
-``delete(sandbox_id=…)`` on the same provider. deepagents-code itself is not needed (its current
-releases want a newer Python than this suite's); the provider reads the same fields without it.
+``delete(sandbox_id=…)`` on the same provider. deepagents-code is not installed here: its releases
+for this suite's Python pin an older deepagents than the suite's, and later ones need Python 3.12
+or newer. Without it the provider gives the same fields on plain classes.
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ def provider() -> AgentdProvider:
 
 @pytest.fixture
 def project(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A project directory to start ``dcode`` in: the current directory, under ``/tmp`` so the
-    sandbox user can reach it (pytest's own ``tmp_path`` is beneath a 0700 directory)."""
+    """A project directory ``dcode`` was started in, under ``/tmp`` so the sandbox user can reach it
+    (pytest's own ``tmp_path`` is beneath a 0700 directory). As in dcode's server process, the
+    current directory is another one and ``PWD`` names the project."""
     monkeypatch.delenv(SPEC_VARIABLE, raising=False)
     with tempfile.TemporaryDirectory(prefix="agentd-dcode-") as directory:
-        monkeypatch.chdir(directory)
+        monkeypatch.setenv("PWD", directory)
+        monkeypatch.chdir(Path(directory).parent)
         yield Path(directory)
 
 
