@@ -129,10 +129,7 @@ impl Sandbox {
     fn spawn<'py>(&self, py: Python<'py>, call: Call) -> PyResult<Bound<'py, PyAny>> {
         self.mine()?;
         let state = Arc::clone(&self.state);
-        runtime::future_into_py(py, async move {
-            let answer = run(state, call).await?;
-            Python::attach(|py| answer.into_py(py))
-        })
+        runtime::awaitable(py, run(state, call), |py, answer| answer?.into_py(py))
     }
 }
 
@@ -338,11 +335,15 @@ impl Sandbox {
 
     fn aclose<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let state = (!self.inherited()).then(|| Arc::clone(&self.state));
-        runtime::future_into_py(py, async move {
+        let closing = async move {
             match state {
-                Some(state) => close(state).await.map_err(errors::to_py),
+                Some(state) => close(state).await,
                 None => Ok(()),
             }
+        };
+        runtime::awaitable(py, closing, |py, closed| {
+            closed.map_err(errors::to_py)?;
+            Ok(py.None())
         })
     }
 
