@@ -11,6 +11,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-$root/target/python-venv}
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+# Absolute: pip runs the build backend from another directory, with this PATH.
+venv=$(cd "$venv" && pwd)
 
 pip() { "$venv/bin/pip" --quiet --disable-pip-version-check "$@"; }
 pip install "maturin==1.16.0"

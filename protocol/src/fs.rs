@@ -1,4 +1,5 @@
-//! The seven file verbs: their requests and their model-facing results (`backend-contract.md` §1, §3).
+//! The seven file verbs: their requests and their model-facing results (the contract: deepagents' `BaseSandbox`, as
+//! `agentd_host::sandbox` states it).
 //!
 //! One [`FsRequest`] travels either natively (the `fs` message) or as the JSON that `agentd fs --stdin`
 //! reads on the derived path; one [`FsResponse`] comes back either way, so both paths share these

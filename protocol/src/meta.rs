@@ -4,7 +4,7 @@
 //! The reference uses a fixed sentinel, so a command whose output starts with a look-alike line can
 //! forge its own result. Here the caller draws a fresh random sentinel per call, passes it along with
 //! the command, and accepts only a first line carrying exactly that sentinel. The parse rules are the contract's
-//! (`backend-contract.md` §4): on anything invalid the original response is returned unchanged.
+//! (the derived offload of the contract): on anything invalid the original response is returned unchanged.
 
 use rand::RngCore;
 

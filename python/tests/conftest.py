@@ -4,6 +4,7 @@ leftover processes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -59,6 +60,26 @@ def test_binaries() -> dict[str, Path]:
         if message.get("reason") == "compiler-artifact" and message.get("executable"):
             executables[message["target"]["name"]] = Path(message["executable"])
     return {binary: executables[binary] for binary in TEST_BINARIES}
+
+
+@contextlib.contextmanager
+def fake_provider(name: str, binary: Path) -> Iterator[None]:
+    """Runs the fake provider NAME (``daytona``, ``modal``) from ``binary`` with the variables it
+    prints (its API's address and credentials) set in ``os.environ``, until the block ends; the fake
+    removes its containers when it is terminated."""
+    child = subprocess.Popen([os.fspath(binary)], stdout=subprocess.PIPE, text=True)
+    try:
+        with pytest.MonkeyPatch.context() as env:
+            assert child.stdout is not None
+            for _ in range({"daytona": 2, "modal": 3}[name]):
+                line = child.stdout.readline().strip()
+                assert line.startswith("export "), f"fake-{name} printed {line!r}"
+                key, _, value = line.removeprefix("export ").partition("=")
+                env.setenv(key, value.strip("'\""))
+            yield
+    finally:
+        child.terminate()
+        child.wait(timeout=30)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ unless ``AGENTD_REQUIRE_DOCKER`` is set (CI), when it fails.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import need
+from conftest import fake_provider, need
 
 import agentd
 
@@ -49,25 +50,10 @@ def docker() -> None:
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch, test_binaries: dict[str, Path]) -> Iterator[Callable[[str], None]]:
+def fake(test_binaries: dict[str, Path]) -> Iterator[Callable[[str], None]]:
     """Starts the fake NAME (``daytona``, ``modal``) and puts the variables it prints in the environment."""
-    started: list[subprocess.Popen[str]] = []
-
-    def start(name: str) -> None:
-        child = subprocess.Popen([os.fspath(test_binaries[f"fake-{name}"])], stdout=subprocess.PIPE, text=True)
-        started.append(child)
-        assert child.stdout is not None
-        wanted = {"daytona": 2, "modal": 3}[name]
-        for _ in range(wanted):
-            line = child.stdout.readline().strip()
-            assert line.startswith("export "), f"fake-{name} printed {line!r}"
-            key, _, value = line.removeprefix("export ").partition("=")
-            monkeypatch.setenv(key, value.strip("'\""))
-
-    yield start
-    for child in started:
-        child.terminate()  # it removes its containers on SIGTERM
-        child.wait(timeout=30)
+    with contextlib.ExitStack() as running:
+        yield lambda name: running.enter_context(fake_provider(name, test_binaries[f"fake-{name}"]))
 
 
 MAKERS: dict[str, Callable[[], agentd.Sandbox]] = {

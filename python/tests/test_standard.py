@@ -1,13 +1,15 @@
 """langchain-tests' standard sandbox suite through the embedded default, with the native verbs, and
-in a Docker container (agentd injected).
+through each provider kind (Docker on the machine's engine, Daytona and Modal through the
+workspace's fakes), each from the bare Debian base with agentd injected.
 
-A few tests of the suite are older than the contract (``backend-contract.md``, deepagents 0.7.32)
+A few tests of the suite are older than the contract (deepagents 0.7.32's ``BaseSandbox``)
 and contradict it; exactly those are expected to fail, each with the contract's rule as the reason.
 They are strict: if one starts passing, the run fails, and this list is out of date.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -15,9 +17,11 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
+from conftest import fake_provider, need
 from langchain_tests.integration_tests import SandboxIntegrationTests
 
 import agentd
@@ -63,27 +67,46 @@ class TestLocalSandboxStandard(SandboxIntegrationTests):
             shutil.rmtree(bin_dir, ignore_errors=True)
 
 
-class TestDockerSandboxStandard(SandboxIntegrationTests):
-    """The same suite in a container from the bare Debian base, agentd injected: the same score as
-    the local run (its `python` is the image's, `python-is-python3`). Skips without Docker or the
-    image, unless ``AGENTD_REQUIRE_DOCKER`` is set."""
+#: The bare Debian base: no agentd inside, so each provider injects the one this package ships.
+BASE_IMAGE = "agentd-base-debian:latest"
+
+
+class _ProviderStandard(SandboxIntegrationTests):
+    """The same suite in a sandbox of a provider kind, from the bare Debian base (agentd injected;
+    its ``python`` is the image's, ``python-is-python3``): the same score as the local run. Daytona
+    and Modal run through the workspace's fakes. Skips without Docker or the image, unless
+    ``AGENTD_REQUIRE_DOCKER`` is set."""
+
+    kind: ClassVar[str]
 
     @pytest.fixture(scope="class")
-    @classmethod
-    def sandbox(cls) -> Iterator[agentd.DockerSandbox]:
-        image = "agentd-base-debian:latest"
+    def sandbox(self, test_binaries: dict[str, Path]) -> Iterator[agentd.Sandbox]:
         have = shutil.which("docker") is not None and subprocess.run(
-            ["docker", "image", "inspect", image], capture_output=True, check=False
+            ["docker", "image", "inspect", BASE_IMAGE], capture_output=True, check=False
         ).returncode == 0
-        if not have:
-            if os.environ.get("AGENTD_REQUIRE_DOCKER"):
-                pytest.fail(f"no Docker engine or no {image} (AGENTD_REQUIRE_DOCKER is set)")
-            pytest.skip(f"no Docker engine or no {image} (images/build.sh)")
-        backend = agentd.DockerSandbox(image)
-        try:
-            yield backend
-        finally:
-            backend.close()
+        need(have, f"no Docker engine or no {BASE_IMAGE} (images/build.sh)")
+        with contextlib.ExitStack() as running:
+            if self.kind != "docker":
+                running.enter_context(fake_provider(self.kind, test_binaries[f"fake-{self.kind}"]))
+            make = {"docker": agentd.DockerSandbox, "daytona": agentd.DaytonaSandbox, "modal": agentd.ModalSandbox}
+            backend = make[self.kind](BASE_IMAGE)
+            try:
+                assert backend.agentd_source == "injected"
+                yield backend
+            finally:
+                backend.close()
+
+
+class TestDockerSandboxStandard(_ProviderStandard):
+    kind = "docker"
+
+
+class TestDaytonaSandboxStandard(_ProviderStandard):
+    kind = "daytona"
+
+
+class TestModalSandboxStandard(_ProviderStandard):
+    kind = "modal"
 
 
 def _expected_failure(name: str, reason: str) -> Callable[..., Any]:
@@ -98,4 +121,5 @@ def _expected_failure(name: str, reason: str) -> Callable[..., Any]:
 
 for _name, _reason in CONTRADICT_THE_CONTRACT.items():
     setattr(TestLocalSandboxStandard, _name, _expected_failure(_name, _reason))
-    setattr(TestDockerSandboxStandard, _name, _expected_failure(_name, _reason))
+    for _suite in (TestDockerSandboxStandard, TestDaytonaSandboxStandard, TestModalSandboxStandard):
+        setattr(_suite, _name, _expected_failure(_name, _reason))

@@ -1,4 +1,5 @@
-//! The preview of an offloaded output (`backend-contract.md` §4, items 4–6): a head/tail excerpt
+//! The preview of an offloaded output (the contract's offload, as deepagents
+//! 0.7.32 makes it): a head/tail excerpt
 //! around a `... [N lines truncated] ...` marker, or a byte excerpt with a notice.
 
 /// Bytes in each of the head and tail excerpts.

@@ -1,4 +1,4 @@
-//! The seven file verbs, implemented once (`shared/spec/backend-contract.md` §3). The server calls
+//! The seven file verbs, implemented once (the contract: deepagents 0.7.32's `BaseSandbox`). The server calls
 //! [`run`] for native `fs` requests; `agentd fs …` calls it for the one-shot CLI that the host's derived
 //! path runs through any exec channel. Both therefore give identical results, byte for byte.
 //!

@@ -18,7 +18,7 @@ use crate::error::{Result, SandboxError};
 
 /// An API answer: a sandbox record is a few KiB, a listing of thousands of sandboxes a few MiB.
 pub const JSON_BODY_MAX: u64 = 16 << 20;
-/// A toolbox exec's answer (and each stream of a Modal router exec). provider-facts.md documents no cap of Daytona's own on the output;
+/// A toolbox exec's answer (and each stream of a Modal router exec). Daytona documents no cap of its own on the output;
 /// what the adapter runs there (the derived verbs' `agentd fs`/`agentd exec`) answers at most
 /// agentd's reply limit of 16 MiB (`MAX_REPLY_BYTES`), so 25 MiB leaves room for the JSON string's
 /// escapes while bounding a command that prints without end.

@@ -1,5 +1,5 @@
-//! [`DaytonaSandbox`]: a Daytona sandbox driven through its REST API (`../shared/spec` provider
-//! facts §B, §C), and [`DaytonaProvider`], the same as a [`Provider`].
+//! [`DaytonaSandbox`]: a Daytona sandbox driven through its REST API (its published
+//! OpenAPI document), and [`DaytonaProvider`], the same as a [`Provider`].
 //!
 //! - **Configuration** like Daytona's SDKs ([`DaytonaConfig::from_env`]): `DAYTONA_API_KEY`
 //!   (required), `DAYTONA_API_URL` (default `https://app.daytona.io/api`), `DAYTONA_TARGET`.

@@ -1,5 +1,5 @@
-//! [`ModalSandbox`]: a Modal sandbox driven through Modal's gRPC API (`../shared/spec` provider
-//! facts §A, §C), and [`ModalProvider`], the same as a [`Provider`].
+//! [`ModalSandbox`]: a Modal sandbox driven through Modal's gRPC API (its published
+//! `.proto` files), and [`ModalProvider`], the same as a [`Provider`].
 //!
 //! - [`config`]: settings as Modal's SDKs read them (variables, else the active profile of
 //!   `~/.modal.toml`).

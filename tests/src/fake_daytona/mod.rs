@@ -1,5 +1,5 @@
 //! A fake Daytona for the tests: the API under `/api`, the toolbox under `/toolbox/<sandboxId>`, and
-//! a preview proxy per (sandbox, port), following `provider-facts.md` §B6.
+//! a preview proxy per (sandbox, port), following Daytona's documented API.
 //!
 //! Its sandboxes are real: each is a Docker container from a local image (`FROM <image>` of a
 //! `buildInfo`, a snapshot that names a local image, else [`DEFAULT_IMAGE`]), kept alive by

@@ -1,6 +1,6 @@
 //! A fake Modal for the tests: the control plane (`modal.client.ModalClient`) and the command
 //! router (`modal.task_command_router.TaskCommandRouter`) as separate tonic listeners (h2c) on
-//! loopback, following `provider-facts.md` §A4 and the adapter's contract. It also serves the `*V2`
+//! loopback, following Modal's documented API (its published `.proto` files) and the adapter's contract. It also serves the `*V2`
 //! sandbox RPCs that the official Python client uses by default (same behaviour; they also want an
 //! `x-modal-auth-token` from `AuthTokenGet`).
 //!

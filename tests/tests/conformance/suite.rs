@@ -1,4 +1,4 @@
-//! Conformance of the seven file verbs (`shared/spec/backend-contract.md` §3, golden cases 5–53) and of
+//! Conformance of the seven file verbs (the contract's rules and its golden cases 5–53) and of
 //! the derived offload framing (§4, golden case 55): the cases, each an `async fn(Suite)`, and the
 //! [`Suite`] they run in. Which sandboxes they run on is `conformance.rs`'s list of factories.
 //!
