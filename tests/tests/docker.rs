@@ -138,7 +138,7 @@ async fn debian_baked_and_injected() {
     }
     let sb = DockerSandbox::create(DEBIAN).await.unwrap();
     let _remove = agentd_tests::RemoveOnDrop(sb.container().to_owned());
-    assert_eq!(sb.agentd_source(), AgentdSource::Baked);
+    assert_eq!(sb.agentd_source(), Some(AgentdSource::Baked));
     // `python` too: test suites and scripts call it by that name.
     let r = sb.execute("python3 -c 'print(6*7)'; python -c 'print(1)'", None).await.unwrap();
     assert_eq!((r.output.as_str(), r.exit_code), ("42\n1\n", Some(0)));
@@ -146,7 +146,7 @@ async fn debian_baked_and_injected() {
     let container = agentd_tests::plain_container(DEBIAN_BASE, &[]);
     let _remove = agentd_tests::RemoveOnDrop(container.clone());
     let sb = DockerSandbox::attach(&container, &agentd_tests::static_agentd()).await.unwrap();
-    assert_eq!(sb.agentd_source(), AgentdSource::Injected);
+    assert_eq!(sb.agentd_source(), Some(AgentdSource::Injected));
     let r = sb.execute("python3 -c 'print(6*7)'; python -c 'print(1)'; exit 5", None).await.unwrap();
     assert_eq!((r.output.as_str(), r.exit_code), ("42\n1\n", Some(5)));
 }

@@ -11,7 +11,7 @@
 //!   runs over that attach stream, so no port is published and no token is needed (the Docker API is
 //!   the authentication).
 //!
-//! [`DockerSandbox::agentd_source`] says which way agentd got in. Either way `id` is the container
+//! [`BaseSandbox::agentd_source`] says which way agentd got in. Either way `id` is the container
 //! id, `execute`, the verbs and the offload go over the link, and
 //! `upload_files` / `download_files` use the archive API (tar), the adapter's own channel, with the
 //! contract's per-file codes. Containers this adapter creates carry the label [`LABEL`], so
@@ -207,11 +207,6 @@ impl DockerSandbox {
         let agentd = AgentdSandbox::with_connector(Box::new(connector), format!("docker:{id}")).await?;
         let agentd_path = INJECTED_AGENTD.to_owned();
         Ok(Self { docker, container: id, agentd, source: AgentdSource::Injected, agentd_path, owned: false })
-    }
-
-    /// How agentd got into this container: the image's own, or injected.
-    pub fn agentd_source(&self) -> AgentdSource {
-        self.source
     }
 
     /// The link-based sandbox inside (all protocol options).
