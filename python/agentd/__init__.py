@@ -10,7 +10,7 @@ link, no helper scripts), implemented once in Rust (``agentd-host``) and shared 
 - :class:`DockerSandbox`, :class:`DaytonaSandbox`, :class:`ModalSandbox`: a sandbox a provider makes
   (or one it already has, by ``id``), with agentd injected into it.
 
-With deepagents installed (``pip install agentd[deepagents]``) each is a subclass of
+With deepagents installed (the ``deepagents`` extra of the ``agentd-sandbox`` distribution) each is a subclass of
 ``deepagents.backends.sandbox.BaseSandbox`` and returns deepagents' result types, so it can be
 passed to an agent as its backend::
 

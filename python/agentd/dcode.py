@@ -89,7 +89,7 @@ class AgentdProvider(SandboxProvider):  # type: ignore[misc,valid-type]
         return SandboxProviderMetadata(
             name="agentd",
             working_dir=_started_in() if local else WORKING_DIRS.get(kind, "/workspace"),
-            install=SandboxInstallHint(kind="package", name="agentd"),
+            install=SandboxInstallHint(kind="package", name="agentd-sandbox"),
             # A local agentd belongs to the process that started it: the CLI's client cannot make
             # one for its server process to attach to.
             supports_sandbox_id=not local,

@@ -1,6 +1,6 @@
 """The result types of the sandbox contract.
 
-With deepagents installed (``pip install agentd[deepagents]``) these are deepagents' own classes, so
+With deepagents installed (the ``deepagents`` extra of the ``agentd-sandbox`` distribution) these are deepagents' own classes, so
 results from agentd are the ones deepagents' tools and middleware expect. Without it they are
 dataclasses of the same names and fields, defined here.
 """

@@ -47,7 +47,7 @@ def test_local_sandbox_through_the_entry_point(project: Path) -> None:
     made = provider()
     about = made.metadata
     assert (about.name, about.working_dir, about.supports_sandbox_id) == ("agentd", os.fspath(project), False)
-    assert (about.install.kind, about.install.name) == ("package", "agentd")
+    assert (about.install.kind, about.install.name) == ("package", "agentd-sandbox")
 
     sandbox = made.get_or_create(sandbox_id=None)
     assert isinstance(sandbox, agentd.LocalSandbox)
