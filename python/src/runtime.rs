@@ -5,14 +5,19 @@
 //! never runs and a lock one of its workers held at the fork is held forever. So the runtime is
 //! keyed by process id: a child that calls into the module gets a fresh one of its own, and the
 //! parent's copy is never touched (nor dropped: that would wait for threads that are not there).
-//! The coroutines' awaitables ([`awaitable`]) are asyncio futures settled from tasks on it.
+//! The coroutines' awaitables ([`awaitable`]) are asyncio futures of tasks on it, settled on their
+//! loop's thread when an eventfd the loop watches says a task has finished.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::os::fd::AsRawFd as _;
 use std::panic::AssertUnwindSafe;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::FutureExt as _;
+use nix::sys::eventfd::{EfdFlags, EventFd};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -65,12 +70,12 @@ pub fn current() -> PyResult<&'static Runtime> {
 
 /// An asyncio future of the running event loop, settled with `convert` of `fut`'s output.
 ///
-/// One tokio task per call, settled straight from it: the task converts the output with the GIL
-/// and hands it to the loop with one `call_soon_threadsafe`. pyo3-async-runtimes' `future_into_py`
-/// spent three tasks and a hop through the blocking pool on each call: `aexecute("true")` measured
-/// 1.35x `subprocess.run` with it and 1.25x with this (python/benches/bench.py, same machine).
-/// Taking the GIL on a worker holds that worker until the GIL is free; the loop's own thread waits
-/// in its selector without it, so only another busy Python thread makes this wait.
+/// `fut` runs as a task on the runtime, so its work (hashing an upload, say) never holds up the
+/// loop. The task does not touch Python: it leaves its output with the loop's [`Hub`] and signals
+/// the hub's eventfd, which the loop watches (`add_reader`); the loop's own thread converts the
+/// output and settles the future. Taking the GIL on a worker and calling `call_soon_threadsafe`
+/// instead cost a GIL hand-over per call, and `aexecute("true")` measured 1.33-1.39x
+/// `subprocess.run` that way against 1.22-1.24x for the blocking `execute` (python/benches/bench.py).
 ///
 /// Cancelling the asyncio future (`Task.cancel`, `asyncio.timeout`) aborts the task, which drops
 /// `fut` on the runtime: a call in flight is cancelled in agentd. A panic in `fut` settles the
@@ -84,63 +89,156 @@ where
     static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let runtime = current()?;
     let event_loop = GET_RUNNING_LOOP.import(py, "asyncio", "get_running_loop")?.call0()?;
+    let hub = Hub::of(&event_loop)?;
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
-    let settle = Settle { future: future.clone().unbind(), result: None };
-    let event_loop = event_loop.unbind();
+    let id = hub.get().next.fetch_add(1, Ordering::Relaxed);
+    let finished = Arc::clone(&hub.get().finished);
     let task = runtime.spawn(async move {
         let output = AssertUnwindSafe(fut).catch_unwind().await;
-        Python::attach(|py| {
-            let result = match output {
+        finished.push(
+            id,
+            Box::new(move |py| match output {
                 Ok(output) => convert(py, output),
                 Err(panic) => {
                     Err(PyRuntimeError::new_err(format!("the call panicked: {}", panic_text(&*panic))))
                 }
-            };
-            // Fails only when the loop is closed: nobody is left to await the result.
-            let _ = event_loop.call_method1(
-                py,
-                intern!(py, "call_soon_threadsafe"),
-                (Settle { result: Some(result), ..settle },),
-            );
-        });
+            }),
+        );
     });
-    future.call_method1(intern!(py, "add_done_callback"), (Abort(task.abort_handle()),))?;
+    hub.get().lock_calls().insert(id, InFlight { future: future.clone().unbind(), task: task.abort_handle() });
+    future.call_method1(intern!(py, "add_done_callback"), (Forget { hub: hub.unbind(), id },))?;
     Ok(future)
 }
 
-/// Sets an asyncio future's result or exception, on the loop's thread; a future cancelled in the
-/// meantime is left as it is.
-#[pyclass]
-struct Settle {
+/// How a finished task's output becomes the future's result, on the loop's thread.
+type Settlement = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+/// A call whose asyncio future is not settled yet.
+struct InFlight {
     future: Py<PyAny>,
-    result: Option<PyResult<Py<PyAny>>>,
+    task: AbortHandle,
+}
+
+/// Outputs of finished tasks waiting for their loop, and the eventfd that wakes it.
+struct Finished {
+    fd: EventFd,
+    queue: Mutex<Vec<(u64, Settlement)>>,
+}
+
+impl Finished {
+    /// Called by a task on a worker: no GIL, one write.
+    fn push(&self, id: u64, settlement: Settlement) {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner).push((id, settlement));
+        // Fails only if the counter would overflow, in which case the loop is being woken anyway.
+        let _ = self.fd.write(1);
+    }
+
+    /// Everything finished so far. The eventfd is read first: a push after the read either lands
+    /// in this take or writes again, so the loop is woken for it.
+    fn take(&self) -> Vec<(u64, Settlement)> {
+        // EAGAIN: nothing was written since the last read (a push this take already covers).
+        let _ = self.fd.read();
+        std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// One event loop's calls in flight: its reader callback settles the futures of finished tasks.
+/// Made on a loop's first call, kept for as long as the loop (a weak-keyed map holds it).
+#[pyclass(frozen)]
+struct Hub {
+    /// The process that made it: a forked child leaves an inherited hub alone.
+    owner: u32,
+    next: AtomicU64,
+    finished: Arc<Finished>,
+    calls: Mutex<HashMap<u64, InFlight>>,
+}
+
+impl Hub {
+    /// The hub of `event_loop`, made and registered with it on its first call.
+    fn of<'py>(event_loop: &Bound<'py, PyAny>) -> PyResult<Bound<'py, Hub>> {
+        static HUBS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let py = event_loop.py();
+        let hubs = HUBS
+            .get_or_try_init(py, || -> PyResult<_> {
+                Ok(py.import("weakref")?.getattr("WeakKeyDictionary")?.call0()?.unbind())
+            })?
+            .bind(py);
+        if let Some(hub) = hubs.call_method1(intern!(py, "get"), (event_loop,))?.cast_into::<Hub>().ok()
+            && hub.get().owner == std::process::id()
+        {
+            return Ok(hub);
+        }
+        let fd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot make an eventfd for the event loop: {e}")))?;
+        let raw = fd.as_raw_fd();
+        let hub = Bound::new(
+            py,
+            Hub {
+                owner: std::process::id(),
+                next: AtomicU64::new(0),
+                finished: Arc::new(Finished { fd, queue: Mutex::new(Vec::new()) }),
+                calls: Mutex::new(HashMap::new()),
+            },
+        )?;
+        event_loop.call_method1(intern!(py, "add_reader"), (raw, &hub))?;
+        hubs.set_item(event_loop, &hub)?;
+        Ok(hub)
+    }
+
+    fn lock_calls(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 #[pymethods]
-impl Settle {
-    fn __call__(&mut self, py: Python<'_>) -> PyResult<()> {
-        let future = self.future.bind(py);
-        if future.call_method0(intern!(py, "done"))?.is_truthy()? {
-            return Ok(());
+impl Hub {
+    /// The loop's reader callback: settles the future of every finished task. A future cancelled
+    /// meanwhile is left as it is (its task was aborted; an output it still left is dropped).
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        for (id, settlement) in self.finished.take() {
+            let Some(call) = self.lock_calls().remove(&id) else { continue };
+            let future = call.future.bind(py);
+            if future.call_method0(intern!(py, "done"))?.is_truthy()? {
+                continue;
+            }
+            match settlement(py) {
+                Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
+                Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
+            };
         }
-        match self.result.take() {
-            Some(Ok(value)) => future.call_method1(intern!(py, "set_result"), (value,))?,
-            Some(Err(error)) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
-            None => return Ok(()),
-        };
         Ok(())
     }
 }
 
-/// The asyncio future's done callback: aborts its task (a no-op once the task has finished, so
-/// only a cancellation does anything).
+impl Drop for Hub {
+    /// The loop is gone: its calls still in flight have nobody to answer.
+    fn drop(&mut self) {
+        let calls = std::mem::take(&mut *self.lock_calls());
+        if self.owner != std::process::id() {
+            // The parent's tasks on the parent's threadless runtime: not to be touched.
+            std::mem::forget(calls);
+            return;
+        }
+        for call in calls.into_values() {
+            call.task.abort();
+        }
+    }
+}
+
+/// The asyncio future's done callback: a future done before its task finished was cancelled, so
+/// the task is aborted.
 #[pyclass(frozen)]
-struct Abort(AbortHandle);
+struct Forget {
+    hub: Py<Hub>,
+    id: u64,
+}
 
 #[pymethods]
-impl Abort {
+impl Forget {
     fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        self.0.abort();
+        if let Some(call) = self.hub.get().lock_calls().remove(&self.id) {
+            call.task.abort();
+        }
     }
 }
 
