@@ -1,7 +1,8 @@
 //! The websocket client: one connection to agentd, many requests in flight on it.
 //!
-//! A reader task routes every incoming message to the request that owns its id; a writer task owns
-//! the socket's sending half. Each request gets a bounded route, so a caller that reads slowly (a large
+//! A reader task routes every incoming message to the request that owns its id. A request is
+//! written by its caller when the socket is free, else queued for a writer task ([`outgoing`]).
+//! Each request gets a bounded route, so a caller that reads slowly (a large
 //! download) slows the socket rather than growing memory.
 //!
 //! Nothing the other end says is trusted: every wait has a deadline ([`Deadlines`]); a message is
@@ -25,6 +26,9 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+mod outgoing;
+use outgoing::Outgoing;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
@@ -74,7 +78,7 @@ type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<Incoming>>>>;
 /// A live connection to one agentd.
 pub struct Link {
     url: String,
-    out: mpsc::Sender<Message>,
+    out: Outgoing,
     routes: Routes,
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
@@ -179,12 +183,7 @@ impl Link {
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let (sink, mut source) = ws.split();
-        let (out, mut outgoing) = mpsc::channel::<Message>(ROUTE_QUEUE);
-        // `forward` flushes only when the queue is momentarily empty: one write for a burst.
-        let writer = tokio::spawn(async move {
-            let _ =
-                futures_util::stream::poll_fn(move |cx| outgoing.poll_recv(cx)).map(Ok).forward(sink).await;
-        });
+        let (out, writer) = Outgoing::start(sink, ROUTE_QUEUE);
         let routes: Routes = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         let reader = {
@@ -371,7 +370,7 @@ impl Link {
             hasher.update(&buf[..n]);
             let piece = Message::binary(chunk::encode(id, &buf[..n]));
             self.quiet("agentd to take an upload's next chunk", async {
-                self.out.send(piece).await.map_err(|_| SandboxError::LinkClosed)
+                self.out.send(piece).await
             })
             .await?;
             progress(n as u64);
@@ -499,7 +498,7 @@ impl Link {
     }
 
     async fn send(&self, message: ClientMessage) -> Result<()> {
-        self.out.send(Message::text(message.to_json())).await.map_err(|_| SandboxError::LinkClosed)
+        self.out.send(Message::text(message.to_json())).await
     }
 
     /// Waits for the request's terminal message, skipping nothing: anything else is a protocol error.
@@ -546,7 +545,7 @@ fn config() -> WebSocketConfig {
 
 /// Sends `cancel` for an exec whose caller stopped waiting.
 struct CancelOnDrop<'a> {
-    out: mpsc::Sender<Message>,
+    out: Outgoing,
     target: u64,
     armed: bool,
     next_id: &'a AtomicU64,
@@ -563,7 +562,7 @@ impl Drop for CancelOnDrop<'_> {
         if self.armed {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let cancel = ClientMessage::Cancel(CancelRequest { id, target: self.target });
-            let _ = self.out.try_send(Message::text(cancel.to_json()));
+            self.out.send_now(Message::text(cancel.to_json()));
         }
     }
 }

@@ -38,6 +38,18 @@ pub enum Call {
     Fs(FsRequest),
 }
 
+impl Call {
+    /// Whether its first step (making the request and writing it) is light enough for the event
+    /// loop's own thread: not transfers, nor a `write` or `edit`, whose texts may be megabytes.
+    pub fn starts_light(&self) -> bool {
+        match self {
+            Call::Execute { .. } | Call::Offload { .. } => true,
+            Call::Fs(request) => !matches!(request, FsRequest::Write { .. } | FsRequest::Edit { .. }),
+            Call::Upload(_) | Call::Download(_) | Call::DownloadTo { .. } => false,
+        }
+    }
+}
+
 /// What a [`Call`] answered.
 pub enum Answer {
     Execute(ExecuteResponse),

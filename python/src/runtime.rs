@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::os::fd::AsRawFd as _;
 use std::panic::AssertUnwindSafe;
+use std::task::{Context, Poll, Waker};
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -68,19 +69,30 @@ pub fn current() -> PyResult<&'static Runtime> {
     }
 }
 
+/// Where a call's first step runs: up to its first wait, which for a request is writing it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// On the event loop's thread, at once: the request is on the socket before this returns, with
+    /// no wait for a worker to wake (about 25 µs here). For calls whose first step is light.
+    Here,
+    /// On a worker: for calls whose first step may be heavy (an upload's chunks, a large `write`),
+    /// which must not hold up the loop.
+    OnRuntime,
+}
+
 /// An asyncio future of the running event loop, settled with `convert` of `fut`'s output.
 ///
-/// `fut` runs as a task on the runtime, so its work (hashing an upload, say) never holds up the
-/// loop. The task does not touch Python: it leaves its output with the loop's [`Hub`] and signals
-/// the hub's eventfd, which the loop watches (`add_reader`); the loop's own thread converts the
-/// output and settles the future. Taking the GIL on a worker and calling `call_soon_threadsafe`
-/// instead cost a GIL hand-over per call, and `aexecute("true")` measured 1.33-1.39x
-/// `subprocess.run` that way against 1.22-1.24x for the blocking `execute` (python/benches/bench.py).
+/// `fut` finishes as a task on the runtime (after its first step here, with [`Start::Here`]), so
+/// its work never holds up the loop. The task does not touch Python: it leaves its output with the
+/// loop's [`Hub`] and signals the hub's eventfd, which the loop watches (`add_reader`); the loop's
+/// own thread converts the output and settles the future. Taking the GIL on a worker and calling
+/// `call_soon_threadsafe` instead cost a GIL hand-over per call: `aexecute("true")` measured
+/// 1.33-1.39x `subprocess.run` that way (python/benches/bench.py).
 ///
 /// Cancelling the asyncio future (`Task.cancel`, `asyncio.timeout`) aborts the task, which drops
 /// `fut` on the runtime: a call in flight is cancelled in agentd. A panic in `fut` settles the
 /// future with `RuntimeError` rather than leaving it pending for good.
-pub fn awaitable<'py, F, R, C>(py: Python<'py>, fut: F, convert: C) -> PyResult<Bound<'py, PyAny>>
+pub fn awaitable<'py, F, R, C>(py: Python<'py>, start: Start, fut: F, convert: C) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = R> + Send + 'static,
     R: Send + 'static,
@@ -89,25 +101,50 @@ where
     static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let runtime = current()?;
     let event_loop = GET_RUNNING_LOOP.import(py, "asyncio", "get_running_loop")?.call0()?;
-    let hub = Hub::of(&event_loop)?;
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
+    let mut fut = Box::pin(AssertUnwindSafe(fut).catch_unwind());
+    if start == Start::Here {
+        let _entered = runtime.enter();
+        // The task polls it again with its own waker, so no wake-up is lost meanwhile.
+        if let Poll::Ready(output) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            settle(py, &future, settlement(output, convert)(py))?;
+            return Ok(future);
+        }
+    }
+    let hub = Hub::of(&event_loop)?;
     let id = hub.get().next.fetch_add(1, Ordering::Relaxed);
     let finished = Arc::clone(&hub.get().finished);
     let task = runtime.spawn(async move {
-        let output = AssertUnwindSafe(fut).catch_unwind().await;
-        finished.push(
-            id,
-            Box::new(move |py| match output {
-                Ok(output) => convert(py, output),
-                Err(panic) => {
-                    Err(PyRuntimeError::new_err(format!("the call panicked: {}", panic_text(&*panic))))
-                }
-            }),
-        );
+        let output = fut.await;
+        finished.push(id, settlement(output, convert));
     });
     hub.get().lock_calls().insert(id, InFlight { future: future.clone().unbind(), task: task.abort_handle() });
     future.call_method1(intern!(py, "add_done_callback"), (Forget { hub: hub.unbind(), id },))?;
     Ok(future)
+}
+
+/// How `output` (or the panic instead of it) becomes a result, with the GIL.
+fn settlement<R, C>(output: std::thread::Result<R>, convert: C) -> Settlement
+where
+    R: Send + 'static,
+    C: FnOnce(Python<'_>, R) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    Box::new(move |py| match output {
+        Ok(output) => convert(py, output),
+        Err(panic) => Err(PyRuntimeError::new_err(format!("the call panicked: {}", panic_text(&*panic)))),
+    })
+}
+
+/// Sets an asyncio future's result or exception, unless it is done already (cancelled meanwhile).
+fn settle(py: Python<'_>, future: &Bound<'_, PyAny>, result: PyResult<Py<PyAny>>) -> PyResult<()> {
+    if future.call_method0(intern!(py, "done"))?.is_truthy()? {
+        return Ok(());
+    }
+    match result {
+        Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
+        Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
+    };
+    Ok(())
 }
 
 /// How a finished task's output becomes the future's result, on the loop's thread.
@@ -198,13 +235,9 @@ impl Hub {
         for (id, settlement) in self.finished.take() {
             let Some(call) = self.lock_calls().remove(&id) else { continue };
             let future = call.future.bind(py);
-            if future.call_method0(intern!(py, "done"))?.is_truthy()? {
-                continue;
+            if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
+                settle(py, future, settlement(py))?;
             }
-            match settlement(py) {
-                Ok(value) => future.call_method1(intern!(py, "set_result"), (value,))?,
-                Err(error) => future.call_method1(intern!(py, "set_exception"), (error.into_value(py),))?,
-            };
         }
         Ok(())
     }

@@ -129,7 +129,8 @@ impl Sandbox {
     fn spawn<'py>(&self, py: Python<'py>, call: Call) -> PyResult<Bound<'py, PyAny>> {
         self.mine()?;
         let state = Arc::clone(&self.state);
-        runtime::awaitable(py, run(state, call), |py, answer| answer?.into_py(py))
+        let start = if call.starts_light() { runtime::Start::Here } else { runtime::Start::OnRuntime };
+        runtime::awaitable(py, start, run(state, call), |py, answer| answer?.into_py(py))
     }
 }
 
@@ -341,7 +342,7 @@ impl Sandbox {
                 None => Ok(()),
             }
         };
-        runtime::awaitable(py, closing, |py, closed| {
+        runtime::awaitable(py, runtime::Start::OnRuntime, closing, |py, closed| {
             closed.map_err(errors::to_py)?;
             Ok(py.None())
         })
