@@ -369,10 +369,7 @@ impl Link {
             }
             hasher.update(&buf[..n]);
             let piece = Message::binary(chunk::encode(id, &buf[..n]));
-            self.quiet("agentd to take an upload's next chunk", async {
-                self.out.send(piece).await
-            })
-            .await?;
+            self.quiet("agentd to take an upload's next chunk", async { self.out.send(piece).await }).await?;
             progress(n as u64);
             // agentd answers early only when the upload failed; stop sending then.
             match route.rx.try_recv() {

@@ -39,8 +39,9 @@ pub enum Call {
 }
 
 impl Call {
-    /// Whether its first step (making the request and writing it) is light enough for the event
-    /// loop's own thread: not transfers, nor a `write` or `edit`, whose texts may be megabytes.
+    /// Whether each of its steps (making the request, writing it, reading the reply) is light
+    /// enough for the event loop's own thread: not transfers, nor a `write` or `edit`, whose texts
+    /// may be megabytes.
     pub fn starts_light(&self) -> bool {
         match self {
             Call::Execute { .. } | Call::Offload { .. } => true,

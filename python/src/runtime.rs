@@ -5,17 +5,18 @@
 //! never runs and a lock one of its workers held at the fork is held forever. So the runtime is
 //! keyed by process id: a child that calls into the module gets a fresh one of its own, and the
 //! parent's copy is never touched (nor dropped: that would wait for threads that are not there).
-//! The coroutines' awaitables ([`awaitable`]) are asyncio futures of tasks on it, settled on their
-//! loop's thread when an eventfd the loop watches says a task has finished.
+//! The coroutines' awaitables ([`awaitable`]) are asyncio futures of calls run on it, polled and
+//! settled on their loop's thread when an eventfd the loop watches says so.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::os::fd::AsRawFd as _;
 use std::panic::AssertUnwindSafe;
-use std::task::{Context, Poll, Waker};
+use std::pin::Pin;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
 
 use futures_util::FutureExt as _;
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -69,30 +70,37 @@ pub fn current() -> PyResult<&'static Runtime> {
     }
 }
 
-/// Where a call's first step runs: up to its first wait, which for a request is writing it.
+/// Where a call runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Start {
-    /// On the event loop's thread, at once: the request is on the socket before this returns, with
-    /// no wait for a worker to wake (about 25 µs here). For calls whose first step is light.
+    /// Polled on the event loop's own thread: at once (the request is on the socket before the
+    /// awaitable is returned) and again whenever its waker signals the loop's eventfd. No worker
+    /// is woken for it: on 2 cores that measured 20-40 µs per call (python/benches/bench.py). For
+    /// calls whose every step is light.
     Here,
-    /// On a worker: for calls whose first step may be heavy (an upload's chunks, a large `write`),
+    /// A task on the runtime: for calls with heavy steps (an upload's chunks, a large `write`),
     /// which must not hold up the loop.
     OnRuntime,
 }
 
 /// An asyncio future of the running event loop, settled with `convert` of `fut`'s output.
 ///
-/// `fut` finishes as a task on the runtime (after its first step here, with [`Start::Here`]), so
-/// its work never holds up the loop. The task does not touch Python: it leaves its output with the
-/// loop's [`Hub`] and signals the hub's eventfd, which the loop watches (`add_reader`); the loop's
-/// own thread converts the output and settles the future. Taking the GIL on a worker and calling
-/// `call_soon_threadsafe` instead cost a GIL hand-over per call: `aexecute("true")` measured
-/// 1.33-1.39x `subprocess.run` that way (python/benches/bench.py).
+/// Nothing on a worker touches Python: a task leaves its output with the loop's [`Hub`], a polled
+/// call's waker leaves its id, and either signals the hub's eventfd, which the loop watches
+/// (`add_reader`); the loop's own thread polls, converts and settles. Taking the GIL on a worker
+/// and calling `call_soon_threadsafe` instead cost a GIL hand-over per call: `aexecute("true")`
+/// measured 1.33-1.39x `subprocess.run` that way (python/benches/bench.py).
 ///
-/// Cancelling the asyncio future (`Task.cancel`, `asyncio.timeout`) aborts the task, which drops
-/// `fut` on the runtime: a call in flight is cancelled in agentd. A panic in `fut` settles the
-/// future with `RuntimeError` rather than leaving it pending for good.
-pub fn awaitable<'py, F, R, C>(py: Python<'py>, start: Start, fut: F, convert: C) -> PyResult<Bound<'py, PyAny>>
+/// Cancelling the asyncio future (`Task.cancel`, `asyncio.timeout`) drops `fut` (a task is
+/// aborted, a polled call dropped in the runtime's context): a call in flight is cancelled in
+/// agentd. A panic in `fut` settles the future with `RuntimeError` rather than leaving it pending
+/// for good.
+pub fn awaitable<'py, F, R, C>(
+    py: Python<'py>,
+    start: Start,
+    fut: F,
+    convert: C,
+) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = R> + Send + 'static,
     R: Send + 'static,
@@ -102,23 +110,34 @@ where
     let runtime = current()?;
     let event_loop = GET_RUNNING_LOOP.import(py, "asyncio", "get_running_loop")?.call0()?;
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
-    let mut fut = Box::pin(AssertUnwindSafe(fut).catch_unwind());
-    if start == Start::Here {
-        let _entered = runtime.enter();
-        // The task polls it again with its own waker, so no wake-up is lost meanwhile.
-        if let Poll::Ready(output) = fut.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            settle(py, &future, settlement(output, convert)(py))?;
-            return Ok(future);
-        }
-    }
+    let fut = AssertUnwindSafe(fut).catch_unwind();
     let hub = Hub::of(&event_loop)?;
     let id = hub.get().next.fetch_add(1, Ordering::Relaxed);
     let finished = Arc::clone(&hub.get().finished);
-    let task = runtime.spawn(async move {
-        let output = fut.await;
-        finished.push(id, settlement(output, convert));
-    });
-    hub.get().lock_calls().insert(id, InFlight { future: future.clone().unbind(), task: task.abort_handle() });
+    let work = match start {
+        Start::Here => {
+            let waker = Waker::from(Arc::new(Woken { id, finished }));
+            let mut polled: Polled = Box::pin(async move { settlement(fut.await, convert) });
+            let first = {
+                let _entered = runtime.enter();
+                polled.as_mut().poll(&mut Context::from_waker(&waker))
+            };
+            if let Poll::Ready(settlement) = first {
+                settle(py, &future, settlement(py))?;
+                return Ok(future);
+            }
+            Work::Polled(polled, waker)
+        }
+        Start::OnRuntime => Work::Task(
+            runtime
+                .spawn(async move {
+                    let output = fut.await;
+                    finished.push(id, Some(settlement(output, convert)));
+                })
+                .abort_handle(),
+        ),
+    };
+    hub.get().lock_calls().insert(id, InFlight { future: future.clone().unbind(), work });
     future.call_method1(intern!(py, "add_done_callback"), (Forget { hub: hub.unbind(), id },))?;
     Ok(future)
 }
@@ -153,18 +172,56 @@ type Settlement = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 /// A call whose asyncio future is not settled yet.
 struct InFlight {
     future: Py<PyAny>,
-    task: AbortHandle,
+    work: Work,
+}
+
+type Polled = Pin<Box<dyn Future<Output = Settlement> + Send>>;
+
+/// Where a call in flight runs.
+enum Work {
+    Task(AbortHandle),
+    /// Polled on the loop's thread whenever its waker says.
+    Polled(Polled, Waker),
+}
+
+impl Work {
+    /// Stops it: a task is aborted; a polled future is dropped here, in the runtime's context.
+    fn stop(self) {
+        match self {
+            Work::Task(task) => task.abort(),
+            Work::Polled(polled, _) => {
+                let _entered = current().ok().map(|runtime| runtime.enter());
+                drop(polled);
+            }
+        }
+    }
+}
+
+/// The waker of a polled call: asks its loop to poll it again.
+struct Woken {
+    id: u64,
+    finished: Arc<Finished>,
+}
+
+impl std::task::Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.finished.push(self.id, None);
+    }
 }
 
 /// Outputs of finished tasks waiting for their loop, and the eventfd that wakes it.
 struct Finished {
     fd: EventFd,
-    queue: Mutex<Vec<(u64, Settlement)>>,
+    queue: Mutex<Vec<(u64, Option<Settlement>)>>,
 }
 
 impl Finished {
     /// Called by a task on a worker: no GIL, one write.
-    fn push(&self, id: u64, settlement: Settlement) {
+    fn push(&self, id: u64, settlement: Option<Settlement>) {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner).push((id, settlement));
         // Fails only if the counter would overflow, in which case the loop is being woken anyway.
         let _ = self.fd.write(1);
@@ -172,7 +229,7 @@ impl Finished {
 
     /// Everything finished so far. The eventfd is read first: a push after the read either lands
     /// in this take or writes again, so the loop is woken for it.
-    fn take(&self) -> Vec<(u64, Settlement)> {
+    fn take(&self) -> Vec<(u64, Option<Settlement>)> {
         // EAGAIN: nothing was written since the last read (a push this take already covers).
         let _ = self.fd.read();
         std::mem::take(&mut *self.queue.lock().unwrap_or_else(PoisonError::into_inner))
@@ -205,8 +262,9 @@ impl Hub {
         {
             return Ok(hub);
         }
-        let fd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-            .map_err(|e| PyRuntimeError::new_err(format!("cannot make an eventfd for the event loop: {e}")))?;
+        let fd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(|e| {
+            PyRuntimeError::new_err(format!("cannot make an eventfd for the event loop: {e}"))
+        })?;
         let raw = fd.as_raw_fd();
         let hub = Bound::new(
             py,
@@ -233,7 +291,24 @@ impl Hub {
     /// meanwhile is left as it is (its task was aborted; an output it still left is dropped).
     fn __call__(&self, py: Python<'_>) -> PyResult<()> {
         for (id, settlement) in self.finished.take() {
-            let Some(call) = self.lock_calls().remove(&id) else { continue };
+            let Some(mut call) = self.lock_calls().remove(&id) else { continue };
+            let settlement = match (settlement, &mut call.work) {
+                (Some(settlement), _) => settlement,
+                (None, Work::Polled(polled, waker)) => {
+                    let polled = {
+                        let _entered = current()?.enter();
+                        polled.as_mut().poll(&mut Context::from_waker(waker))
+                    };
+                    match polled {
+                        Poll::Ready(settlement) => settlement,
+                        Poll::Pending => {
+                            self.lock_calls().insert(id, call);
+                            continue;
+                        }
+                    }
+                }
+                (None, Work::Task(_)) => continue,
+            };
             let future = call.future.bind(py);
             if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
                 settle(py, future, settlement(py))?;
@@ -253,7 +328,7 @@ impl Drop for Hub {
             return;
         }
         for call in calls.into_values() {
-            call.task.abort();
+            call.work.stop();
         }
     }
 }
@@ -269,8 +344,9 @@ struct Forget {
 #[pymethods]
 impl Forget {
     fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        if let Some(call) = self.hub.get().lock_calls().remove(&self.id) {
-            call.task.abort();
+        let call = self.hub.get().lock_calls().remove(&self.id);
+        if let Some(call) = call {
+            call.work.stop();
         }
     }
 }

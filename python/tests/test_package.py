@@ -201,6 +201,55 @@ async def test_async_calls_run_concurrently_on_no_new_threads(sandbox: agentd.Lo
     assert elapsed < 8, elapsed
 
 
+def test_async_calls_on_several_loops_at_once_keep_one_descriptor_per_loop(sandbox: agentd.LocalSandbox) -> None:
+    """Each loop's calls are settled through one eventfd, however many are in flight: hundreds of
+    gathered calls on two loops in two threads all get their own answers, and the process holds
+    no more descriptors per call afterwards."""
+    workspace = sandbox.workspace
+    for i in range(4):
+        assert sandbox.write(f"{workspace}/f{i}.txt", f"file {i}\n").error is None
+
+    async def burst(tag: str) -> list[str]:
+        calls = [sandbox.aexecute(f"echo {tag}-{i}") for i in range(150)]
+        calls += [sandbox.aread(f"{workspace}/f{i % 4}.txt") for i in range(150)]
+        answers = await asyncio.gather(*calls)
+        return [a.output if isinstance(a, types.ExecuteResponse) else a.file_data["content"] for a in answers]
+
+    def run(tag: str, into: dict[str, list[str]]) -> None:
+        into[tag] = asyncio.run(burst(tag))
+
+    asyncio.run(burst("warm"))
+    before = len(os.listdir("/proc/self/fd"))
+    got: dict[str, list[str]] = {}
+    threads = [threading.Thread(target=run, args=(tag, got)) for tag in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for tag in ("a", "b"):
+        assert got[tag][:150] == [f"{tag}-{i}\n" for i in range(150)]
+        assert got[tag][150:] == [f"file {i % 4}" for i in range(150)]
+    # Each ended loop's eventfd may stay open until the loop is collected: a few, never 600.
+    assert len(os.listdir("/proc/self/fd")) - before < 10
+
+
+async def test_uploads_among_concurrent_requests_arrive_whole(sandbox: agentd.LocalSandbox) -> None:
+    """An upload's chunks and the small requests sent beside it share the socket: a request may
+    be written by its caller while chunks wait for the writer task, and still nothing overtakes
+    what was queued before it."""
+    blobs = [os.urandom(3 * 1024 * 1024 + i) for i in range(3)]
+    paths = [f"{sandbox.workspace}/blob{i}" for i in range(3)]
+    uploads = sandbox.aupload_files(list(zip(paths, blobs, strict=True)))
+    small = [sandbox.aexecute(f"echo {i}") for i in range(60)]
+    uploaded, *echoed = await asyncio.gather(uploads, *small)
+    assert [u.error for u in uploaded] == [None, None, None]
+    assert [e.output for e in echoed] == [f"{i}\n" for i in range(60)]
+    downloaded = await sandbox.adownload_files(paths)
+    assert [hashlib.sha256(d.content).hexdigest() for d in downloaded] == [
+        hashlib.sha256(b).hexdigest() for b in blobs
+    ]
+
+
 async def test_async_file_verbs(sandbox: agentd.LocalSandbox) -> None:
     path = f"{sandbox.workspace}/a/notes.txt"
     assert (await sandbox.awrite(path, "one\ntwo\nthree\n")).path == path

@@ -104,7 +104,11 @@ impl Outgoing {
 
 /// The writer task: hands queued messages to the socket in order and flushes when the queue is
 /// momentarily empty (one write for a burst). Ends when the socket fails or every sender is gone.
-async fn write_queued(shared: Arc<Mutex<Shared>>, mut incoming: mpsc::Receiver<Message>, queued: Arc<AtomicUsize>) {
+async fn write_queued(
+    shared: Arc<Mutex<Shared>>,
+    mut incoming: mpsc::Receiver<Message>,
+    queued: Arc<AtomicUsize>,
+) {
     let mut next: Option<Message> = None;
     std::future::poll_fn(|cx| {
         let mut shared = shared.lock().unwrap_or_else(PoisonError::into_inner);
