@@ -14,7 +14,7 @@
 //!   turned into plain Python values (tuples, bytes, dicts with the contract's field names).
 //! - [`errors`]: `SandboxError` to the exceptions of `agentd.errors`.
 //! - [`runtime`]: the tokio runtime every call runs on, one per process (a forked child gets its
-//!   own), and the asyncio futures the coroutines await, settled from its tasks.
+//!   own), and the asyncio futures the coroutines await, settled on their loop's thread.
 //!
 //! Build it with maturin (`python/install.sh`, README "From Python"); `cargo build` builds the same
 //! shared object (never linked to libpython: the interpreter that imports it provides the symbols).

@@ -9,7 +9,8 @@
 // A benchmark binary: a failed step aborts it with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -80,6 +81,12 @@ async fn run() {
     let mut lss = Vec::new();
     let mut edits = Vec::new();
     let edited = format!("{tree_s}/pkg00/mod000.py");
+    // The file the edits change belongs to the workspace's owner, as the files an agent edits do:
+    // agentd's file work runs as the sandbox's user, who may not write what root made here.
+    let owner = std::fs::metadata(sb.workspace()).unwrap();
+    for path in [tree.join("pkg00"), PathBuf::from(&edited)] {
+        std::os::unix::fs::chown(&path, Some(owner.uid()), Some(owner.gid())).unwrap();
+    }
     for i in 0..SMALL_RUNS {
         let t = Instant::now();
         let r = sb.read(&big_s, 0, 2000).await.unwrap();
