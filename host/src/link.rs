@@ -298,7 +298,6 @@ impl Link {
                         on_output(&data);
                     }
                 }
-                Incoming::Message(ServerMessage::ExecStarted(_)) => {}
                 Incoming::Message(ServerMessage::ExecResult(result)) => {
                     guard.disarm();
                     return Ok(result);
@@ -566,7 +565,10 @@ impl Drop for CancelOnDrop<'_> {
 
 async fn route_message(routes: &Routes, message: ServerMessage) {
     let terminal = match &message {
-        ServerMessage::ExecStarted(_) | ServerMessage::DownloadStart(_) => false,
+        // No caller here reads it (the pid is in the result): routing it would wake the caller, on
+        // another thread, for nothing while its command runs.
+        ServerMessage::ExecStarted(_) => return,
+        ServerMessage::DownloadStart(_) => false,
         ServerMessage::Hello(_)
         | ServerMessage::ExecResult(_)
         | ServerMessage::CancelResult(_)

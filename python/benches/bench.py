@@ -10,8 +10,8 @@
 3. ``execute("true")`` after 100 ms without commands (as between an agent's steps), confined and
    not: what a confined command's setup costs when the machine's cgroup code has gone cold.
 
-The three kinds of call take turns in blocks of 50, so a slow moment of this machine falls on all
-of them alike.
+The three kinds of call take turns in blocks of 50 (``--turn``), so a slow moment of this machine
+falls on all of them alike.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1000, help="calls of each kind (default 1000)")
     parser.add_argument("--reads", type=int, default=50, help="reads of each kind (default 50)")
+    parser.add_argument("--turn", type=int, default=BLOCK, help=f"calls of one kind in a row (default {BLOCK})")
     parser.add_argument("--idle", type=int, default=50, help="calls after a pause, of each kind (default 50)")
     args = parser.parse_args()
 
@@ -78,15 +79,18 @@ def main() -> None:
         # Blocks of BLOCK calls of each kind in turn; the coroutine's block runs in one event-loop
         # run, as an agent's awaits do.
         spawn, sync, asynchronous = [], [], []
-        for _ in range(max(1, args.rounds // BLOCK)):
-            spawn.extend(timed(lambda: subprocess.run(["sh", "-c", "true"], check=True)) for _ in range(BLOCK))
-            sync.extend(timed(lambda: sandbox.execute("true")) for _ in range(BLOCK))
-            asynchronous.extend(loop.run_until_complete(aexecute_true(BLOCK)))
+        turn = max(1, args.turn)
+        for _ in range(max(1, args.rounds // turn)):
+            spawn.extend(timed(lambda: subprocess.run(["sh", "-c", "true"], check=True)) for _ in range(turn))
+            sync.extend(timed(lambda: sandbox.execute("true")) for _ in range(turn))
+            asynchronous.extend(loop.run_until_complete(aexecute_true(turn)))
 
         print(f"execute(\"true\"), {len(spawn)} calls each (LocalSandbox(), confined):")
         print(line('subprocess.run(["sh","-c","true"])', spawn))
         print(line("sandbox.execute (blocking)", sync, spawn))
         print(line("await sandbox.aexecute", asynchronous, spawn))
+        gap = statistics.median(asynchronous) - statistics.median(sync)
+        print(f"  aexecute - execute, medians: {gap * 1e6:.0f} µs")
 
         path = f"{sandbox.workspace}/bench-2000.txt"
         text = "\n".join(f"line {i:04d}: " + "lorem ipsum dolor sit amet " * 3 for i in range(2000))

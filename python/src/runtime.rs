@@ -137,8 +137,11 @@ where
                 .abort_handle(),
         ),
     };
-    hub.get().lock_calls().insert(id, InFlight { future: future.clone().unbind(), work });
-    future.call_method1(intern!(py, "add_done_callback"), (Forget { hub: hub.unbind(), id },))?;
+    let forget = Py::new(py, Forget { hub: hub.clone().unbind(), id })?.into_any();
+    hub.get()
+        .lock_calls()
+        .insert(id, InFlight { future: future.clone().unbind(), forget: forget.clone_ref(py), work });
+    future.call_method1(intern!(py, "add_done_callback"), (forget,))?;
     Ok(future)
 }
 
@@ -172,6 +175,8 @@ type Settlement = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
 /// A call whose asyncio future is not settled yet.
 struct InFlight {
     future: Py<PyAny>,
+    /// Its done callback, taken off before a normal settling: only a cancellation needs it.
+    forget: Py<PyAny>,
     work: Work,
 }
 
@@ -311,6 +316,7 @@ impl Hub {
             };
             let future = call.future.bind(py);
             if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
+                future.call_method1(intern!(py, "remove_done_callback"), (call.forget.bind(py),))?;
                 settle(py, future, settlement(py))?;
             }
         }
