@@ -1,7 +1,7 @@
 //! The websocket client: one connection to agentd, many requests in flight on it.
 //!
 //! A reader task routes every incoming message to the request that owns its id. A request is
-//! written by its caller when the socket is free, else queued for a writer task ([`outgoing`]).
+//! written by its caller when the socket is free, else queued for a writer task (`link/outgoing.rs`).
 //! Each request gets a bounded route, so a caller that reads slowly (a large
 //! download) slows the socket rather than growing memory.
 //!
