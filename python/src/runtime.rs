@@ -295,32 +295,52 @@ impl Hub {
     /// The loop's reader callback: settles the future of every finished task. A future cancelled
     /// meanwhile is left as it is (its task was aborted; an output it still left is dropped).
     fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        // Every entry taken is seen to, whatever fails: one left out would never settle.
+        let mut first_error = None;
         for (id, settlement) in self.finished.take() {
-            let Some(mut call) = self.lock_calls().remove(&id) else { continue };
-            let settlement = match (settlement, &mut call.work) {
-                (Some(settlement), _) => settlement,
-                (None, Work::Polled(polled, waker)) => {
-                    let polled = {
-                        let _entered = current()?.enter();
-                        polled.as_mut().poll(&mut Context::from_waker(waker))
-                    };
-                    match polled {
-                        Poll::Ready(settlement) => settlement,
-                        Poll::Pending => {
-                            self.lock_calls().insert(id, call);
-                            continue;
-                        }
-                    }
-                }
-                (None, Work::Task(_)) => continue,
-            };
-            let future = call.future.bind(py);
-            if !future.call_method0(intern!(py, "done"))?.is_truthy()? {
-                future.call_method1(intern!(py, "remove_done_callback"), (call.forget.bind(py),))?;
-                settle(py, future, settlement(py))?;
+            if let Err(error) = self.advance(py, id, settlement) {
+                first_error.get_or_insert(error);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+impl Hub {
+    /// Settles call `id` with a task's output, or polls it (a polled call's waker said so) and
+    /// settles it if it is done.
+    fn advance(&self, py: Python<'_>, id: u64, settlement: Option<Settlement>) -> PyResult<()> {
+        let Some(mut call) = self.lock_calls().remove(&id) else { return Ok(()) };
+        let settlement = match (settlement, &mut call.work) {
+            (Some(settlement), _) => settlement,
+            (None, Work::Polled(polled, waker)) => {
+                let polled = match current() {
+                    Ok(runtime) => {
+                        let _entered = runtime.enter();
+                        polled.as_mut().poll(&mut Context::from_waker(waker))
+                    }
+                    Err(error) => Poll::Ready(Box::new(move |_: Python<'_>| Err(error)) as Settlement),
+                };
+                match polled {
+                    Poll::Ready(settlement) => settlement,
+                    Poll::Pending => {
+                        self.lock_calls().insert(id, call);
+                        return Ok(());
+                    }
+                }
+            }
+            (None, Work::Task(_)) => {
+                self.lock_calls().insert(id, call);
+                return Ok(());
+            }
+        };
+        let future = call.future.bind(py);
+        if future.call_method0(intern!(py, "done"))?.is_truthy()? {
+            return Ok(());
+        }
+        // Its cancellation callback is not needed any more: one scheduled callback fewer.
+        future.call_method1(intern!(py, "remove_done_callback"), (call.forget.bind(py),))?;
+        settle(py, future, settlement(py))
     }
 }
 
