@@ -19,9 +19,11 @@ use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use agentd_protocol::limits::{DEFAULT_MAX_CAPTURE_BYTES, MAX_INLINE_CAPTURE, MAX_OFFLOAD_CAPTURE_BYTES};
+use agentd_protocol::limits::{
+    DEFAULT_MAX_CAPTURE_BYTES, MAX_INLINE_CAPTURE, MAX_KEEP_SECS, MAX_OFFLOAD_CAPTURE_BYTES,
+};
 use agentd_protocol::profile::{Limits, Network, ProfileOverride, SandboxProfile};
-use agentd_protocol::{ErrorCode, ExecRequest};
+use agentd_protocol::{ErrorCode, ExecRequest, StdinMode, TerminalSize};
 use base64::Engine as _;
 use thiserror::Error;
 
@@ -380,6 +382,11 @@ pub struct Admitted {
     pub cwd: Option<String>,
     pub env: BTreeMap<String, String>,
     pub stdin: Option<Vec<u8>>,
+    /// Stdin is a pipe left open for `write_stdin`.
+    pub stdin_pipe: bool,
+    pub pty: Option<TerminalSize>,
+    /// Kept: the grace it may run unattached (`Some(None)`: no limit).
+    pub keep: Option<Option<Duration>>,
     pub max_capture_bytes: u64,
     pub capture: Capture,
 }
@@ -421,6 +428,31 @@ pub fn admit(policy: &ServerPolicy, request: ExecRequest) -> Result<Admitted, Re
                 .map_err(|e| Refusal::Invalid(format!("`stdin_base64` is not valid base64: {e}")))?,
         ),
     };
+    let keep = match request.keep {
+        None => None,
+        Some(secs) if !(0.0..=MAX_KEEP_SECS).contains(&secs) => {
+            return Err(Refusal::Invalid(format!(
+                "`keep` must be a number of seconds from 0 (no limit) to {MAX_KEEP_SECS}"
+            )));
+        }
+        Some(secs) => Some(Some(seconds(secs, "`keep`")?).filter(|grace| !grace.is_zero())),
+    };
+    let stdin_pipe = request.stdin == Some(StdinMode::Pipe);
+    if stdin.is_some() && (stdin_pipe || request.pty.is_some()) {
+        return Err(invalid(
+            "`stdin_base64` cannot be combined with `stdin: \"pipe\"` or `pty`: send the bytes with `write_stdin`",
+        ));
+    }
+    if let Some(size) = request.pty
+        && (size.rows == 0 || size.cols == 0)
+    {
+        return Err(invalid("`pty.rows` and `pty.cols` must be at least 1"));
+    }
+    if keep.is_some() && request.offload.is_some() {
+        return Err(invalid(
+            "`keep` cannot be combined with `offload`: a kept exec's output is in its journal (see `attach`)",
+        ));
+    }
     let max_capture_bytes = request.max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES);
     if max_capture_bytes == 0 {
         return Err(invalid("`max_capture_bytes` must be at least 1"));
@@ -445,6 +477,9 @@ pub fn admit(policy: &ServerPolicy, request: ExecRequest) -> Result<Admitted, Re
         cwd: request.cwd,
         env: request.env,
         stdin,
+        stdin_pipe,
+        pty: request.pty,
+        keep,
         max_capture_bytes,
         capture,
     })

@@ -19,13 +19,16 @@
 //!   through any exec channel.
 //! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
 //!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
+//! - [`process`]: every exec by process id, across connections: kept processes (`keep`) that
+//!   outlive their connection, their journals, attachments and grace, stdin, and the bounds.
 //! - [`registry`]: every request in flight (all kinds) with its caps and cancellation, and the
 //!   connection budget (idle sessions make room; `hello` is due within the handshake timeout).
 //! - [`inbound`]: what clients' unfinished messages may hold: large ones are received a few at a
 //!   time across all connections.
 //! - [`outbox`]: each connection's outgoing queue and writer; large replies take room from one
 //!   budget shared by all connections, so memory does not follow output size. At SIGTERM the
-//!   writers send a going-away close frame and nothing more ([`registry::shut_down`]).
+//!   writers send a going-away close frame and nothing more.
+//! - [`cancel`]: the one cancellation token of every kind of work, agentd's shutdown included.
 //! - [`memory`]: free pages go back to the system once the work is done.
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
 //! - [`leftovers`]: the `agentd-<pid>` directories of agentds that were killed, swept by the next.
@@ -38,6 +41,7 @@
 
 mod admission;
 mod auth;
+mod cancel;
 mod confine;
 mod exec;
 mod fs;
@@ -46,6 +50,7 @@ mod leftovers;
 mod memory;
 mod oneshot;
 mod outbox;
+mod process;
 mod registry;
 mod root;
 mod server;
@@ -263,7 +268,8 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
 
     // The SIGCHLD handler must exist before the first child.
     let reaper = Reaper::start()?;
-    let executor = Executor::new(reaper, files.clone(), scratch.clone(), grace);
+    let shutdown = cancel::Cancel::default();
+    let executor = Executor::new(reaper, files.clone(), scratch.clone(), grace, shutdown.clone());
     let profile = args.profile.as_deref().map(Confiner::load).transpose()?;
     let reported = match &profile {
         Some(profile) => profile.profile().clone(),
@@ -277,6 +283,8 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     };
     let shared = Arc::new(Shared {
         executor,
+        shutdown,
+        processes: Arc::default(),
         workspace: files,
         confiner,
         files: file_work,
@@ -336,7 +344,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         }
     }
     // Blocking verbs stop at their next step instead of holding the shutdown.
-    registry::shut_down();
+    shared.shutdown.cancel();
     // Nothing may outlive agentd: every running exec's tree is killed before it exits.
     // Per-command pids cgroups first: through the cgroup, a fork bomb cannot outrun the kill.
     exec::tree::end_cgroups(shared.confiner.command_cgroups()).await;

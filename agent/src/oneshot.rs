@@ -19,7 +19,8 @@ use clap::Subcommand;
 
 use crate::admission::{self, ServerPolicy};
 use crate::exec::reaper::Reaper;
-use crate::exec::{CancelHandle, ExecSpec, Executor};
+use crate::cancel::Cancel;
+use crate::exec::{ExecSpec, Executor, Watchers};
 use crate::root::Workspace;
 
 /// `agentd fs …`: one file verb (the same arguments as `agentctl`'s); prints its result as one line of
@@ -140,9 +141,10 @@ pub fn exec(args: ExecArgs) -> ExitCode {
             Workspace::open(workspace),
             scratch.clone(),
             Duration::from_secs(1),
+            Cancel::default(),
         );
         let result =
-            executor.run(spec, &CancelHandle::default(), None, None, None).await.map(|(result, _)| result);
+            executor.run(spec, &Cancel::default(), Watchers::default(), None).await.map(|(result, _)| result);
         let _ = std::fs::remove_dir_all(&scratch);
         Ok::<_, std::io::Error>(result)
     });

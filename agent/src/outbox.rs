@@ -140,13 +140,13 @@ impl Outbox {
 /// the session). Room is given back after each flush. Once agentd begins to shut down, nothing
 /// more is sent but a close frame with status 1001 (going away): the results of the requests the
 /// shutdown stops would tell of a kill the client never asked for.
-pub async fn write<S>(sink: S, queue: mpsc::Receiver<Outgoing>)
+pub async fn write<S>(sink: S, queue: mpsc::Receiver<Outgoing>, shutdown: crate::cancel::Cancel)
 where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
     let timeout = Duration::from_secs(WRITE_TIMEOUT_SECS);
-    write_within(sink, queue, timeout, crate::registry::shutdown_begun()).await;
+    write_within(sink, queue, timeout, async move { shutdown.cancelled().await }).await;
 }
 
 async fn write_within<S>(

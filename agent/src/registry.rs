@@ -7,111 +7,22 @@
 //! [`Slot`] is held by the work itself and released only when that work has really ended (a
 //! cancelled verb still walking holds it), so the global cap bounds work, not bookkeeping.
 //!
-//! Blocking verbs run on the blocking pool with a [`Cancel`] token entered for their thread
-//! ([`Cancel::enter`]); their loops ask [`is_cancelled`] at each step, so a cancelled or orphaned
-//! walk ends within one directory entry or one read.
+//! Each request reaches its work through a [`Handle`]: a [`Cancel`] token for everything but an
+//! upload, whose chunks go through its queue.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use agentd_protocol::ErrorCode;
 use agentd_protocol::limits::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_GLOBAL};
 use tokio::sync::{Notify, mpsc};
 
-use crate::exec::CancelHandle;
+use crate::cancel::Cancel;
 use crate::transfer::UploadEvent;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// A cancellation flag for blocking work: set once, polled by the work, awaitable by async code.
-#[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<CancelInner>);
-
-#[derive(Debug, Default)]
-struct CancelInner {
-    flag: AtomicBool,
-    notify: Notify,
-}
-
-thread_local! {
-    /// The token of the blocking work this thread is doing, if any.
-    static CURRENT: RefCell<Option<Cancel>> = const { RefCell::new(None) };
-}
-
-impl Cancel {
-    pub fn cancel(&self) {
-        self.0.flag.store(true, Ordering::Relaxed);
-        self.0.notify.notify_waiters();
-    }
-
-    pub fn is_cancelled(&self) -> bool {
-        self.0.flag.load(Ordering::Relaxed)
-    }
-
-    /// Resolves once [`Cancel::cancel`] was called (at once if it already was).
-    pub async fn cancelled(&self) {
-        let notified = self.0.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if self.is_cancelled() {
-            return;
-        }
-        notified.await;
-    }
-
-    /// Runs `work` with this token as the thread's current one, so [`is_cancelled`] sees it.
-    pub fn enter<R>(&self, work: impl FnOnce() -> R) -> R {
-        let previous = CURRENT.with(|current| current.replace(Some(self.clone())));
-        let result = work();
-        CURRENT.with(|current| *current.borrow_mut() = previous);
-        result
-    }
-}
-
-/// Whether the blocking work on this thread was cancelled (its request cancelled, or its connection
-/// gone, or agentd shutting down). False outside [`Cancel::enter`] (e.g. in the one-shot CLI) unless
-/// agentd is shutting down. Cheap: a thread-local and an
-/// atomic load, meant for the head of every loop of a walk or a read.
-pub fn is_cancelled() -> bool {
-    shutting_down() || CURRENT.with(|current| current.borrow().as_ref().is_some_and(Cancel::is_cancelled))
-}
-
-/// Set when agentd is shutting down: every blocking verb stops at its next step.
-static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
-
-/// Wakes what awaits [`shutdown_begun`].
-static SHUTDOWN: Notify = Notify::const_new();
-
-/// Begins the shutdown (SIGTERM), for good: sessions close their connections and every blocking
-/// verb, of every connection, stops.
-pub fn shut_down() {
-    SHUTTING_DOWN.store(true, Ordering::SeqCst);
-    SHUTDOWN.notify_waiters();
-}
-
-/// Whether [`shut_down`] was called.
-pub fn shutting_down() -> bool {
-    SHUTTING_DOWN.load(Ordering::SeqCst)
-}
-
-/// Returns once [`shut_down`] is called (at once if it was).
-pub async fn shutdown_begun() {
-    let notified = SHUTDOWN.notified();
-    tokio::pin!(notified);
-    // Registered before the flag is read, so a shutdown between the two is not missed.
-    notified.as_mut().enable();
-    if !shutting_down() {
-        notified.await;
-    }
-}
-
-/// The current thread's token, to [`Cancel::enter`] in threads a verb spawns for itself.
-pub fn current() -> Cancel {
-    CURRENT.with(|current| current.borrow().clone()).unwrap_or_default()
 }
 
 /// Requests in flight across all connections.
@@ -159,10 +70,12 @@ impl Drop for Slot {
 
 /// How the connection reaches a request again (cancel, disconnect, upload chunks).
 pub enum Handle {
-    Exec(Arc<CancelHandle>),
+    /// An exec, a download, a file verb: stopped through its token.
+    Work(Cancel),
+    /// A kept exec, or an attachment to a kept process: a `cancel` stops it, but the connection's
+    /// end only detaches it (the process runs on).
+    Kept { cancel: Cancel, detach: Cancel },
     Upload(mpsc::Sender<UploadEvent>),
-    Download(Arc<Notify>),
-    Fs(Cancel),
 }
 
 impl Handle {
@@ -170,14 +83,12 @@ impl Handle {
     /// connection is gone).
     fn stop(&self) {
         match self {
-            Handle::Exec(cancel) => cancel.cancel(),
+            Handle::Work(cancel) | Handle::Kept { cancel, .. } => cancel.cancel(),
             Handle::Upload(events) => {
                 // Queued behind chunks if need be; the connection's reader must not wait for the disk.
                 let events = events.clone();
                 tokio::spawn(async move { events.send(UploadEvent::Abort("cancelled".to_owned())).await });
             }
-            Handle::Download(cancel) => cancel.notify_one(),
-            Handle::Fs(cancel) => cancel.cancel(),
         }
     }
 }
@@ -265,13 +176,15 @@ impl Requests {
         }
     }
 
-    /// The connection is gone: stop everything it started. Dropping an upload's sender ends it
-    /// without a result, which removes its temporary file.
+    /// The connection is gone: stop everything it started but kept processes, which are only
+    /// detached from it. Dropping an upload's sender ends it without a result, which removes its
+    /// temporary file.
     pub fn close(&self) {
         let entries: Vec<Handle> = lock(&self.map).drain().map(|(_, handle)| handle).collect();
         for handle in entries {
             match handle {
                 Handle::Upload(events) => drop(events),
+                Handle::Kept { detach, .. } => detach.cancel(),
                 other => other.stop(),
             }
         }
@@ -428,9 +341,8 @@ mod tests {
         let global = Arc::new(Global::default());
         let requests = Requests::new(Arc::clone(&global), None);
         let fs = Cancel::default();
-        let slot = requests.register(7, Handle::Fs(fs.clone())).unwrap();
-        let exec = Arc::new(CancelHandle::default());
-        assert_eq!(requests.register(7, Handle::Exec(exec)).unwrap_err(), Refusal::Duplicate(7));
+        let slot = requests.register(7, Handle::Work(fs.clone())).unwrap();
+        assert_eq!(requests.register(7, Handle::Work(Cancel::default())).unwrap_err(), Refusal::Duplicate(7));
         assert_eq!(Refusal::Duplicate(7).code(), ErrorCode::DuplicateId);
         assert!(requests.cancel(7));
         assert!(fs.is_cancelled());
@@ -448,14 +360,14 @@ mod tests {
         let a = Requests::new(Arc::clone(&global), None);
         let mut slots = Vec::new();
         for id in 0..MAX_IN_FLIGHT as u64 {
-            slots.push(a.register(id, Handle::Fs(Cancel::default())).unwrap());
+            slots.push(a.register(id, Handle::Work(Cancel::default())).unwrap());
         }
-        assert_eq!(a.register(u64::MAX, Handle::Fs(Cancel::default())).unwrap_err(), Refusal::Connection);
+        assert_eq!(a.register(u64::MAX, Handle::Work(Cancel::default())).unwrap_err(), Refusal::Connection);
         let mut others = Vec::new();
         while global.in_flight() < MAX_IN_FLIGHT_GLOBAL {
             let b = Requests::new(Arc::clone(&global), None);
             for id in 0..MAX_IN_FLIGHT as u64 {
-                match b.register(id, Handle::Fs(Cancel::default())) {
+                match b.register(id, Handle::Work(Cancel::default())) {
                     Ok(slot) => slots.push(slot),
                     Err(err) => assert_eq!(err, Refusal::Global),
                 }
@@ -463,10 +375,10 @@ mod tests {
             others.push(b);
         }
         let c = Requests::new(Arc::clone(&global), None);
-        assert_eq!(c.register(1, Handle::Fs(Cancel::default())).unwrap_err(), Refusal::Global);
+        assert_eq!(c.register(1, Handle::Work(Cancel::default())).unwrap_err(), Refusal::Global);
         assert_eq!(c.len(), 0);
         slots.pop();
-        assert!(c.register(1, Handle::Fs(Cancel::default())).is_ok());
+        assert!(c.register(1, Handle::Work(Cancel::default())).is_ok());
     }
 
     #[tokio::test]
@@ -476,27 +388,13 @@ mod tests {
         let _slots: Vec<Slot> = tokens
             .iter()
             .enumerate()
-            .map(|(i, t)| requests.register(i as u64, Handle::Fs(t.clone())).unwrap())
+            .map(|(i, t)| requests.register(i as u64, Handle::Work(t.clone())).unwrap())
             .collect();
         requests.close();
         assert!(tokens.iter().all(Cancel::is_cancelled));
         assert_eq!(requests.len(), 0);
         // Awaiting a cancelled token returns at once.
         tokens[0].cancelled().await;
-    }
-
-    #[test]
-    fn the_thread_sees_its_token() {
-        assert!(!is_cancelled());
-        let token = Cancel::default();
-        token.enter(|| {
-            assert!(!is_cancelled());
-            token.cancel();
-            assert!(is_cancelled());
-            let inner = current();
-            std::thread::spawn(move || inner.enter(is_cancelled)).join().unwrap()
-        });
-        assert!(!is_cancelled());
     }
 
     #[test]
@@ -524,7 +422,7 @@ mod tests {
             .map(|a| Requests::new(Arc::clone(&global), Some(a.activity())))
             .collect();
         let slots: Vec<Slot> =
-            busy.iter().map(|r| r.register(1, Handle::Fs(Cancel::default())).unwrap()).collect();
+            busy.iter().map(|r| r.register(1, Handle::Work(Cancel::default())).unwrap()).collect();
         assert!(connections.admit().is_none());
         // Idle sessions make room, the one idle the longest first.
         busy[2].finish(1);

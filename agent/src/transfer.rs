@@ -16,7 +16,6 @@ use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::path::Path;
-use std::sync::Arc;
 
 use agentd_protocol::limits::CHUNK_SIZE;
 use agentd_protocol::{DownloadResult, DownloadStart, ServerMessage, TransferError, chunk};
@@ -27,7 +26,9 @@ use sha2::{Digest as _, Sha256};
 use std::io::Write as _;
 
 use tokio::io::AsyncReadExt as _;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
+
+use crate::cancel::Cancel;
 use tokio_tungstenite::tungstenite::Bytes;
 
 use crate::confine::FileWork;
@@ -341,7 +342,7 @@ pub async fn download(
     path: String,
     source: Result<Destination, String>,
     out: Outbox,
-    cancel: Arc<Notify>,
+    cancel: Cancel,
 ) -> DownloadResult {
     let failed = |error: String| DownloadResult {
         id,
@@ -378,7 +379,7 @@ pub async fn download(
                 Ok(n) => n,
                 Err(err) => return failed(format!("read failed: {err}")),
             },
-            () = cancel.notified() => return failed("cancelled".to_owned()),
+            () = cancel.cancelled() => return failed("cancelled".to_owned()),
         };
         hasher.update(&buf[..n]);
         sent += n as u64;

@@ -16,6 +16,8 @@
 //! - [`fs`]: the seven file verbs: [`FsRequest`] and the result types.
 //! - [`framing`]: a random quoted-heredoc delimiter that never occurs in the command it frames.
 //! - [`profile`]: sandbox profiles, per-request tightening, and the report of what was enforced.
+//! - [`process`]: processes that outlive their connection: `keep`, `attach` from a byte offset,
+//!   `processes`, `kill`, `wait`, `forget`, a stdin pipe and a terminal.
 //! - [`meta`]: the result meta line with a random per-call sentinel, so command output cannot forge it.
 //! - `cli` (feature `cli`): the file verbs as clap subcommands, shared by `agentd fs` and `agentctl`.
 //!
@@ -42,6 +44,7 @@ pub mod fs;
 pub mod limits;
 pub mod message;
 pub mod meta;
+pub mod process;
 pub mod profile;
 
 pub use contract::{
@@ -54,3 +57,4 @@ pub use message::{
     PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, UploadResult, decode_client,
 };
 pub use message::{FsMessage, FsReply};
+pub use process::{ProcessInfo, ProcessState, StdinMode, TerminalSize};

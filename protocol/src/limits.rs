@@ -125,6 +125,45 @@ pub const MAX_LARGE_MESSAGES: usize = 2;
 /// disconnected, so a slow sender cannot keep the permits from others.
 pub const LARGE_MESSAGE_TIMEOUT_SECS: u64 = 30;
 
+/// Kept processes (`keep`) running at once; one more is refused (`limit_reached`). Each holds a
+/// journal file, its pipes, and its process tree past its connection: this bounds what clients
+/// that leave their processes behind can make agentd hold.
+pub const MAX_KEPT_PROCESSES: usize = 128;
+
+/// Bytes one process's journal may hold: its capture cap (`max_capture_bytes`, clamped to the
+/// offload cap). Output past it is counted and dropped, and an attach reports it as a gap.
+pub const MAX_JOURNAL_BYTES: u64 = MAX_OFFLOAD_CAPTURE_BYTES;
+
+/// Bytes all journals together may hold on disk: a running kept process counts its whole cap, a
+/// retained one what it stored. A new kept process over it first makes the oldest retained results
+/// go, then is refused (`limit_reached`). It bounds the disk left processes can fill.
+pub const MAX_JOURNAL_BYTES_TOTAL: u64 = 4 * 1024 * 1024 * 1024;
+
+/// Finished kept processes whose result and journal are retained for `attach` and `wait`; past it,
+/// the oldest finished one goes (as `forget` would).
+pub const MAX_RETAINED_RESULTS: usize = 256;
+
+/// Seconds a finished kept process's result and journal are retained after its end; then they go
+/// (as `forget` would). An hour covers a client that reconnects after a long outage.
+pub const RESULT_RETENTION_SECS: u64 = 3600;
+
+/// Clients attached to one process at once (`attach` requests in flight, and the exec's own
+/// connection); one more gets `limit_reached`. Each is a reader of the journal and a stream.
+pub const MAX_ATTACHMENTS: usize = 16;
+
+/// Largest `keep` grace, in seconds (a week); `0` asks for no limit, which the kept process cap
+/// still bounds.
+pub const MAX_KEEP_SECS: f64 = 7.0 * 24.0 * 3600.0;
+
+/// Bytes of one `write_stdin` once decoded; a larger one is refused (`invalid_field`): bigger
+/// input is sent in several writes, each answered when the pipe has taken it.
+pub const MAX_STDIN_WRITE: usize = 1024 * 1024;
+
+/// `write_stdin` requests waiting for one process's pipe at once; one more is refused
+/// (`too_many_requests`). With [`MAX_STDIN_WRITE`] it bounds the input agentd holds for a process
+/// that does not read: flow control is the answer to each write.
+pub const MAX_STDIN_WAITING: usize = 4;
+
 /// Bytes `s` takes inside a JSON string as serde_json writes it (quotes excluded): what a reply
 /// budget counts.
 pub fn json_escaped_len(s: &str) -> usize {

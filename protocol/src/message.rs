@@ -11,6 +11,11 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::fs::{FsRequest, FsResponse};
+use crate::process::{
+    AttachRequest, CloseStdinRequest, ForgetRequest, KillRequest, KillResult, OutputGap, ProcessDone,
+    ProcessesRequest, ProcessesResult, ResizeRequest, StdinMode, StdinWritten, TerminalSize, WaitRequest,
+    WaitResult, WriteStdinRequest,
+};
 use crate::profile::{Enforcement, ProfileOverride};
 
 /// The protocol version this crate speaks. A client offers the versions it knows in `hello`; the
@@ -27,6 +32,14 @@ pub enum ClientMessage {
     UploadEnd(UploadEnd),
     Download(DownloadRequest),
     Fs(FsMessage),
+    Attach(AttachRequest),
+    Processes(ProcessesRequest),
+    Kill(KillRequest),
+    Wait(WaitRequest),
+    Forget(ForgetRequest),
+    WriteStdin(WriteStdinRequest),
+    CloseStdin(CloseStdinRequest),
+    Resize(ResizeRequest),
 }
 
 impl ClientMessage {
@@ -40,6 +53,14 @@ impl ClientMessage {
             Self::UploadEnd(m) => m.id,
             Self::Download(m) => m.id,
             Self::Fs(m) => m.id,
+            Self::Attach(m) => m.id,
+            Self::Processes(m) => m.id,
+            Self::Kill(m) => m.id,
+            Self::Wait(m) => m.id,
+            Self::Forget(m) => m.id,
+            Self::WriteStdin(m) => m.id,
+            Self::CloseStdin(m) => m.id,
+            Self::Resize(m) => m.id,
         }
     }
 
@@ -53,6 +74,14 @@ impl ClientMessage {
             Self::UploadEnd(m) => with_type("upload_end", m),
             Self::Download(m) => with_type("download", m),
             Self::Fs(m) => with_type("fs", m),
+            Self::Attach(m) => with_type("attach", m),
+            Self::Processes(m) => with_type("processes", m),
+            Self::Kill(m) => with_type("kill", m),
+            Self::Wait(m) => with_type("wait", m),
+            Self::Forget(m) => with_type("forget", m),
+            Self::WriteStdin(m) => with_type("write_stdin", m),
+            Self::CloseStdin(m) => with_type("close_stdin", m),
+            Self::Resize(m) => with_type("resize", m),
         }
     }
 }
@@ -97,6 +126,19 @@ pub struct ExecRequest {
     /// Tightens the server's sandbox profile for this command; loosening is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Box<ProfileOverride>>,
+    /// Keep the process when this connection closes: it runs on (its timeout still counts), its
+    /// output goes to a journal on disk, and any connection may `attach` to it. The value is its
+    /// grace: seconds it may run with no client attached before the kill ladder ends it (`0`: no
+    /// grace limit). Absent: the exec ends with its connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<f64>,
+    /// `"pipe"`: stdin stays open for `write_stdin` until `close_stdin`. Not with `stdin_base64`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdin: Option<StdinMode>,
+    /// Run under a new terminal of this size: the shell is a session leader with the terminal as
+    /// its controlling terminal and as stdin, stdout and stderr.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<TerminalSize>,
 }
 
 /// Where an offloaded exec keeps its output, and how much may come back inline.
@@ -175,6 +217,14 @@ pub enum ServerMessage {
     DownloadResult(DownloadResult),
     FsResult(FsReply),
     Error(ErrorReply),
+    OutputGap(OutputGap),
+    ProcessesResult(ProcessesResult),
+    KillResult(KillResult),
+    WaitResult(WaitResult),
+    ForgetResult(ProcessDone),
+    WriteStdinResult(StdinWritten),
+    CloseStdinResult(ProcessDone),
+    ResizeResult(ProcessDone),
 }
 
 impl ServerMessage {
@@ -190,6 +240,14 @@ impl ServerMessage {
             Self::DownloadResult(m) => with_type("download_result", m),
             Self::FsResult(m) => with_type("fs_result", m),
             Self::Error(m) => with_type("error", m),
+            Self::OutputGap(m) => with_type("output_gap", m),
+            Self::ProcessesResult(m) => with_type("processes_result", m),
+            Self::KillResult(m) => with_type("kill_result", m),
+            Self::WaitResult(m) => with_type("wait_result", m),
+            Self::ForgetResult(m) => with_type("forget_result", m),
+            Self::WriteStdinResult(m) => with_type("write_stdin_result", m),
+            Self::CloseStdinResult(m) => with_type("close_stdin_result", m),
+            Self::ResizeResult(m) => with_type("resize_result", m),
         }
     }
 
@@ -213,6 +271,14 @@ impl ServerMessage {
             "download_result" => typed(text, id).map(Self::DownloadResult),
             "fs_result" => typed(text, id).map(Self::FsResult),
             "error" => typed(text, id).map(Self::Error),
+            "output_gap" => typed(text, id).map(Self::OutputGap),
+            "processes_result" => typed(text, id).map(Self::ProcessesResult),
+            "kill_result" => typed(text, id).map(Self::KillResult),
+            "wait_result" => typed(text, id).map(Self::WaitResult),
+            "forget_result" => typed(text, id).map(Self::ForgetResult),
+            "write_stdin_result" => typed(text, id).map(Self::WriteStdinResult),
+            "close_stdin_result" => typed(text, id).map(Self::CloseStdinResult),
+            "resize_result" => typed(text, id).map(Self::ResizeResult),
             _ => Err(DecodeError::new(id, ErrorCode::UnknownType, format!("unknown message type `{kind}`"))),
         }
     }
@@ -229,6 +295,12 @@ impl ServerMessage {
             Self::DownloadResult(m) => Some(m.id),
             Self::FsResult(m) => Some(m.id),
             Self::Error(m) => m.id,
+            Self::OutputGap(m) => Some(m.id),
+            Self::ProcessesResult(m) => Some(m.id),
+            Self::KillResult(m) => Some(m.id),
+            Self::WaitResult(m) => Some(m.id),
+            Self::ForgetResult(m) | Self::CloseStdinResult(m) | Self::ResizeResult(m) => Some(m.id),
+            Self::WriteStdinResult(m) => Some(m.id),
         }
     }
 }
@@ -263,6 +335,9 @@ pub struct ExecStarted {
     pub id: u64,
     /// Process id of the shell (also its process group and session id).
     pub pid: u32,
+    /// The process id that names this exec across connections (`attach`, `kill`, `processes`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub process: String,
 }
 
 /// The outcome of an exec. Output fields follow the capture rules in `protocol/README.md`.
@@ -277,9 +352,15 @@ pub struct ExecResult {
     /// The timeout fired and the process tree was killed.
     #[serde(default)]
     pub timed_out: bool,
-    /// A `cancel` ended it.
+    /// A `cancel` or a `kill` ended it.
     #[serde(default)]
     pub cancelled: bool,
+    /// A kept process that ran with no client attached for its `keep` grace: the kill ladder ended it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub abandoned: bool,
+    /// The process id of this exec (see `exec_started`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub process: String,
     /// Wall time from spawn to the reaping of the shell, in seconds.
     pub duration: f64,
     /// Output (stdout and stderr merged) when it is valid UTF-8: the whole capture, the inline
@@ -463,6 +544,16 @@ pub enum ErrorCode {
     NotEnforceable,
     /// A failure inside agentd that is not the client's fault.
     Internal,
+    /// No such process: it never existed, was forgotten, or its retained result expired.
+    UnknownProcess,
+    /// The process cannot do that now: not kept (attach), still running (forget), no stdin pipe or
+    /// stdin closed (write_stdin), no terminal (resize), or it has ended.
+    ProcessState,
+    /// One of agentd's process bounds (`protocol/src/limits.rs`) is reached: nothing was started.
+    LimitReached,
+    /// An `attach`, `wait`, `write_stdin` or `close_stdin` was cancelled (by `cancel`): the process
+    /// runs on.
+    Cancelled,
 }
 
 /// Why a client message could not be decoded; becomes an `error` reply.
@@ -500,6 +591,14 @@ pub fn decode_client(text: &str) -> Result<ClientMessage, DecodeError> {
         "upload_end" => from_value(value, id).map(ClientMessage::UploadEnd),
         "download" => from_value(value, id).map(ClientMessage::Download),
         "fs" => from_value(value, id).map(ClientMessage::Fs),
+        "attach" => from_value(value, id).map(ClientMessage::Attach),
+        "processes" => from_value(value, id).map(ClientMessage::Processes),
+        "kill" => from_value(value, id).map(ClientMessage::Kill),
+        "wait" => from_value(value, id).map(ClientMessage::Wait),
+        "forget" => from_value(value, id).map(ClientMessage::Forget),
+        "write_stdin" => from_value(value, id).map(ClientMessage::WriteStdin),
+        "close_stdin" => from_value(value, id).map(ClientMessage::CloseStdin),
+        "resize" => from_value(value, id).map(ClientMessage::Resize),
         _ => Err(DecodeError::new(id, ErrorCode::UnknownType, format!("unknown message type `{kind}`"))),
     }
 }

@@ -29,7 +29,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::stat::Mode;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use tokio::net::unix::pipe::Receiver;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Output up to this size stays in memory; beyond it the capture moves to its file.
 pub const SPILL_BYTES: usize = 64 * 1024;
@@ -78,6 +78,11 @@ impl CaptureTarget {
         Self { dir, name, shown, made: None }
     }
 
+    /// The path shown in results and messages.
+    pub fn shown(&self) -> &Path {
+        &self.shown
+    }
+
     /// The file made now, by the calling thread: where only the sandbox's own file work may make
     /// it (a server profile), agentd does not make it later as itself.
     pub fn made(mut self) -> io::Result<Self> {
@@ -119,6 +124,8 @@ pub struct CaptureFile {
     total: u64,
     /// Why storing stopped before the cap, if it did: the file could not be made or written.
     failure: Option<String>,
+    /// A kept exec's: told of every byte stored or dropped, so its [`Journal`] readers follow.
+    progress: Option<watch::Sender<Progress>>,
 }
 
 impl CaptureFile {
@@ -133,6 +140,45 @@ impl CaptureFile {
             newlines: 0,
             total: 0,
             failure: None,
+            progress: None,
+        }
+    }
+
+    /// A kept exec's capture: its file made now (readers need it from the first byte, and memory
+    /// must not hold what they may ask for), and the [`Journal`] that reads it from any offset while
+    /// it grows and after the exec ended.
+    pub fn journal(target: CaptureTarget, cap: u64) -> io::Result<(Self, Journal)> {
+        let file = target.create()?;
+        let reader = file.try_clone()?;
+        let (progress, watch) = watch::channel(Progress::default());
+        let journal = Journal {
+            file: reader,
+            progress: watch,
+            dir: Arc::clone(&target.dir),
+            name: target.name.clone(),
+        };
+        let mut capture = Self::new(target, cap);
+        capture.file = Some(file);
+        capture.progress = Some(progress);
+        Ok((capture, journal))
+    }
+
+    /// Follows how far the capture is (made on the first call).
+    pub fn watch(&mut self) -> watch::Receiver<Progress> {
+        match &self.progress {
+            Some(progress) => progress.subscribe(),
+            None => {
+                let (progress, watch) = watch::channel(Progress::default());
+                self.progress = Some(progress);
+                watch
+            }
+        }
+    }
+
+    /// Tells the journal's readers how far the capture is.
+    fn publish(&self) {
+        if let Some(progress) = &self.progress {
+            progress.send_replace(Progress { stored: self.captured, total: self.total, full: self.is_full() });
         }
     }
 
@@ -191,17 +237,18 @@ impl CaptureFile {
         let room = usize::try_from(self.cap - self.captured.min(self.cap)).unwrap_or(usize::MAX);
         let kept = &data[..data.len().min(room)];
         if kept.is_empty() {
-            return;
+            return self.publish();
         }
         if let Err(err) = self.store(kept) {
             let failure = self.failed(&err);
             tracing::warn!("{failure}");
             self.failure = Some(failure);
             self.cap = self.captured;
-            return;
+            return self.publish();
         }
         self.newlines += memchr::memchr_iter(b'\n', kept).count() as u64;
         self.captured += kept.len() as u64;
+        self.publish();
     }
 
     fn store(&mut self, kept: &[u8]) -> io::Result<()> {
@@ -231,6 +278,7 @@ impl CaptureFile {
     /// Counts bytes that were dropped without being read.
     pub fn count_dropped(&mut self, n: u64) {
         self.total += n;
+        self.publish();
     }
 
     /// `len` stored bytes from `offset` (fewer at the end).
@@ -297,6 +345,56 @@ impl CaptureFile {
     }
 }
 
+/// How far a kept exec's capture is: what its [`Journal`] can give.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes in the journal: offsets `0..stored` can be read.
+    pub stored: u64,
+    /// Bytes the command wrote; past `stored` they were dropped (the cap), never to be read.
+    pub total: u64,
+    /// The journal reached its cap: what comes from now on is only counted.
+    pub full: bool,
+}
+
+/// A kept exec's output on disk, read from any byte offset while the exec writes it and after it
+/// ended, by any number of readers. Memory does not grow with the output: a reader holds what it
+/// reads, a chunk at a time.
+#[derive(Debug)]
+pub struct Journal {
+    file: File,
+    progress: watch::Receiver<Progress>,
+    dir: Arc<OwnedFd>,
+    name: CString,
+}
+
+impl Journal {
+    /// How far the capture is now.
+    pub fn progress(&self) -> Progress {
+        *self.progress.borrow()
+    }
+
+    /// Follows the capture: changes each time it stores or drops bytes.
+    pub fn watch(&self) -> watch::Receiver<Progress> {
+        self.progress.clone()
+    }
+
+    /// Up to `len` stored bytes from `offset` (fewer at what is stored so far). Blocking: a `pread`.
+    pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let end = self.progress().stored.min(offset.saturating_add(len as u64));
+        let mut buf = vec![0; usize::try_from(end.saturating_sub(offset)).unwrap_or(0)];
+        self.file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+
+    /// Removes the journal's file (its bytes go once no reader holds it open).
+    pub fn remove(&self) {
+        match unlinkat(&*self.dir, self.name.as_c_str(), UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(err) => tracing::warn!("cannot remove a journal: {err}"),
+        }
+    }
+}
+
 /// What the drain did when it stopped.
 pub enum DrainEnd {
     /// The pipe reached EOF: every writer is gone.
@@ -322,7 +420,8 @@ pub async fn drain(
     mut live: Option<LiveSender>,
     mut stop: oneshot::Receiver<()>,
 ) -> io::Result<Drained> {
-    let mut pipe = match Receiver::from_owned_fd(pipe) {
+    // A pipe or a terminal's master side, non-blocking already: tokio's pipe type reads either.
+    let mut pipe = match Receiver::from_owned_fd_unchecked(pipe) {
         Ok(pipe) => pipe,
         Err(err) => return Ok((capture, DrainEnd::Eof, Err(err))),
     };
@@ -413,6 +512,8 @@ fn step(pipe: &impl AsFd, capture: &mut CaptureFile, buf: &mut [u8]) -> io::Resu
     }
     let n = match nix::unistd::read(pipe, buf) {
         Ok(n) => n,
+        // A terminal's master side once no process holds the terminal open: its EOF.
+        Err(Errno::EIO) => 0,
         Err(Errno::EAGAIN) => return Err(io::ErrorKind::WouldBlock.into()),
         Err(err) => return Err(err.into()),
     };
@@ -597,16 +698,18 @@ fn splice_to_null(pipe: &impl AsFd) -> io::Result<usize> {
     {
         Ok(n) => Ok(n),
         Err(Errno::EAGAIN) => Err(io::ErrorKind::WouldBlock.into()),
+        // /dev/null that cannot be spliced to, or a terminal (splice needs a pipe).
         Err(Errno::EINVAL) => read_to_nowhere(pipe),
         Err(err) => Err(err.into()),
     }
 }
 
-/// Fallback for kernels whose /dev/null cannot be spliced to.
+/// Fallback for kernels whose /dev/null cannot be spliced to, and for terminals.
 fn read_to_nowhere(pipe: &impl AsFd) -> io::Result<usize> {
     let mut buf = [0u8; 64 * 1024];
     match nix::unistd::read(pipe, &mut buf) {
         Ok(n) => Ok(n),
+        Err(Errno::EIO) => Ok(0),
         Err(Errno::EAGAIN) => Err(io::ErrorKind::WouldBlock.into()),
         Err(err) => Err(err.into()),
     }

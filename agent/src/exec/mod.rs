@@ -8,6 +8,10 @@
 //!   exec, which agentd does not wait for), confined or not; [`syscall`]: the child's raw calls.
 //! - [`preview`]: the head/tail preview of offloaded output.
 //!
+//! A kept exec (`keep`) captures into a [`capture::Journal`] on disk that readers follow from any
+//! offset; the caller learns of it, the shell's [`Target`] and the stdin it may write to through
+//! [`Spawned`], right after the spawn.
+//!
 //! Invariants: the result is reported as soon as the shell is reaped and the pipe is drained, or
 //! [`DRAIN_AFTER_EXIT`] after the reaping if a background process still holds the pipe; a timed-out or
 //! cancelled exec returns only after its whole tree is gone.
@@ -28,20 +32,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use agentd_protocol::ExecResult;
-use agentd_protocol::limits::{MAX_INLINE_CAPTURE, MAX_REPLY_BYTES, MIN_INLINE_CAPTURE_BYTES};
+use agentd_protocol::limits::{MAX_INLINE_CAPTURE, MAX_JOURNAL_BYTES, MAX_REPLY_BYTES, MIN_INLINE_CAPTURE_BYTES};
 use agentd_protocol::profile::Limits;
+use agentd_protocol::{ExecResult, TerminalSize};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use thiserror::Error;
 use tokio::io::AsyncWriteExt as _;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
-use capture::{CaptureFile, CaptureTarget, DrainEnd};
+use capture::{CaptureFile, CaptureTarget, DrainEnd, Journal};
 use reaper::{Exit, Reaper};
 use tree::{TAG_VAR, Target, TimeoutLadder};
 
 use crate::admission::{Admitted, Capture};
+use crate::cancel::Cancel;
 use crate::confine::Plan;
 use crate::outbox::{Reserved, Room};
 use crate::root::{Kind, Node, ResolveError, Workspace};
@@ -59,6 +64,10 @@ pub struct ExecSpec {
     /// `None`: no limit.
     pub timeout: Option<Duration>,
     pub stdin: Option<Vec<u8>>,
+    /// Stdin is a pipe left open for the caller ([`Spawned::input`]).
+    pub stdin_pipe: bool,
+    /// Run under a new terminal of this size.
+    pub pty: Option<TerminalSize>,
     pub max_capture_bytes: u64,
     pub mode: CaptureMode,
     /// The sandbox profile's part, when one is in force.
@@ -80,8 +89,11 @@ impl ExecSpec {
             env: admitted.env,
             timeout: admitted.timeout,
             stdin: admitted.stdin,
+            stdin_pipe: admitted.stdin_pipe,
+            pty: admitted.pty,
             max_capture_bytes: admitted.max_capture_bytes,
             mode: match admitted.capture {
+                Capture::Inline if admitted.keep.is_some() => CaptureMode::Kept,
                 Capture::Inline => CaptureMode::Inline,
                 Capture::Offload { path, inline_budget } => CaptureMode::Offload { path, inline_budget },
             },
@@ -106,6 +118,26 @@ pub enum CaptureMode {
     Inline,
     /// Output above `inline_budget` stays in the file at `path` and a preview comes back.
     Offload { path: String, inline_budget: u64 },
+    /// A kept exec's: the output goes to a [`Journal`] in agentd's own directory, which stays after
+    /// the exec (its owner removes it); its head comes back inline, as for `Inline`.
+    Kept,
+}
+
+/// What the caller of [`Executor::run`] learns right after the spawn (before the exec is known to
+/// have happened).
+pub struct Spawned {
+    pub pid: u32,
+    /// Where the exec's processes are found: for signals and the kill ladder, also after its shell
+    /// ended (its strays).
+    pub target: Target,
+    /// The write end of a stdin pipe, or the terminal's master side (non-blocking, close-on-exec).
+    pub input: Option<OwnedFd>,
+    /// The exec runs under a terminal: `input` is its master side, to resize.
+    pub terminal: bool,
+    /// A kept exec's journal.
+    pub journal: Option<Journal>,
+    /// How far the capture is.
+    pub progress: tokio::sync::watch::Receiver<capture::Progress>,
 }
 
 /// An exec without a result: reported as such, never as a made-up exit code.
@@ -177,22 +209,20 @@ pub struct Executor {
     next_seq: AtomicU64,
     /// Running execs by sequence number, so shutdown can end them all.
     running: Mutex<HashMap<u64, Target>>,
+    /// Set when agentd shuts down: no exec starts from then on.
+    shutdown: Cancel,
     base_env: Arc<spawn::BaseEnv>,
     spawner: spawn::Spawner,
 }
 
-/// Stops one exec early (a `cancel` request).
-#[derive(Debug, Default)]
-pub struct CancelHandle(Notify);
-
-impl CancelHandle {
-    pub fn cancel(&self) {
-        self.0.notify_one();
-    }
-}
-
 impl Executor {
-    pub fn new(reaper: Arc<Reaper>, workspace: Workspace, scratch: PathBuf, grace: Duration) -> Self {
+    pub fn new(
+        reaper: Arc<Reaper>,
+        workspace: Workspace,
+        scratch: PathBuf,
+        grace: Duration,
+        shutdown: Cancel,
+    ) -> Self {
         Self {
             reaper,
             ladder: TimeoutLadder { grace },
@@ -208,6 +238,7 @@ impl Executor {
             tag_prefix: std::process::id().to_string(),
             next_seq: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
+            shutdown,
             base_env: Arc::new(spawn::BaseEnv::capture()),
             spawner: spawn::Spawner::new(),
         }
@@ -233,30 +264,51 @@ impl Executor {
         }
     }
 
-    /// Runs `spec` to completion. `started` hears the shell's pid; `live` gets output as it comes.
-    /// With `room`, output that comes back inline is read back only once room for its reply is
-    /// reserved there (returned with the result, to be held until the reply is sent).
+    /// Runs `spec` to completion. `spawned` hears of the process at once; `started` hears the
+    /// shell's pid once its exec happened; `live` gets output as it comes. With `room`, output that
+    /// comes back inline is read back only once room for its reply is reserved there (returned with
+    /// the result, to be held until the reply is sent).
     pub async fn run(
         &self,
         mut spec: ExecSpec,
-        cancel: &CancelHandle,
-        started: Option<oneshot::Sender<u32>>,
-        live: Option<mpsc::Sender<Vec<u8>>>,
+        cancel: &Cancel,
+        watchers: Watchers,
         room: Option<&Room>,
     ) -> Result<(ExecResult, Option<Reserved>), ExecError> {
+        let Watchers { spawned, started, live } = watchers;
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{}.{seq}", self.tag_prefix);
         let cwd = self.working_dir(spec.cwd.as_deref())?;
-        let capture = match spec.offload.take() {
-            Some(target) => CaptureFile::new(target, spec.max_capture_bytes),
+        let (mut capture, mut journal) = match spec.offload.take() {
+            Some(target) => (CaptureFile::new(target, spec.max_capture_bytes), None),
             None => self.capture_for(&spec, seq)?,
         };
+        let progress = spawned.as_ref().map(|_| capture.watch());
 
-        let (reader, writer) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
+        // The output: a pipe, or a new terminal (its master side read as the pipe would be).
+        let (reader, writer, terminal) = match spec.pty {
+            None => {
+                let (reader, writer) =
+                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
+                (reader, writer, None)
+            }
+            Some(size) => {
+                let (master, slave) = open_terminal(size).map_err(ExecError::Pipe)?;
+                let input = master.try_clone().map_err(ExecError::Pipe)?;
+                (master, slave, Some(input))
+            }
+        };
         fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(|e| ExecError::Pipe(e.into()))?;
-        let stdin_pipe = match spec.stdin {
-            Some(_) => Some(nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?),
-            None => None,
+        let stdin_pipe = match (&terminal, spec.stdin.is_some() || spec.stdin_pipe) {
+            (None, true) => {
+                let (read, write) =
+                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
+                // Writes wait on the runtime for room, never on a thread.
+                fcntl(write.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+                    .map_err(|e| ExecError::Pipe(e.into()))?;
+                Some((read, write))
+            }
+            _ => None,
         };
         let no_env = BTreeMap::new();
         let (env_allowlist, fixed_env, limits) = match spec.confined {
@@ -272,15 +324,19 @@ impl Executor {
             base_env: &self.base_env,
             env: &spec.env,
             tag: (TAG_VAR, &tag),
-            stdin: stdin_pipe.as_ref().map(|(read, _)| read),
+            stdin: match &terminal {
+                Some(_) => Some(&writer),
+                None => stdin_pipe.as_ref().map(|(read, _)| read),
+            },
             output: &writer,
+            terminal: terminal.is_some(),
         };
         let start = Instant::now();
         let (target, exited, mut launch, mut report, mut cleanup) = {
             // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             // Read under it too: an exec asked for as `kill_all` runs never starts.
-            if crate::registry::shutting_down() {
+            if self.shutdown.is_cancelled() {
                 return Err(ExecError::ShuttingDown);
             }
             let (steps, report, cleanup) = match plan {
@@ -308,6 +364,16 @@ impl Executor {
             drop(read);
             write
         });
+        let (stdin_pipe, input) = match (spec.stdin_pipe, terminal) {
+            (_, Some(master)) => (None, Some(master)),
+            (true, None) => (None, stdin_pipe),
+            (false, None) => (stdin_pipe, None),
+        };
+        if let (Some(spawned), Some(progress)) = (spawned, progress) {
+            let terminal = spec.pty.is_some();
+            let journal = journal.take();
+            let _ = spawned.send(Spawned { pid, target: target.clone(), input, terminal, journal, progress });
+        }
         if let Some(started) = started {
             // Told only of a command that started: once its exec is known to have happened.
             if let Err(err) = launch.exec_done().await {
@@ -339,7 +405,7 @@ impl Executor {
                 self.ladder.kill(&target).await;
                 (&mut exited).await
             }
-            () = cancel.0.notified() => {
+            () = cancel.cancelled() => {
                 cancelled = true;
                 self.ladder.kill(&target).await;
                 (&mut exited).await
@@ -457,6 +523,11 @@ impl Executor {
         finished.map(|result| (result, reserved)).map_err(|source| ExecError::Capture { path, source })
     }
 
+    /// Ends the processes of `target` with the kill ladder (an exec's strays after its shell ended).
+    pub async fn kill(&self, target: &Target) {
+        self.ladder.kill(target).await;
+    }
+
     /// Ends every running exec with the kill ladder, then every other process agentd started
     /// (background processes of finished execs): agentd is shutting down.
     pub async fn kill_all(&self) {
@@ -471,22 +542,32 @@ impl Executor {
     /// `--root` when given, parents made); the file is then created and removed through the fd of
     /// its directory, by its name there, never following a link: a capture path that is a symbolic
     /// link is refused.
-    fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<CaptureFile, ExecError> {
+    fn capture_for(&self, spec: &ExecSpec, seq: u64) -> Result<(CaptureFile, Option<Journal>), ExecError> {
+        // Inline captures and journals live in agentd's own directory; the file is made there
+        // (`O_NOFOLLOW`) only if the output outgrows memory, a journal's at once.
+        let scratch = |name: String| {
+            let shown = self.scratch.shown(&name);
+            match (&self.scratch_dir, CString::new(name.as_str())) {
+                (Some(dir), Ok(c_name)) => Ok(CaptureTarget::new(Arc::clone(dir), c_name, shown)),
+                _ => target_in(&self.scratch, &name, shown),
+            }
+        };
         match &spec.mode {
             CaptureMode::Inline => {
                 let cap = spec.max_capture_bytes.clamp(MIN_INLINE_CAPTURE_BYTES, MAX_INLINE_CAPTURE);
-                let name = format!("capture-{seq}");
-                let shown = self.scratch.shown(&name);
-                let target = match (&self.scratch_dir, CString::new(name.as_str())) {
-                    // The file is made there only if the output outgrows memory (`O_NOFOLLOW`).
-                    (Some(dir), Ok(c_name)) => CaptureTarget::new(Arc::clone(dir), c_name, shown),
-                    _ => target_in(&self.scratch, &name, shown)?,
-                };
-                Ok(CaptureFile::new(target, cap))
+                Ok((CaptureFile::new(scratch(format!("capture-{seq}"))?, cap), None))
+            }
+            CaptureMode::Kept => {
+                let cap = journal_cap(spec.max_capture_bytes);
+                let target = scratch(format!("journal-{seq}"))?;
+                let shown = target.shown().to_owned();
+                let (capture, journal) = CaptureFile::journal(target, cap)
+                    .map_err(|source| ExecError::CapturePath { path: shown, source })?;
+                Ok((capture, Some(journal)))
             }
             CaptureMode::Offload { path, .. } => {
                 let target = target_in(&self.workspace, path, self.workspace.shown(path))?;
-                Ok(CaptureFile::new(target, spec.max_capture_bytes))
+                Ok((CaptureFile::new(target, spec.max_capture_bytes), None))
             }
         }
     }
@@ -558,7 +639,7 @@ const OUTPUT_BUDGET: usize = MAX_REPLY_BYTES - REPLY_ENVELOPE;
 /// or a preview.
 fn reply_size(capture: &CaptureFile, mode: &CaptureMode) -> usize {
     let inline = match mode {
-        CaptureMode::Inline => true,
+        CaptureMode::Inline | CaptureMode::Kept => true,
         CaptureMode::Offload { inline_budget, .. } => capture.captured() <= *inline_budget,
     };
     // Every field but the output: a few hundred bytes, a few KiB with an enforcement report. (A
@@ -577,7 +658,7 @@ fn reply_size(capture: &CaptureFile, mode: &CaptureMode) -> usize {
 /// in `capture_error`.
 fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut ExecResult) -> io::Result<()> {
     let offloadable = match mode {
-        CaptureMode::Inline => false,
+        CaptureMode::Inline | CaptureMode::Kept => false,
         CaptureMode::Offload { inline_budget, .. } => {
             // A file that cannot be made leaves the stored bytes in memory: they come back inline.
             capture.captured() > *inline_budget && capture.persist().is_ok()
@@ -591,6 +672,11 @@ fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut Exe
             let dropped = capture.total() > capture.captured();
             let cut = result.set_output_within(capture.into_bytes()?, OUTPUT_BUDGET);
             result.truncated = dropped || cut;
+        }
+        CaptureMode::Kept => {
+            // The journal stays for its attachers; its head is the output, as it is for them.
+            let head = capture.read_at(0, KEPT_HEAD_BYTES)?;
+            set_kept_output(result, head, capture.captured());
         }
         CaptureMode::Offload { .. } if !offloadable => {
             // The contract's quirk: inline output cut at the cap is not reported as truncated.
@@ -622,6 +708,66 @@ fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut Exe
         }
     }
     Ok(())
+}
+
+/// The cap of a kept exec's journal, from its `max_capture_bytes`: at least what a plain exec
+/// keeps, at most [`MAX_JOURNAL_BYTES`].
+pub fn journal_cap(max_capture_bytes: u64) -> u64 {
+    max_capture_bytes.clamp(MIN_INLINE_CAPTURE_BYTES, MAX_JOURNAL_BYTES)
+}
+
+/// Bytes of a kept exec's journal read back for its result's output: as much as an inline capture.
+pub const KEPT_HEAD_BYTES: usize = MAX_INLINE_CAPTURE as usize;
+
+/// The output of a kept exec's result, for its own connection and for every attacher alike: `head`
+/// (the journal's first [`KEPT_HEAD_BYTES`]) within the reply's budget, `truncated` when bytes were
+/// past the journal's cap (`stored` of `result.total_bytes`) or past the budget.
+pub fn set_kept_output(result: &mut ExecResult, head: Vec<u8>, stored: u64) {
+    let cut = result.set_output_within(head, OUTPUT_BUDGET);
+    result.truncated = result.total_bytes > stored || cut;
+}
+
+/// The size of a kept exec's reply, as [`reply_size`] tells a capture's.
+pub fn kept_reply_size(stored: u64) -> usize {
+    usize::try_from(stored.min(KEPT_HEAD_BYTES as u64)).unwrap_or(usize::MAX).saturating_mul(6).min(OUTPUT_BUDGET)
+        + 8 * 1024
+}
+
+/// A new terminal of `size`: its master side and the side the command gets, both close-on-exec
+/// from the start (no other command may inherit them), the latter not made agentd's controlling
+/// terminal.
+fn open_terminal(size: TerminalSize) -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+    let master = posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    grantpt(&master)?;
+    unlockpt(&master)?;
+    let name = ptsname_r(&master)?;
+    let slave = nix::fcntl::open(
+        name.as_str(),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    let master = OwnedFd::from(master);
+    resize_terminal(master.as_fd(), size)?;
+    Ok((master, slave))
+}
+
+/// Sets the size of the terminal whose master side is `master`; its foreground process group gets
+/// `SIGWINCH` from the kernel.
+pub fn resize_terminal(master: std::os::fd::BorrowedFd<'_>, size: TerminalSize) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let winsize = libc::winsize { ws_row: size.rows, ws_col: size.cols, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCSWINSZ reads one `winsize`, which lives across the call.
+    let rc = unsafe { libc::ioctl(master.as_raw_fd(), libc::TIOCSWINSZ, &raw const winsize) };
+    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+/// Who hears of an exec while it runs (see [`Executor::run`]).
+#[derive(Default)]
+pub struct Watchers {
+    pub spawned: Option<oneshot::Sender<Spawned>>,
+    pub started: Option<oneshot::Sender<u32>>,
+    pub live: Option<mpsc::Sender<Vec<u8>>>,
 }
 
 async fn feed_stdin(stdin: OwnedFd, bytes: Vec<u8>) {

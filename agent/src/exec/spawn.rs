@@ -78,6 +78,8 @@ pub struct Shell<'a> {
     pub stdin: Option<&'a OwnedFd>,
     /// Write end the child's stdout and stderr both go to.
     pub output: &'a OwnedFd,
+    /// `output` (and `stdin`) is a terminal's side: the shell makes it its controlling terminal.
+    pub terminal: bool,
 }
 
 fn cstring(bytes: impl Into<Vec<u8>>) -> io::Result<CString> {
@@ -160,6 +162,7 @@ impl Spawner {
             envp: envp.as_ptr(),
             stdin,
             output: shell.output.as_raw_fd(),
+            terminal: shell.terminal,
             cwd: shell.cwd.as_raw_fd(),
             steps: steps.as_deref().map(std::ptr::from_ref),
             status: ChildStatus::default(),
@@ -390,6 +393,8 @@ struct Context {
     envp: *const *const libc::c_char,
     stdin: RawFd,
     output: RawFd,
+    /// `output` is a terminal to take as the controlling one.
+    terminal: bool,
     cwd: RawFd,
     /// The profile's steps; `None`: unconfined.
     steps: Option<*const ChildSteps>,
@@ -428,6 +433,10 @@ fn prepare(context: &mut Context) -> Result<(), syscall::Errno> {
     syscall::dup_onto(context.output, 2)?;
     syscall::fchdir(context.cwd)?;
     syscall::setsid()?;
+    if context.terminal {
+        // A session leader without a controlling terminal takes the one on its stdout.
+        syscall::set_controlling_terminal(1)?;
+    }
     if let Some(steps) = context.steps {
         // SAFETY: the steps are boxed in the `Launch`, alive and unchanged until the exec.
         unsafe { &*steps }.enter(&mut context.status)?;

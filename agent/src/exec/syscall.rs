@@ -118,6 +118,12 @@ pub fn fchdir(fd: i32) -> Result<(), Errno> {
     unsafe { call(libc::SYS_fchdir, [int(fd), 0, 0, 0, 0, 0]) }.map(drop)
 }
 
+/// `ioctl(fd, TIOCSCTTY, 0)`: the terminal `fd` becomes the session's controlling terminal.
+pub fn set_controlling_terminal(fd: i32) -> Result<(), Errno> {
+    // SAFETY: TIOCSCTTY takes an integer argument and touches no memory.
+    unsafe { call(libc::SYS_ioctl, [int(fd), libc::TIOCSCTTY as usize, 0, 0, 0, 0]) }.map(drop)
+}
+
 /// `setsid()`.
 pub fn setsid() -> Result<(), Errno> {
     // SAFETY: no arguments.

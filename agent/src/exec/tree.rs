@@ -277,12 +277,22 @@ pub struct Target {
 }
 
 impl Target {
-    /// The live members: what the cgroup lists, else the tree and the tagged.
-    fn members(&self) -> Vec<i32> {
+    /// The live members: what the cgroup lists, else the tree and the tagged. Blocking: `/proc` or
+    /// cgroup reads.
+    pub fn members(&self) -> Vec<i32> {
         match &self.cgroup {
             Some(dir) => cgroup_procs(dir).unwrap_or_default(),
             None => members(self.root, &self.tag),
         }
+    }
+
+    /// Sends `signal` once to every live member; returns how many there were. Blocking.
+    pub fn signal_members(&self, signal: Signal) -> usize {
+        let members = self.members();
+        for &pid in &members {
+            let _ = kill(Pid::from_raw(pid), signal);
+        }
+        members.len()
     }
 
     /// Signals the shell's process group and every member.

@@ -227,7 +227,7 @@ fn scan(file: &File, patterns: &[&[u8]], replace: Option<Replace<'_>>) -> Result
     // `buf[..filled]` is the file's bytes from offset `start`.
     let (mut start, mut filled) = (0u64, 0usize);
     loop {
-        if crate::registry::is_cancelled() {
+        if crate::cancel::is_cancelled() {
             return Err(Failure::Cancelled);
         }
         let read = read_at_most(file, &mut buf[filled..], start + filled as u64)?;
@@ -578,7 +578,7 @@ mod tests {
     fn a_cancelled_edit_leaves_the_file_alone() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), "needle").unwrap();
-        let cancel = crate::registry::Cancel::default();
+        let cancel = crate::cancel::Cancel::default();
         cancel.cancel();
         let result = cancel.enter(|| edit("f", "needle", "pin", false, &Workspace::open(dir.path().into())));
         assert_eq!(result.error.as_deref(), Some(CANCELLED));

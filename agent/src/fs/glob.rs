@@ -241,7 +241,7 @@ type Pending = (Rc<Node>, CString, String);
 impl Walk<'_> {
     fn out_of_time(&mut self) -> bool {
         // A cancelled walk stops the same way; the server answers `cancelled` instead.
-        if self.start.elapsed() > TIME_BUDGET || crate::registry::is_cancelled() {
+        if self.start.elapsed() > TIME_BUDGET || crate::cancel::is_cancelled() {
             self.budget = true;
         }
         self.budget

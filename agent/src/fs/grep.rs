@@ -146,7 +146,7 @@ fn grep_within(
             }
             filter => route_a(pattern, root, fs_root.as_ref(), filter, limit, &pass),
         };
-        if !pass.budget.spent() || !pass.parallel.get() || crate::registry::is_cancelled() {
+        if !pass.budget.spent() || !pass.parallel.get() || crate::cancel::is_cancelled() {
             break (matches, pass.budget.spent());
         }
         parallel = false;
@@ -231,7 +231,7 @@ fn route_a(
     let workers = if limit.is_some() || !allowed { 1 } else { workers() };
     parallel.set(workers > 1);
     // The walkers see the request's cancellation too.
-    let cancel = crate::registry::current();
+    let cancel = crate::cancel::current();
     on_threads(workers, || cancel.enter(|| walker.work()));
     let mut found = walker.found.into_inner().unwrap_or_else(PoisonError::into_inner);
     found.sort_unstable();
@@ -294,7 +294,7 @@ impl Walker<'_> {
     fn next(&self) -> Option<Item> {
         let mut queue = lock(&self.queue);
         loop {
-            if self.stop.load(Ordering::Relaxed) || crate::registry::is_cancelled() {
+            if self.stop.load(Ordering::Relaxed) || crate::cancel::is_cancelled() {
                 return None;
             }
             if let Some(item) = queue.items.pop() {
@@ -428,7 +428,7 @@ fn search_in_order(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let work = || {
-        while !stop.load(Ordering::Relaxed) && !crate::registry::is_cancelled() {
+        while !stop.load(Ordering::Relaxed) && !crate::cancel::is_cancelled() {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some((rel, shown)) = files.get(i) else { break };
             let node = ws.node_in(root, rel, true).ok().flatten().filter(Node::is_file);
@@ -451,7 +451,7 @@ fn search_in_order(
     if threads <= 1 {
         work();
     } else {
-        let cancel = crate::registry::current();
+        let cancel = crate::cancel::current();
         on_threads(threads, || cancel.enter(work));
     }
     let slots = slots.into_inner().unwrap_or_else(PoisonError::into_inner);

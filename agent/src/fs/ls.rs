@@ -50,7 +50,7 @@ fn ls_within(path: &str, ws: &Workspace, budget: usize) -> LsResult {
             let shown = format!("{prefix}{}", child.name_lossy());
             // `{"path":"…","is_dir":false},`
             let cost = 27 + prefix_cost + json_escaped_len(&shown[prefix.len()..]);
-            if !budget.take(cost) || crate::registry::is_cancelled() {
+            if !budget.take(cost) || crate::cancel::is_cancelled() {
                 return ControlFlow::Break(());
             }
             // The listing's type does not follow links: a link to a directory is not a directory here.

@@ -130,7 +130,7 @@ fn base64(bytes: &[u8]) -> String {
 
 /// An error once the request is cancelled, to end a read loop (the server answers `cancelled`).
 fn cancelled() -> io::Result<()> {
-    if crate::registry::is_cancelled() { Err(io::Error::other("cancelled")) } else { Ok(()) }
+    if crate::cancel::is_cancelled() { Err(io::Error::other("cancelled")) } else { Ok(()) }
 }
 
 /// At most `max` bytes of `file`, whose size is probably `size` (allocated at once, not grown).

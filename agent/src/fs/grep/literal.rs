@@ -74,7 +74,7 @@ impl LineMatcher {
         // `buf[..filled]` holds bytes read but not yet scanned; it always starts a line.
         let mut filled = 0;
         loop {
-            if crate::registry::is_cancelled() {
+            if crate::cancel::is_cancelled() {
                 return None;
             }
             if account.spent() {
@@ -143,7 +143,7 @@ impl LineMatcher {
             let tail = overlap.min(filled);
             buf.copy_within(filled - tail..filled, 0);
             filled = tail;
-            if crate::registry::is_cancelled() {
+            if crate::cancel::is_cancelled() {
                 return None;
             }
             let read = read_some(file, &mut buf[filled..])?;
@@ -232,7 +232,7 @@ fn read_some(file: &mut File, buf: &mut [u8]) -> Option<usize> {
 /// Reads the rest of `file`: whether it holds no NUL (and could be read).
 fn no_nul(file: &mut File, buf: &mut [u8]) -> bool {
     loop {
-        if crate::registry::is_cancelled() {
+        if crate::cancel::is_cancelled() {
             return false;
         }
         match read_some(file, buf) {

@@ -91,7 +91,7 @@ fn iglob(tree: &Tree<'_>, pathname: &str, dironly: bool, out: &mut Vec<Vec<u8>>)
         vec![dirname.as_bytes().to_vec()]
     };
     for dir in dirs {
-        if crate::registry::is_cancelled() {
+        if crate::cancel::is_cancelled() {
             return;
         }
         let mut names = Vec::new();
@@ -113,7 +113,7 @@ fn glob_in_dir(tree: &Tree<'_>, dir: &[u8], segment: &str, dironly: bool, out: &
         let pattern = Pattern::new(segment, PYTHON);
         let hidden_ok = segment.starts_with('.');
         for (name, _) in listdir(tree, &node, dironly) {
-            if crate::registry::is_cancelled() {
+            if crate::cancel::is_cancelled() {
                 return;
             }
             let text = String::from_utf8_lossy(&name);
@@ -137,7 +137,7 @@ fn listdir(tree: &Tree<'_>, dir: &Node, dironly: bool) -> Vec<(Vec<u8>, Option<N
     children
         .into_iter()
         // A cancelled request looks nothing more up.
-        .take_while(|_| !crate::registry::is_cancelled())
+        .take_while(|_| !crate::cancel::is_cancelled())
         .map(|child| {
             let name = child.name.as_bytes().to_vec();
             // Only directories (and links, which may lead to one) need a lookup.
@@ -162,7 +162,7 @@ fn rlistdir(
     out: &mut Vec<Vec<u8>>,
 ) {
     for (name, target) in listdir(tree, dir, dironly) {
-        if crate::registry::is_cancelled() {
+        if crate::cancel::is_cancelled() {
             return;
         }
         if name.starts_with(b".") {

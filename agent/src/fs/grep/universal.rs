@@ -76,7 +76,7 @@ impl LineMatcher {
         // when it ends, and it is never reported.
         let mut skipping = false;
         loop {
-            if crate::registry::is_cancelled() {
+            if crate::cancel::is_cancelled() {
                 return None;
             }
             let read = loop {

@@ -8,9 +8,15 @@
 //! unfinished uploads removed and its verbs and downloads stopped: no result could be delivered any
 //! more, and nothing should be left running unseen.
 //!
+//! A kept exec (`keep`) is the exception: its connection's end only detaches it, and the process
+//! verbs ([`process`]: `attach`, `processes`, `kill`, `wait`, `forget`, stdin, `resize`) reach it
+//! from any connection.
+//!
 //! Connections are budgeted ([`Connections`]): the HTTP upgrade must complete within
 //! [`HANDSHAKE_TIMEOUT_SECS`], and a new connection over the budget evicts the oldest one still in
 //! its upgrade.
+
+mod process;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,11 +31,13 @@ use agentd_protocol::limits::{
 };
 use agentd_protocol::{
     CancelResult, ClientMessage, DecodeError, DownloadResult, ErrorCode, ErrorReply, ExecRequest,
-    ExecStarted, FsReply, HelloReply, PROTOCOL_VERSION, ServerMessage, UploadResult, chunk, decode_client,
+    ExecStarted, FsReply, HelloReply, PROTOCOL_VERSION, ServerMessage, TerminalSize, UploadResult, chunk,
+    decode_client,
 };
+use agentd_protocol::process::{ProcessDone, ProcessesResult};
 use futures_util::StreamExt as _;
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::StatusCode;
@@ -39,10 +47,12 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::confine::{ConfineError, Confiner, FileWork};
-use crate::exec::{CancelHandle, CaptureMode, Confined, ExecError, ExecSpec, Executor, offload_target, tree};
+use crate::cancel::Cancel;
+use crate::exec::{CaptureMode, Confined, ExecError, ExecSpec, Executor, Watchers, offload_target, tree};
 use crate::inbound::{LargeMessages, Meter, Metered};
 use crate::outbox::{self, Outbox, Room};
-use crate::registry::{Admitted, Cancel, Connections, Global, Handle, Requests, Slot};
+use crate::process::{ProcessError, Processes, Wanted};
+use crate::registry::{Admitted, Connections, Global, Handle, Requests, Slot};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
 
@@ -55,6 +65,10 @@ const LIVE_QUEUE: usize = 16;
 /// What every connection shares.
 pub struct Shared {
     pub executor: Executor,
+    /// Set at SIGTERM: sessions close, no exec starts.
+    pub shutdown: Cancel,
+    /// Every exec by process id, and kept processes after their connection.
+    pub processes: Arc<Processes>,
     /// Where file verbs and transfers resolve paths (confined with `--root`).
     pub workspace: Workspace,
     /// The sandbox profile (a permissive one when `--profile` was not given).
@@ -209,7 +223,7 @@ async fn session<S>(
 {
     let (sink, mut source) = ws.split();
     let (out, outgoing) = Outbox::new(shared.room.clone());
-    let writer = tokio::spawn(outbox::write(sink, outgoing));
+    let writer = tokio::spawn(outbox::write(sink, outgoing, shared.shutdown.clone()));
 
     let activity = admitted.map(Admitted::activity);
     let requests = Arc::new(Requests::new(Arc::clone(&shared.global), activity));
@@ -224,7 +238,8 @@ async fn session<S>(
     tokio::pin!(evicted);
     let hello_by = tokio::time::sleep(Duration::from_secs(HANDSHAKE_TIMEOUT_SECS));
     tokio::pin!(hello_by);
-    let going_away = crate::registry::shutdown_begun();
+    let shutdown = session.shared.shutdown.clone();
+    let going_away = shutdown.cancelled();
     tokio::pin!(going_away);
     loop {
         let frame = tokio::select! {
@@ -347,6 +362,31 @@ impl Session {
                 self.send(ServerMessage::Hello(reply)).await;
             }
             ClientMessage::Exec(request) => self.exec(request).await,
+            ClientMessage::Attach(request) => self.attach(request).await,
+            ClientMessage::Processes(_) => {
+                let processes = self.shared.processes.list();
+                self.send(ServerMessage::ProcessesResult(ProcessesResult { id, processes })).await;
+            }
+            ClientMessage::Kill(request) => self.kill(request).await,
+            ClientMessage::Wait(request) => self.wait(request).await,
+            ClientMessage::Forget(request) => {
+                let reply = match self.shared.processes.forget(&request.process) {
+                    Ok(()) => ServerMessage::ForgetResult(ProcessDone { id, process: request.process }),
+                    Err(err) => process_error(id, &err),
+                };
+                self.send(reply).await;
+            }
+            ClientMessage::WriteStdin(request) => self.write_stdin(request).await,
+            ClientMessage::CloseStdin(request) => self.close_stdin(request).await,
+            ClientMessage::Resize(request) => {
+                let size = TerminalSize { rows: request.rows, cols: request.cols };
+                let resized = self.shared.processes.get(&request.process).and_then(|p| p.resize(size));
+                let reply = match resized {
+                    Ok(()) => ServerMessage::ResizeResult(ProcessDone { id, process: request.process }),
+                    Err(err) => process_error(id, &err),
+                };
+                self.send(reply).await;
+            }
             ClientMessage::Fs(message) => self.fs(id, message.request).await,
             ClientMessage::Cancel(request) => {
                 let found = self.requests.cancel(request.target);
@@ -378,8 +418,8 @@ impl Session {
             },
             ClientMessage::Download(request) => {
                 let source = transfer::destination(&self.shared.workspace, &request.path);
-                let cancel = Arc::new(Notify::new());
-                let Some(slot) = self.register(id, Handle::Download(Arc::clone(&cancel))).await else {
+                let cancel = Cancel::default();
+                let Some(slot) = self.register(id, Handle::Work(cancel.clone())).await else {
                     return;
                 };
                 let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
@@ -389,7 +429,7 @@ impl Session {
                     // Its reads run on the blocking pool: it waits for one of the connection's permits.
                     let permit = tokio::select! {
                         permit = permits.acquire_owned() => permit.ok(),
-                        () = cancel.notified() => None,
+                        () = cancel.cancelled() => None,
                     };
                     let result = match permit {
                         Some(permit) => {
@@ -452,36 +492,72 @@ impl Session {
 
     async fn exec(&mut self, request: ExecRequest) {
         let (id, stream) = (request.id, request.stream);
-        let spec = match self.exec_spec(request).await {
+        let command = request.command.clone();
+        let (spec, keep) = match self.exec_spec(request).await {
             Ok(spec) => spec,
             Err(err) => return self.send(err.into_reply()).await,
         };
-        let cancel = Arc::new(CancelHandle::default());
-        let Some(slot) = self.register(id, Handle::Exec(Arc::clone(&cancel))).await else { return };
+        let journal_cap = crate::exec::journal_cap(spec.max_capture_bytes);
+        let wanted = Wanted { command, keep, pty: spec.pty, journal_cap };
+        let process = match self.shared.processes.start(wanted) {
+            Ok(process) => process,
+            Err(err) => return self.reply_error(Some(id), err.code(), err.to_string()).await,
+        };
+        let cancel = process.cancel.clone();
+        let detach = Cancel::default();
+        let handle = match keep {
+            Some(_) => Handle::Kept { cancel: cancel.clone(), detach: detach.clone() },
+            None => Handle::Work(cancel.clone()),
+        };
+        let Some(slot) = self.register(id, handle).await else {
+            process.failed();
+            return;
+        };
+        // The exec's own connection follows it until the connection ends (which only detaches a
+        // kept one) or the process does.
+        let own = process.attach(true).ok();
         let (out, requests, shared) =
             (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
         tokio::spawn(async move {
-            let (started, live, forwarder) = if stream {
+            let detached = tokio::spawn(async move {
+                detach.cancelled().await;
+                drop(own);
+            });
+            let (spawned_tx, spawned_rx) = oneshot::channel();
+            let mut watchers = Watchers { spawned: Some(spawned_tx), ..Watchers::default() };
+            let forwarder = if stream {
                 let (started_tx, started_rx) = oneshot::channel();
                 let (live_tx, live_rx) = mpsc::channel(LIVE_QUEUE);
-                let forwarder = tokio::spawn(forward_live(id, started_rx, live_rx, out.clone()));
-                (Some(started_tx), Some(live_tx), Some(forwarder))
+                watchers.started = Some(started_tx);
+                watchers.live = Some(live_tx);
+                let name = process.id.clone();
+                Some(tokio::spawn(forward_live(id, name, started_rx, live_rx, out.clone())))
             } else {
-                (None, None, None)
+                None
             };
-            let finished = shared.executor.run(spec, &cancel, started, live, Some(out.room())).await;
+            let running = shared.executor.run(spec, &cancel, watchers, Some(out.room()));
+            let follow = async {
+                if let Ok(spawned) = spawned_rx.await {
+                    process.spawned(spawned);
+                }
+            };
+            let (finished, ()) = tokio::join!(running, follow);
             if let Some(forwarder) = forwarder {
                 // Every chunk goes out before the result.
                 let _ = forwarder.await;
             }
+            detached.abort();
             requests.finish(id);
             drop(slot);
             let (reply, reserved) = match finished {
                 Ok((mut result, reserved)) => {
+                    process.ended(&mut result);
                     result.id = id;
                     (ServerMessage::ExecResult(result), reserved)
                 }
-                Err(err) => (
+                Err(err) => {
+                    process.failed();
+                    (
                     ServerMessage::Error(ErrorReply {
                         id: Some(id),
                         code: match err {
@@ -492,16 +568,19 @@ impl Session {
                         message: err.to_string(),
                     }),
                     None,
-                ),
+                    )
+                }
             };
             let _ = out.reply_in(reply, reserved).await;
         });
     }
 
-    async fn exec_spec(&self, request: ExecRequest) -> Result<ExecSpec, DecodeError> {
+    /// The spec of an exec request, and whether (and how long) it is kept.
+    async fn exec_spec(&self, request: ExecRequest) -> Result<(ExecSpec, Option<Option<Duration>>), DecodeError> {
         let id = request.id;
         let mut admitted = admission::admit(&self.shared.policy, request)
             .map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?;
+        let keep = admitted.keep;
         let (confined, plan) = match admitted.profile.take() {
             None => {
                 // Its cgroup: an idle one at once, else made off the runtime.
@@ -557,7 +636,7 @@ impl Session {
             spec.offload =
                 Some(made.map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?);
         }
-        Ok(spec)
+        Ok((spec, keep))
     }
 
     /// Records a new request of any kind; answers `duplicate_id` or `too_many_requests` and returns
@@ -579,7 +658,7 @@ impl Session {
     /// it replaces the file, so they answer what they did.
     async fn fs(&self, id: u64, request: FsRequest) {
         let cancel = Cancel::default();
-        let Some(slot) = self.register(id, Handle::Fs(cancel.clone())).await else { return };
+        let Some(slot) = self.register(id, Handle::Work(cancel.clone())).await else { return };
         let (out, requests, shared) =
             (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
         let permits = Arc::clone(&self.blocking);
@@ -643,6 +722,11 @@ impl Session {
     }
 }
 
+/// The `error` reply of a process verb that could not be done.
+fn process_error(id: u64, err: &ProcessError) -> ServerMessage {
+    ServerMessage::Error(ErrorReply { id: Some(id), code: err.code(), message: err.to_string() })
+}
+
 /// What a verb answers when it was cancelled: its result with `error: "cancelled"`.
 fn cancelled_response(request: &FsRequest) -> FsResponse {
     let error = Some(CANCELLED.to_owned());
@@ -663,12 +747,13 @@ const CANCELLED: &str = "cancelled";
 /// Sends `exec_started`, then each live chunk, of a streamed exec.
 async fn forward_live(
     id: u64,
+    process: String,
     started: oneshot::Receiver<u32>,
     mut live: mpsc::Receiver<Vec<u8>>,
     out: Outbox,
 ) {
     if let Ok(pid) = started.await {
-        let _ = out.reply(ServerMessage::ExecStarted(ExecStarted { id, pid })).await;
+        let _ = out.reply(ServerMessage::ExecStarted(ExecStarted { id, pid, process })).await;
     }
     while let Some(data) = live.recv().await {
         let _ = out.binary(chunk::encode(id, &data)).await;
