@@ -568,13 +568,20 @@ async fn route_message(routes: &Routes, message: ServerMessage) {
         // No caller here reads it (the pid is in the result): routing it would wake the caller, on
         // another thread, for nothing while its command runs.
         ServerMessage::ExecStarted(_) => return,
-        ServerMessage::DownloadStart(_) => false,
+        ServerMessage::DownloadStart(_) | ServerMessage::OutputGap(_) => false,
         ServerMessage::Hello(_)
         | ServerMessage::ExecResult(_)
         | ServerMessage::CancelResult(_)
         | ServerMessage::UploadResult(_)
         | ServerMessage::DownloadResult(_)
         | ServerMessage::FsResult(_)
+        | ServerMessage::ProcessesResult(_)
+        | ServerMessage::KillResult(_)
+        | ServerMessage::WaitResult(_)
+        | ServerMessage::ForgetResult(_)
+        | ServerMessage::WriteStdinResult(_)
+        | ServerMessage::CloseStdinResult(_)
+        | ServerMessage::ResizeResult(_)
         | ServerMessage::Error(_) => true,
     };
     match message.id() {
