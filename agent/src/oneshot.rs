@@ -18,8 +18,8 @@ use agentd_protocol::{ExecRequest, Offload};
 use clap::Subcommand;
 
 use crate::admission::{self, ServerPolicy};
-use crate::exec::reaper::Reaper;
 use crate::cancel::Cancel;
+use crate::exec::reaper::Reaper;
 use crate::exec::{ExecSpec, Executor, Watchers};
 use crate::root::Workspace;
 

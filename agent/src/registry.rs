@@ -74,7 +74,10 @@ pub enum Handle {
     Work(Cancel),
     /// A kept exec, or an attachment to a kept process: a `cancel` stops it, but the connection's
     /// end only detaches it (the process runs on).
-    Kept { cancel: Cancel, detach: Cancel },
+    Kept {
+        cancel: Cancel,
+        detach: Cancel,
+    },
     Upload(mpsc::Sender<UploadEvent>),
 }
 

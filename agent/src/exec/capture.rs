@@ -178,7 +178,11 @@ impl CaptureFile {
     /// Tells the journal's readers how far the capture is.
     fn publish(&self) {
         if let Some(progress) = &self.progress {
-            progress.send_replace(Progress { stored: self.captured, total: self.total, full: self.is_full() });
+            progress.send_replace(Progress {
+                stored: self.captured,
+                total: self.total,
+                full: self.is_full(),
+            });
         }
     }
 

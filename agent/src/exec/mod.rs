@@ -32,7 +32,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use agentd_protocol::limits::{MAX_INLINE_CAPTURE, MAX_JOURNAL_BYTES, MAX_REPLY_BYTES, MIN_INLINE_CAPTURE_BYTES};
+use agentd_protocol::limits::{
+    MAX_INLINE_CAPTURE, MAX_JOURNAL_BYTES, MAX_REPLY_BYTES, MIN_INLINE_CAPTURE_BYTES,
+};
 use agentd_protocol::profile::Limits;
 use agentd_protocol::{ExecResult, TerminalSize};
 use nix::errno::Errno;
@@ -729,7 +731,10 @@ pub fn set_kept_output(result: &mut ExecResult, head: Vec<u8>, stored: u64) {
 
 /// The size of a kept exec's reply, as [`reply_size`] tells a capture's.
 pub fn kept_reply_size(stored: u64) -> usize {
-    usize::try_from(stored.min(KEPT_HEAD_BYTES as u64)).unwrap_or(usize::MAX).saturating_mul(6).min(OUTPUT_BUDGET)
+    usize::try_from(stored.min(KEPT_HEAD_BYTES as u64))
+        .unwrap_or(usize::MAX)
+        .saturating_mul(6)
+        .min(OUTPUT_BUDGET)
         + 8 * 1024
 }
 

@@ -29,12 +29,12 @@ use agentd_protocol::limits::{
     HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_TEXT_MESSAGE,
     MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
 };
+use agentd_protocol::process::{ProcessDone, ProcessesResult};
 use agentd_protocol::{
     CancelResult, ClientMessage, DecodeError, DownloadResult, ErrorCode, ErrorReply, ExecRequest,
     ExecStarted, FsReply, HelloReply, PROTOCOL_VERSION, ServerMessage, TerminalSize, UploadResult, chunk,
     decode_client,
 };
-use agentd_protocol::process::{ProcessDone, ProcessesResult};
 use futures_util::StreamExt as _;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -46,8 +46,8 @@ use tokio_tungstenite::tungstenite::{Bytes, Message};
 
 use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
-use crate::confine::{ConfineError, Confiner, FileWork};
 use crate::cancel::Cancel;
+use crate::confine::{ConfineError, Confiner, FileWork};
 use crate::exec::{CaptureMode, Confined, ExecError, ExecSpec, Executor, Watchers, offload_target, tree};
 use crate::inbound::{LargeMessages, Meter, Metered};
 use crate::outbox::{self, Outbox, Room};
@@ -558,16 +558,16 @@ impl Session {
                 Err(err) => {
                     process.failed();
                     (
-                    ServerMessage::Error(ErrorReply {
-                        id: Some(id),
-                        code: match err {
-                            ExecError::NotEnforceable(_) => ErrorCode::NotEnforceable,
-                            _ if err.is_spawn_failure() => ErrorCode::SpawnFailed,
-                            _ => ErrorCode::Internal,
-                        },
-                        message: err.to_string(),
-                    }),
-                    None,
+                        ServerMessage::Error(ErrorReply {
+                            id: Some(id),
+                            code: match err {
+                                ExecError::NotEnforceable(_) => ErrorCode::NotEnforceable,
+                                _ if err.is_spawn_failure() => ErrorCode::SpawnFailed,
+                                _ => ErrorCode::Internal,
+                            },
+                            message: err.to_string(),
+                        }),
+                        None,
                     )
                 }
             };
@@ -576,7 +576,10 @@ impl Session {
     }
 
     /// The spec of an exec request, and whether (and how long) it is kept.
-    async fn exec_spec(&self, request: ExecRequest) -> Result<(ExecSpec, Option<Option<Duration>>), DecodeError> {
+    async fn exec_spec(
+        &self,
+        request: ExecRequest,
+    ) -> Result<(ExecSpec, Option<Option<Duration>>), DecodeError> {
         let id = request.id;
         let mut admitted = admission::admit(&self.shared.policy, request)
             .map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?;

@@ -37,8 +37,10 @@ impl Session {
         };
         let total = journal.progress().total;
         if request.from > total {
-            let message =
-                format!("`from` {} is past the {total} bytes process `{}` has written", request.from, process.id);
+            let message = format!(
+                "`from` {} is past the {total} bytes process `{}` has written",
+                request.from, process.id
+            );
             return self.reply_error(Some(id), ErrorCode::InvalidField, message).await;
         }
         let cancel = Cancel::default();
@@ -327,4 +329,3 @@ fn error(id: u64, code: ErrorCode, message: String) -> ServerMessage {
 fn cancelled(id: u64, process: &str) -> ServerMessage {
     error(id, ErrorCode::Cancelled, format!("cancelled; process `{process}` is not affected"))
 }
-
