@@ -319,3 +319,59 @@ async fn journals_past_their_budget_and_kept_processes_past_the_cap_are_refused_
     assert_eq!(over["code"], "limit_reached", "{over}");
     assert!(over["message"].as_str().unwrap().contains("kept processes"), "{over}");
 }
+
+#[tokio::test]
+async fn a_gigabyte_nobody_reads_keeps_agentd_flat_and_comes_back_as_a_head_and_a_gap() {
+    let daemon = Daemon::start();
+    let rss_before = agentd_tests::status_kb(daemon.pid(), "VmRSS");
+    let mut ws = greeted(&daemon).await;
+    let gib = 1u64 << 30;
+    let process = start_kept(&mut ws, 1, &format!("head -c {gib} /dev/zero"), json!({})).await;
+    drop(ws);
+    let mut ws = greeted(&daemon).await;
+    let waited = ask(&mut ws, json!({"type": "wait", "id": 2, "process": process})).await;
+    assert_eq!(waited["process"]["total_bytes"], gib, "{waited}");
+    let stored = waited["process"]["stored_bytes"].as_u64().unwrap();
+    assert_eq!(stored, agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES, "{waited}");
+    let rss_after = agentd_tests::status_kb(daemon.pid(), "VmRSS");
+    println!("agentd VmRSS {rss_before} kB before, {rss_after} kB after 1 GiB went by unread");
+    assert!(rss_after < rss_before + 32 * 1024, "RSS grew from {rss_before} to {rss_after} kB");
+    send_text(&mut ws, json!({"type": "attach", "id": 3, "process": process}).to_string()).await;
+    let streamed = collect(&mut ws, 3).await;
+    assert_eq!(streamed.bytes.len() as u64, stored);
+    assert!(streamed.bytes.iter().all(|&b| b == 0));
+    assert_eq!(streamed.gap.map(|gap| gap["offset"].clone()), Some(json!(stored)));
+    assert_eq!(
+        (streamed.end["truncated"].as_bool(), streamed.end["total_bytes"].as_u64()),
+        (Some(true), Some(gib))
+    );
+}
+
+#[tokio::test]
+async fn a_terminal_under_a_profile_keeps_the_walls() {
+    let config = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let profile = config.path().join("p.toml");
+    let body = format!(
+        "name = \"offline\"\nwritable_roots = [\"{}\"]\nnetwork = \"deny\"\n",
+        workspace.path().display()
+    );
+    std::fs::write(&profile, body).unwrap();
+    let daemon = Daemon::start_in(workspace, &["--profile", profile.to_str().unwrap()]);
+    let outside = config.path().join("escaped");
+    let port = daemon.url.rsplit(':').next().unwrap().to_owned();
+    let command = format!(
+        "test -t 1 && echo tty; echo x > {} && echo wrote-outside; \
+         python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))' 2>/dev/null && echo connected; \
+         echo end",
+        outside.display()
+    );
+    let mut ws = greeted(&daemon).await;
+    start_kept(&mut ws, 1, &command, json!({"pty": {"rows": 24, "cols": 80}})).await;
+    let streamed = collect(&mut ws, 1).await;
+    let text = String::from_utf8_lossy(&streamed.bytes).into_owned();
+    assert!(text.contains("tty") && text.contains("end"), "{text}");
+    assert!(!text.contains("wrote-outside") && !text.contains("connected"), "{text}");
+    assert!(!outside.exists());
+    assert!(streamed.end["enforcement"].is_object(), "{}", streamed.end);
+}
