@@ -28,7 +28,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 mod outgoing;
+mod process;
 use outgoing::Outgoing;
+pub use process::{ProcessEvent, SpawnedProcess, Tracked};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
@@ -75,11 +77,20 @@ const ROUTE_QUEUE: usize = 8;
 
 type Routes = Arc<Mutex<HashMap<u64, mpsc::Sender<Incoming>>>>;
 
+/// The process ids `exec_started` named, by request id: read by a kept exec's caller only when its
+/// link dropped (to attach again), so the reader records them without waking anyone.
+type Started = Arc<Mutex<HashMap<u64, String>>>;
+
+/// Requests whose caller waits for `exec_started` itself ([`Link::spawn`]): it is routed to them.
+type Announced = Arc<Mutex<std::collections::HashSet<u64>>>;
+
 /// A live connection to one agentd.
 pub struct Link {
     url: String,
     out: Outgoing,
     routes: Routes,
+    started: Started,
+    announced: Announced,
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
     hello: HelloReply,
@@ -185,14 +196,17 @@ impl Link {
         let (sink, mut source) = ws.split();
         let (out, writer) = Outgoing::start(sink, ROUTE_QUEUE);
         let routes: Routes = Arc::default();
+        let started: Started = Arc::default();
+        let announced: Announced = Arc::default();
         let closed = Arc::new(AtomicBool::new(false));
         let reader = {
             let (routes, closed) = (Arc::clone(&routes), Arc::clone(&closed));
+            let (started, announced) = (Arc::clone(&started), Arc::clone(&announced));
             tokio::spawn(async move {
                 while let Some(Ok(frame)) = source.next().await {
                     match frame {
                         Message::Text(text) => match ServerMessage::from_json(text.as_str()) {
-                            Ok(message) => route_message(&routes, message).await,
+                            Ok(message) => route_message(&routes, &started, &announced, message).await,
                             Err(err) => match id_of(text.as_str()) {
                                 Some(id) => {
                                     let why = format!("agentd's reply to request {id} is unreadable: {err}");
@@ -228,6 +242,8 @@ impl Link {
             url: url.to_owned(),
             out,
             routes,
+            started,
+            announced,
             next_id: AtomicU64::new(1),
             closed,
             // Filled in by the handshake below.
@@ -276,13 +292,15 @@ impl Link {
             Some(Ok(t)) => self.deadlines.exec(Some(t)),
             None => self.deadlines.exec(None),
         };
-        within("the result of an exec from agentd", deadline, self.exec_unbounded(request, on_output)).await
+        within("the result of an exec from agentd", deadline, self.exec_unbounded(request, on_output, None))
+            .await
     }
 
     async fn exec_unbounded(
         &self,
         mut request: ExecRequest,
         mut on_output: Option<OutputSink<'_>>,
+        mut tracked: Option<&mut Tracked>,
     ) -> Result<ExecResult> {
         let mut route = self.open_route();
         let id = route.id;
@@ -292,8 +310,18 @@ impl Link {
         // Dropping this future mid-exec cancels the command instead of leaving it running.
         let guard = self.cancel_on_drop(id);
         loop {
-            match route.rx.recv().await.ok_or(SandboxError::LinkClosed)? {
+            let Some(incoming) = route.rx.recv().await else {
+                // The link is gone: a kept exec's caller may attach to it again.
+                if let Some(tracked) = tracked.as_mut() {
+                    tracked.process = route.process();
+                }
+                return Err(SandboxError::LinkClosed);
+            };
+            match incoming {
                 Incoming::Chunk(data) => {
+                    if let Some(tracked) = tracked.as_mut() {
+                        tracked.delivered += data.len() as u64;
+                    }
                     if let Some(on_output) = on_output.as_mut() {
                         on_output(&data);
                     }
@@ -485,7 +513,12 @@ impl Link {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(ROUTE_QUEUE);
         self.routes.lock().unwrap_or_else(PoisonError::into_inner).insert(id, tx);
-        Route { id, rx, routes: Arc::clone(&self.routes) }
+        Route { id, rx, routes: Arc::clone(&self.routes), started: Arc::clone(&self.started) }
+    }
+
+    /// `exec_started` of request `id` goes to its route.
+    fn announce(&self, id: u64) {
+        self.announced.lock().unwrap_or_else(PoisonError::into_inner).insert(id);
     }
 
     /// Sends `cancel` for request `target` when dropped armed.
@@ -514,11 +547,20 @@ struct Route {
     id: u64,
     rx: mpsc::Receiver<Incoming>,
     routes: Routes,
+    started: Started,
+}
+
+impl Route {
+    /// The process id `exec_started` named for this request, if it came.
+    fn process(&self) -> Option<String> {
+        self.started.lock().unwrap_or_else(PoisonError::into_inner).get(&self.id).cloned()
+    }
 }
 
 impl Drop for Route {
     fn drop(&mut self) {
         self.routes.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
+        self.started.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.id);
     }
 }
 
@@ -563,11 +605,24 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
-async fn route_message(routes: &Routes, message: ServerMessage) {
+async fn route_message(routes: &Routes, started: &Started, announced: &Announced, message: ServerMessage) {
     let terminal = match &message {
-        // No caller here reads it (the pid is in the result): routing it would wake the caller, on
-        // another thread, for nothing while its command runs.
-        ServerMessage::ExecStarted(_) => return,
+        ServerMessage::ExecStarted(exec)
+            if announced.lock().unwrap_or_else(PoisonError::into_inner).remove(&exec.id) =>
+        {
+            false
+        }
+        // No other caller waits for it (the pid is in the result): routing it would wake the
+        // caller, on another thread, for nothing while its command runs. A kept exec's process id
+        // is noted.
+        ServerMessage::ExecStarted(exec) => {
+            if !exec.process.is_empty()
+                && routes.lock().unwrap_or_else(PoisonError::into_inner).contains_key(&exec.id)
+            {
+                started.lock().unwrap_or_else(PoisonError::into_inner).insert(exec.id, exec.process.clone());
+            }
+            return;
+        }
         ServerMessage::DownloadStart(_) | ServerMessage::OutputGap(_) => false,
         ServerMessage::Hello(_)
         | ServerMessage::ExecResult(_)

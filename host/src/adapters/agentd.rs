@@ -1,5 +1,7 @@
 //! [`AgentdSandbox`]: the contract over a websocket link to a running agentd, reconnecting when the
-//! link dropped between calls; and [`OverAgentd`], how a sandbox that holds one (local, Docker, …)
+//! link dropped between calls, and healing it during an exec: over TCP an exec is kept for
+//! [`HEAL_GRACE_SECS`], and when its link drops it is attached again over a new one from the last
+//! byte delivered, so the caller gets the whole output and the true exit code. And [`OverAgentd`], how a sandbox that holds one (local, Docker, …)
 //! gets the whole contract from it by writing only what differs.
 
 use std::time::Duration;
@@ -17,13 +19,22 @@ use tokio::sync::Mutex;
 use crate::adapters::inject::AgentdSource;
 use crate::deadlines::Deadlines;
 use crate::error::{Result, SandboxError};
-use crate::link::{Link, OutputSink};
+use crate::link::{Link, OutputSink, Tracked};
 use crate::sandbox::BaseSandbox;
 
 /// Largest file [`BaseSandbox::download_files`] takes into memory (the providers' channels keep
 /// the same bound); a larger one is the per-file error `file_too_large`, said before any of it is
 /// read. [`AgentdSandbox::download_to`] streams a file of any size to a writer instead.
 pub use crate::adapters::capped::FILE_MAX as DOWNLOAD_FILES_MOST;
+
+/// Seconds an exec over TCP runs on after its link dropped, for the link to come back and attach to
+/// it again (the exec's `keep` grace). Past it agentd ends the command (its result says
+/// `abandoned`) and the caller gets the link's error. A Unix socket link does not drop but with
+/// agentd itself, which ends the command anyway, so its execs are not kept.
+pub const HEAL_GRACE_SECS: f64 = 30.0;
+
+/// Longest pause between two attempts to reconnect while healing.
+const HEAL_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// A sandbox reached through agentd's websocket.
 pub struct AgentdSandbox {
@@ -85,9 +96,84 @@ impl AgentdSandbox {
         Ok(Arc::clone(&link))
     }
 
-    /// Runs a request with every option of the protocol (cwd, env, stdin, streaming, offload).
-    pub async fn exec(&self, request: ExecRequest, on_output: Option<OutputSink<'_>>) -> Result<ExecResult> {
-        self.link().await?.exec(request, on_output).await
+    /// Runs a request with every option of the protocol (cwd, env, stdin, streaming, offload,
+    /// keep). Over TCP an exec without `keep` and `offload` is kept for [`HEAL_GRACE_SECS`]; one
+    /// that is kept (so, or by the caller) survives its link dropping: it is attached again over a
+    /// new link, its output from the last byte delivered to `on_output`, its whole result returned.
+    pub async fn exec(
+        &self,
+        mut request: ExecRequest,
+        mut on_output: Option<OutputSink<'_>>,
+    ) -> Result<ExecResult> {
+        let link = self.link().await?;
+        if request.keep.is_none() {
+            if request.offload.is_some() || link.url().starts_with("unix:") {
+                return link.exec(request, on_output).await;
+            }
+            request.keep = Some(HEAL_GRACE_SECS);
+        }
+        let grace = request.keep.filter(|g| *g > 0.0).map_or(HEAL_GRACE_SECS, |g| g.min(HEAL_GRACE_SECS));
+        let timeout = request.timeout;
+        let mut tracked = Tracked::default();
+        let err = match link.exec_tracked(request, reborrow(&mut on_output), &mut tracked).await {
+            Ok(result) => return Ok(result),
+            Err(err) => err,
+        };
+        match tracked.process {
+            Some(process) if link.is_closed() => {
+                self.heal(&process, tracked.delivered, on_output, timeout, grace).await
+            }
+            _ => Err(err),
+        }
+    }
+
+    /// Attaches again to the kept `process` whose link dropped, over new links until one holds or
+    /// `grace` seconds passed: its output from byte `delivered` to `on_output`, then its result.
+    async fn heal(
+        &self,
+        process: &str,
+        mut delivered: u64,
+        mut on_output: Option<OutputSink<'_>>,
+        timeout: Option<f64>,
+        grace: f64,
+    ) -> Result<ExecResult> {
+        let give_up = tokio::time::Instant::now() + Duration::from_secs_f64(grace);
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let attempt = match self.link().await {
+                Ok(link) => {
+                    let streamed = match reborrow(&mut on_output) {
+                        Some(sink) => {
+                            let from = delivered;
+                            let mut got = 0u64;
+                            let mut counted = |data: &[u8]| {
+                                got += data.len() as u64;
+                                sink(data);
+                            };
+                            let attached = link.attach(process, from, Some(&mut counted), timeout).await;
+                            delivered += got;
+                            attached.map(drop)
+                        }
+                        None => Ok(()),
+                    };
+                    // The whole result, its output read back from the journal.
+                    match streamed {
+                        Ok(()) => link.attach(process, 0, None, timeout).await,
+                        Err(err) => Err(err),
+                    }
+                }
+                Err(err) => Err(err),
+            };
+            match attempt {
+                Ok(result) => return Ok(result),
+                Err(err) if is_link_failure(&err) && tokio::time::Instant::now() < give_up => {
+                    tracing::debug!(process, "the link dropped again while healing: {err}");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(HEAL_BACKOFF_MAX);
+                }
+                Err(err) => return Err(err),
+            }
+        }
     }
 
     /// Streams the file at `path` into `sink` (a file, a socket: any size, in bounded memory),
@@ -104,6 +190,19 @@ impl AgentdSandbox {
     pub async fn workspace(&self) -> Result<String> {
         Ok(self.link().await?.hello().workspace.clone())
     }
+}
+
+/// The sink again, for one more call.
+fn reborrow<'s>(sink: &'s mut Option<OutputSink<'_>>) -> Option<OutputSink<'s>> {
+    match sink {
+        Some(sink) => Some(&mut **sink),
+        None => None,
+    }
+}
+
+/// The link is what failed (not the request): another link may do.
+fn is_link_failure(err: &SandboxError) -> bool {
+    matches!(err, SandboxError::LinkClosed | SandboxError::Connect { .. } | SandboxError::Io(_))
 }
 
 /// Seconds for the wire: `None` leaves agentd's default, zero is "no limit".

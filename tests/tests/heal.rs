@@ -1,0 +1,164 @@
+//! The link heals itself: a TCP proxy on loopback between the host library and a real agentd cuts
+//! every connection at random moments, many times while execs write known output. Every `execute`
+//! returns its exact output and exit code; a streamed exec's output arrives byte-exact, each cut
+//! resumed from the last byte delivered.
+
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentd_host::{AgentdSandbox, BaseSandbox};
+use agentd_protocol::ExecRequest;
+use agentd_tests::Daemon;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// A proxy to `target` whose connections a cutter drops at random moments.
+struct CuttingProxy {
+    url: String,
+    cuts: Arc<AtomicUsize>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl CuttingProxy {
+    /// Cuts every open connection once every `min..max` milliseconds (random).
+    async fn start(target: &str, min: u64, max: u64) -> Self {
+        let target = target.trim_start_matches("ws://").to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}", listener.local_addr().unwrap());
+        let open: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let cuts = Arc::new(AtomicUsize::new(0));
+        let accept = {
+            let open = Arc::clone(&open);
+            tokio::spawn(async move {
+                while let Ok((mut client, _)) = listener.accept().await {
+                    let target = target.clone();
+                    let pipe = tokio::spawn(async move {
+                        if let Ok(mut server) = TcpStream::connect(&target).await {
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                        }
+                    });
+                    open.lock().unwrap().push(pipe);
+                }
+            })
+        };
+        let cutter = {
+            let (open, cuts) = (Arc::clone(&open), Arc::clone(&cuts));
+            tokio::spawn(async move {
+                loop {
+                    let pause = min + rand::random::<u64>() % (max - min);
+                    tokio::time::sleep(Duration::from_millis(pause)).await;
+                    let pipes: Vec<JoinHandle<()>> = std::mem::take(&mut *open.lock().unwrap());
+                    let live = pipes.iter().filter(|pipe| !pipe.is_finished()).count();
+                    for pipe in pipes {
+                        // Dropping both sockets mid-stream: the link sees its connection end.
+                        pipe.abort();
+                    }
+                    if live > 0 {
+                        cuts.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        Self { url, cuts, tasks: vec![accept, cutter] }
+    }
+}
+
+impl Drop for CuttingProxy {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// What `seq 1 n` prints.
+fn numbers(n: u32) -> String {
+    (1..=n).map(|i| format!("{i}\n")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execs_survive_a_link_cut_many_times_with_exact_output_and_exit_codes() {
+    let daemon = Daemon::start();
+    let proxy = CuttingProxy::start(&daemon.url, 40, 250).await;
+    let sandbox = Arc::new(AgentdSandbox::connect(&proxy.url, Some(&daemon.token)).await.unwrap());
+    let rounds = 12;
+    let mut runs = Vec::new();
+    for i in 0..rounds {
+        let sandbox = Arc::clone(&sandbox);
+        runs.push(tokio::spawn(async move {
+            // Output before, across and after cuts: half of it after a pause.
+            let n = 20_000 + i * 1000;
+            let command =
+                format!("seq 1 {}; sleep 0.{}; seq {} {n}; exit {}", n / 2, 2 + i % 5, n / 2 + 1, i % 7);
+            let response = sandbox.execute(&command, None).await.expect("execute survives the cuts");
+            assert_eq!(response.output, numbers(n), "round {i}");
+            assert_eq!(response.exit_code, Some((i % 7) as i32), "round {i}");
+        }));
+    }
+    for i in 0..rounds / 2 {
+        let sandbox = Arc::clone(&sandbox);
+        runs.push(tokio::spawn(async move {
+            let n = 30_000 + i * 500;
+            let request = ExecRequest {
+                command: format!("seq 1 {}; sleep 0.3; seq {} {n}", n / 2, n / 2 + 1),
+                ..ExecRequest::default()
+            };
+            let mut streamed = Vec::new();
+            let mut sink = |data: &[u8]| streamed.extend_from_slice(data);
+            let result = sandbox.exec(request, Some(&mut sink)).await.expect("streamed exec survives");
+            assert_eq!(String::from_utf8(streamed).unwrap(), numbers(n), "streamed {i}: byte-exact");
+            assert_eq!(result.output.as_deref(), Some(numbers(n).as_str()));
+            assert_eq!(result.exit_code, 0);
+        }));
+    }
+    for run in runs {
+        run.await.unwrap();
+    }
+    let cuts = proxy.cuts.load(Ordering::Relaxed);
+    println!("{cuts} cuts of the link during {} execs", rounds + rounds / 2);
+    assert!(cuts >= 3, "the proxy cut the link only {cuts} times");
+}
+
+#[tokio::test]
+async fn past_its_grace_a_cut_exec_is_ended_and_the_caller_told() {
+    let daemon = Daemon::start();
+    // A proxy that accepts the first connection only: the link never comes back.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("ws://{}", listener.local_addr().unwrap());
+    let target = daemon.url.trim_start_matches("ws://").to_owned();
+    let (cut_tx, cut_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut client, _) = listener.accept().await.unwrap();
+        let mut server = TcpStream::connect(&target).await.unwrap();
+        tokio::select! {
+            _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+            _ = cut_rx => {}
+        }
+        drop(listener);
+    });
+    let sandbox = AgentdSandbox::connect(&url, Some(&daemon.token)).await.unwrap();
+    let request = ExecRequest { command: "sleep 60".into(), keep: Some(0.5), ..ExecRequest::default() };
+    let exec = tokio::spawn(async move { sandbox.exec(request, None).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    cut_tx.send(()).unwrap();
+    let outcome =
+        tokio::time::timeout(Duration::from_secs(20), exec).await.expect("gives up in time").unwrap();
+    assert!(outcome.is_err(), "no result can be had: {outcome:?}");
+    // agentd ended it after its grace.
+    let direct = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let link = direct.link().await.unwrap();
+    let mut ended = false;
+    for _ in 0..100 {
+        let processes = link.processes().await.unwrap();
+        if processes.iter().all(|p| p.state == agentd_protocol::ProcessState::Exited && p.abandoned) {
+            ended = !processes.is_empty();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ended, "{:?}", link.processes().await.unwrap());
+}
