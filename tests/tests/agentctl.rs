@@ -368,3 +368,79 @@ async fn main_job_through_a_fake(fake_binary: &str, kind: &str, variables: &[&st
     assert_eq!(containers(), 0, "SIGTERM left the command's {kind} sandbox behind: {said}");
     eprintln!("agentctl --sandbox {kind}:{BASE} exec, SIGTERM: exited 143 in {took:?}, sandbox deleted");
 }
+
+#[test]
+fn a_detached_process_outlives_agentctl_and_is_attached_killed_and_listed() {
+    let state = tempfile::tempdir().unwrap();
+    let session = state.path().join("session.json");
+    succeed(agentctl(&session).arg("up"));
+    // Without a session a detached process would end with the private agentd: refused.
+    let private =
+        agentctl(&state.path().join("none.json")).args(["exec", "--detach", "--", "true"]).output().unwrap();
+    assert_eq!(private.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&private.stderr).contains("agentctl up"), "{private:?}");
+
+    let out = succeed(agentctl(&session).args([
+        "exec",
+        "--detach",
+        "--",
+        "seq 1 3000; sleep 1; echo last; exit 4",
+    ]));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert!(!id.is_empty() && !id.contains(char::is_whitespace), "only the id on stdout: {id:?}");
+    // agentctl has exited; later, another agentctl gets the whole output and the exit code.
+    let attached = agentctl(&session).args(["attach", &id]).output().unwrap();
+    let expected: String = (1..=3000).map(|i| format!("{i}\n")).collect::<String>() + "last\n";
+    assert_eq!(String::from_utf8_lossy(&attached.stdout), expected);
+    assert_eq!(attached.status.code(), Some(4));
+    let from = agentctl(&session).args(["attach", "--from", "10", &id]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&from.stdout), expected[10..]);
+    let ps = succeed(agentctl(&session).args(["--json", "ps"]));
+    let listed: serde_json::Value = serde_json::from_slice(&ps.stdout).unwrap();
+    assert!(
+        listed.as_array().unwrap().iter().any(|p| p["process"] == id.as_str() && p["exit_code"] == 4),
+        "{listed}"
+    );
+
+    // kill ends a detached server and what it started in the background.
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&session).unwrap()).unwrap();
+    let marker = std::path::Path::new(saved["workspace"].as_str().unwrap()).join("bg.pid");
+    let command = "sleep 1000 & echo $! > bg.pid; sleep 1000";
+    let out = succeed(agentctl(&session).args(["exec", "--detach", "--", command]));
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let began = std::time::Instant::now();
+    while !marker.exists() {
+        assert!(began.elapsed() < std::time::Duration::from_secs(10), "the background child never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let child: u32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    succeed(agentctl(&session).args(["kill", &id]));
+    let gone = !std::path::Path::new(&format!("/proc/{child}")).exists()
+        || std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap().contains(") Z ");
+    assert!(gone, "the background child {child} survived kill");
+    let table = succeed(agentctl(&session).arg("ps"));
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.lines().any(|l| l.starts_with(id.as_str()) && l.contains("exited")), "{table}");
+    succeed(agentctl(&session).arg("down"));
+}
+
+#[test]
+fn shell_runs_an_interactive_terminal_and_passes_its_exit_code() {
+    use std::io::Write as _;
+    let state = tempfile::tempdir().unwrap();
+    let session = state.path().join("session.json");
+    succeed(agentctl(&session).arg("up"));
+    let mut shell = agentctl(&session)
+        .args(["shell", "--command", "test -t 0 && echo on-a-tty; sh -i"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut keys = shell.stdin.take().unwrap();
+    keys.write_all(b"echo $((20+22))\nexit 3\n").unwrap();
+    let out = shell.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("on-a-tty") && text.contains("42"), "{text}");
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    succeed(agentctl(&session).arg("down"));
+}

@@ -5,6 +5,9 @@
 //! one command. Commands work on any `BaseSandbox`; where it has an agentd link (`.agentd()`) they
 //! use its extras (live output, cwd/env, streamed transfers with progress, the hello).
 //!
+//! [`processes`]: processes that outlive agentctl (`exec --detach`, `ps`, `attach`, `kill`) and the
+//! interactive `shell`.
+//!
 //! [`cleanup`]: what agentctl creates for one command it removes however the command ends
 //! (SIGINT/SIGTERM included).
 
@@ -32,6 +35,8 @@ use crate::cleanup::{Stop, Waited};
 // Its own file beside this one: the signal handling and removal of what a command created.
 #[path = "agentctl/cleanup.rs"]
 mod cleanup;
+#[path = "agentctl/processes.rs"]
+mod processes;
 
 /// Exit status for agentctl's own failures (unreachable sandbox, bad arguments, spawn failure).
 const AGENTCTL_FAILED: u8 = 125;
@@ -92,6 +97,31 @@ impl Cli {
 enum Cmd {
     /// Run a shell command; prints its output and exits with its exit code.
     Exec(ExecArgs),
+    /// The processes agentd holds: running ones, and kept ones' results (`--json`: one array).
+    Ps,
+    /// Print a kept process's output from the start (or `--from` a byte offset), live until it
+    /// ends, and exit with its exit code, as `exec` would.
+    Attach {
+        process: String,
+        /// First byte to print (an offset into everything the process wrote).
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+    },
+    /// End a process and every process it started (SIGTERM, a grace, SIGKILL), or send it one
+    /// `--signal`.
+    Kill {
+        process: String,
+        /// A signal name (INT, TERM, HUP, …) sent once to each of its processes.
+        #[arg(long)]
+        signal: Option<String>,
+    },
+    /// An interactive terminal in the sandbox (a login shell, or `--command`), like
+    /// `docker exec -it`: this terminal in raw mode, resized with it; exits with its exit code.
+    Shell {
+        /// Run this instead of a login shell.
+        #[arg(long)]
+        command: Option<String>,
+    },
     /// Copy a local file into the sandbox (REMOTE relative to the workspace unless absolute).
     Upload { local: PathBuf, remote: String },
     /// Copy a file out of the sandbox (REMOTE relative to the workspace unless absolute).
@@ -158,6 +188,11 @@ struct ExecArgs {
     /// Extra environment variable, KEY=VALUE (repeatable).
     #[arg(long = "env", value_parser = parse_env)]
     env: Vec<(String, String)>,
+    /// Start it kept and print only its process id: it runs on after agentctl exits (`agentctl
+    /// attach ID`, `ps`, `kill`). Needs an agentd that outlives agentctl (`up`, `--url`, or a
+    /// `KIND-attach:ID` sandbox).
+    #[arg(long)]
+    detach: bool,
     /// The command; several words are joined with spaces and run by /bin/sh -c.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -284,9 +319,15 @@ async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
 
 async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     match &cli.command {
-        Cmd::Exec(_) | Cmd::Upload { .. } | Cmd::Download { .. } | Cmd::Fs(_) | Cmd::Status => {
-            in_sandbox(&cli).await
-        }
+        Cmd::Exec(_)
+        | Cmd::Upload { .. }
+        | Cmd::Download { .. }
+        | Cmd::Fs(_)
+        | Cmd::Status
+        | Cmd::Ps
+        | Cmd::Attach { .. }
+        | Cmd::Kill { .. }
+        | Cmd::Shell { .. } => in_sandbox(&cli).await,
         Cmd::Sandbox(SandboxCmd::Ls) => sandbox_ls(&cli).await,
         Cmd::Sandbox(SandboxCmd::Rm { ids }) => sandbox_rm(ids).await,
         Cmd::Sandbox(SandboxCmd::Gc) | Cmd::Gc => gc().await,
@@ -306,6 +347,10 @@ async fn in_sandbox(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         | Cmd::Upload { .. }
         | Cmd::Download { .. }
         | Cmd::Status
+        | Cmd::Ps
+        | Cmd::Attach { .. }
+        | Cmd::Kill { .. }
+        | Cmd::Shell { .. }
         | Cmd::Up { .. }
         | Cmd::Down
         | Cmd::Sandbox(_)
@@ -410,6 +455,14 @@ async fn work(
         (Cmd::Download { remote, local }, _) => download(cli, remote, local, target).await,
         (Cmd::Status, _) => status(target).await,
         (Cmd::Fs(_), Some(request)) => verb(cli, request, target).await,
+        (Cmd::Ps, _) => processes::ps(linked(target)?, cli.json).await,
+        (Cmd::Attach { process, from }, _) => {
+            processes::attach(linked(target)?, process, *from, cli.json).await
+        }
+        (Cmd::Kill { process, signal }, _) => {
+            processes::kill(linked(target)?, process, signal.as_deref()).await
+        }
+        (Cmd::Shell { command }, _) => processes::shell(linked(target)?, command.clone()).await,
         (Cmd::Fs(_) | Cmd::Up { .. } | Cmd::Down | Cmd::Sandbox(_) | Cmd::Gc, _) => {
             Err("not a command on a sandbox".into())
         }
@@ -442,8 +495,25 @@ async fn status(target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>>
     Ok(ExitCode::SUCCESS)
 }
 
+/// The sandbox's agentd link, which the process commands need.
+fn linked(target: &Target) -> Result<&AgentdSandbox, Box<dyn std::error::Error>> {
+    let sandbox = target.sandbox();
+    sandbox
+        .agentd()
+        .ok_or_else(|| format!("{} has no agentd link: processes need one", shown(sandbox.id())).into())
+}
+
+/// The exit status that passes a command's on, as `exec` does: its exit code, or 125 when it has
+/// none that fits.
+fn exit_status(result: &agentd_protocol::ExecResult) -> ExitCode {
+    ExitCode::from(u8::try_from(result.exit_code).unwrap_or(AGENTCTL_FAILED))
+}
+
 async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let Some(agentd) = target.sandbox().agentd() else {
+        if args.detach {
+            return Err("--detach needs a sandbox with an agentd link".into());
+        }
         return exec_contract(cli, args, target.sandbox()).await;
     };
     let request = ExecRequest {
@@ -453,6 +523,15 @@ async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, B
         timeout: args.timeout,
         ..ExecRequest::default()
     };
+    if args.detach {
+        if let Some(created) = target.created() {
+            return Err(format!(
+                "--detach: {created} ends with this command, and its processes with it: start a                  session with `agentctl up`, or use --url or a KIND-attach:ID sandbox"
+            )
+            .into());
+        }
+        return processes::detach(agentd, request).await;
+    }
     let mut stdout = std::io::stdout();
     let mut print = |data: &[u8]| {
         let _ = stdout.write_all(data);
@@ -471,7 +550,7 @@ async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, B
     } else if result.truncated {
         eprintln!("agentctl: output truncated: {} bytes in all", result.total_bytes);
     }
-    Ok(ExitCode::from(u8::try_from(result.exit_code).unwrap_or(AGENTCTL_FAILED)))
+    Ok(exit_status(&result))
 }
 
 /// `exec` through the contract's `execute` (a sandbox without an agentd link): cwd and env become
