@@ -211,7 +211,9 @@ async fn a_kept_process_nobody_attaches_to_is_ended_after_its_grace() {
     );
     // One still attached is not ended: the grace starts when the last client goes.
     let request = json!({"type": "exec", "id": 3, "command": "sleep 1; echo done", "keep": 0.2});
-    let result = ask(&mut ws, request).await;
+    let started = ask(&mut ws, request).await;
+    assert_eq!(started["type"], "exec_started", "a kept exec names its process at once: {started}");
+    let result = recv_json(&mut ws).await;
     assert_eq!(
         (result["output"].as_str(), result["abandoned"].as_bool()),
         (Some("done\n"), None),

@@ -20,7 +20,7 @@ use std::io::{self, Write as _};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -78,11 +78,6 @@ impl CaptureTarget {
         Self { dir, name, shown, made: None }
     }
 
-    /// The path shown in results and messages.
-    pub fn shown(&self) -> &Path {
-        &self.shown
-    }
-
     /// The file made now, by the calling thread: where only the sandbox's own file work may make
     /// it (a server profile), agentd does not make it later as itself.
     pub fn made(mut self) -> io::Result<Self> {
@@ -126,6 +121,8 @@ pub struct CaptureFile {
     failure: Option<String>,
     /// A kept exec's: told of every byte stored or dropped, so its [`Journal`] readers follow.
     progress: Option<watch::Sender<Progress>>,
+    /// A kept exec's: what its [`Journal`] reads, the head in memory until it spills.
+    shared: Option<Arc<Shared>>,
 }
 
 impl CaptureFile {
@@ -141,26 +138,27 @@ impl CaptureFile {
             total: 0,
             failure: None,
             progress: None,
+            shared: None,
         }
     }
 
-    /// A kept exec's capture: its file made now (readers need it from the first byte, and memory
-    /// must not hold what they may ask for), and the [`Journal`] that reads it from any offset while
-    /// it grows and after the exec ended.
-    pub fn journal(target: CaptureTarget, cap: u64) -> io::Result<(Self, Journal)> {
-        let file = target.create()?;
-        let reader = file.try_clone()?;
+    /// A kept exec's capture, and the [`Journal`] that reads it from any offset while it grows and
+    /// after the exec ended. Like any capture it holds up to [`SPILL_BYTES`] in memory (most
+    /// commands print little: no file is made for them) and moves to its file past that; the
+    /// journal reads whichever holds the bytes.
+    pub fn journal(target: CaptureTarget, cap: u64) -> (Self, Journal) {
         let (progress, watch) = watch::channel(Progress::default());
+        let shared = Arc::new(Shared::default());
         let journal = Journal {
-            file: reader,
+            shared: Arc::clone(&shared),
             progress: watch,
             dir: Arc::clone(&target.dir),
             name: target.name.clone(),
         };
         let mut capture = Self::new(target, cap);
-        capture.file = Some(file);
         capture.progress = Some(progress);
-        Ok((capture, journal))
+        capture.shared = Some(shared);
+        (capture, journal)
     }
 
     /// Follows how far the capture is (made on the first call).
@@ -258,12 +256,22 @@ impl CaptureFile {
     fn store(&mut self, kept: &[u8]) -> io::Result<()> {
         match &mut self.file {
             Some(file) => file.write_all(kept)?,
-            None if self.memory.len() + kept.len() <= SPILL_BYTES => self.memory.extend_from_slice(kept),
+            None if self.memory.len() + kept.len() <= SPILL_BYTES => {
+                self.memory.extend_from_slice(kept);
+                if let Some(shared) = &self.shared {
+                    lock(&shared.memory).extend_from_slice(kept);
+                }
+            }
             None => {
                 let mut file = self.target.create()?;
                 file.write_all(&self.memory)?;
                 file.write_all(kept)?;
                 self.memory = Vec::new();
+                if let Some(shared) = &self.shared {
+                    // Readers go to the file from now on; what memory held is in it already.
+                    let _ = shared.file.set(file.try_clone()?);
+                    *lock(&shared.memory) = Vec::new();
+                }
                 self.file = Some(file);
             }
         }
@@ -365,7 +373,7 @@ pub struct Progress {
 /// reads, a chunk at a time.
 #[derive(Debug)]
 pub struct Journal {
-    file: File,
+    shared: Arc<Shared>,
     progress: watch::Receiver<Progress>,
     dir: Arc<OwnedFd>,
     name: CString,
@@ -386,7 +394,20 @@ impl Journal {
     pub fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let end = self.progress().stored.min(offset.saturating_add(len as u64));
         let mut buf = vec![0; usize::try_from(end.saturating_sub(offset)).unwrap_or(0)];
-        self.file.read_exact_at(&mut buf, offset)?;
+        // Under the lock the spill cannot pass unseen: the file is set before memory is emptied.
+        let memory = lock(&self.shared.memory);
+        match self.shared.file.get() {
+            Some(file) => {
+                drop(memory);
+                file.read_exact_at(&mut buf, offset)?;
+            }
+            None => {
+                let start = usize::try_from(offset).unwrap_or(usize::MAX);
+                let bytes = memory.get(start..start.saturating_add(buf.len())).unwrap_or_default();
+                buf.truncate(bytes.len());
+                buf.copy_from_slice(bytes);
+            }
+        }
         Ok(buf)
     }
 
@@ -397,6 +418,17 @@ impl Journal {
             Err(err) => tracing::warn!("cannot remove a journal: {err}"),
         }
     }
+}
+
+/// What a capture and its journal's readers share: the head while it is in memory, then the file.
+#[derive(Debug, Default)]
+struct Shared {
+    memory: Mutex<Vec<u8>>,
+    file: OnceLock<File>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// What the drain did when it stopped.

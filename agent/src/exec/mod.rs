@@ -492,7 +492,7 @@ impl Executor {
         if let Some(left) = left_now
             && !pipe_held
             && capture.in_memory()
-            && matches!(mode, CaptureMode::Inline)
+            && matches!(mode, CaptureMode::Inline | CaptureMode::Kept)
         {
             if let Some(cleanup) = cleanup {
                 result.stray_processes = left;
@@ -561,10 +561,7 @@ impl Executor {
             }
             CaptureMode::Kept => {
                 let cap = journal_cap(spec.max_capture_bytes);
-                let target = scratch(format!("journal-{seq}"))?;
-                let shown = target.shown().to_owned();
-                let (capture, journal) = CaptureFile::journal(target, cap)
-                    .map_err(|source| ExecError::CapturePath { path: shown, source })?;
+                let (capture, journal) = CaptureFile::journal(scratch(format!("journal-{seq}"))?, cap);
                 Ok((capture, Some(journal)))
             }
             CaptureMode::Offload { path, .. } => {

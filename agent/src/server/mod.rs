@@ -525,24 +525,28 @@ impl Session {
             });
             let (spawned_tx, spawned_rx) = oneshot::channel();
             let mut watchers = Watchers { spawned: Some(spawned_tx), ..Watchers::default() };
-            // A kept exec's client learns its process id at once, to attach again after a blip.
-            let forwarder = if stream || keep.is_some() {
+            let forwarder = if stream {
                 let (started_tx, started_rx) = oneshot::channel();
+                let (live_tx, live_rx) = mpsc::channel(LIVE_QUEUE);
                 watchers.started = Some(started_tx);
-                let live = stream.then(|| {
-                    let (live_tx, live_rx) = mpsc::channel(LIVE_QUEUE);
-                    watchers.live = Some(live_tx);
-                    live_rx
-                });
+                watchers.live = Some(live_tx);
                 let name = process.id.clone();
-                Some(tokio::spawn(forward_live(id, name, started_rx, live, out.clone())))
+                Some(tokio::spawn(forward_live(id, name, started_rx, live_rx, out.clone())))
             } else {
                 None
             };
             let running = shared.executor.run(spec, &cancel, watchers, Some(out.room()));
             let follow = async {
                 if let Ok(spawned) = spawned_rx.await {
+                    let pid = spawned.pid;
                     process.spawned(spawned);
+                    // A kept exec's client learns its process id at once (to attach again after a
+                    // blip), without waiting for the exec itself: if the command then cannot start,
+                    // an `error` still ends the request.
+                    if keep.is_some() && !stream {
+                        let started = ExecStarted { id, pid, process: process.id.clone() };
+                        let _ = out.reply(ServerMessage::ExecStarted(started)).await;
+                    }
                 }
             };
             let (finished, ()) = tokio::join!(running, follow);
@@ -751,18 +755,17 @@ fn cancelled_response(request: &FsRequest) -> FsResponse {
 /// The `error` of a cancelled verb's result (as a cancelled download's).
 const CANCELLED: &str = "cancelled";
 
-/// Sends `exec_started`, then each live chunk, of a streamed or kept exec.
+/// Sends `exec_started`, then each live chunk, of a streamed exec.
 async fn forward_live(
     id: u64,
     process: String,
     started: oneshot::Receiver<u32>,
-    live: Option<mpsc::Receiver<Vec<u8>>>,
+    mut live: mpsc::Receiver<Vec<u8>>,
     out: Outbox,
 ) {
     if let Ok(pid) = started.await {
         let _ = out.reply(ServerMessage::ExecStarted(ExecStarted { id, pid, process })).await;
     }
-    let Some(mut live) = live else { return };
     while let Some(data) = live.recv().await {
         let _ = out.binary(chunk::encode(id, &data)).await;
     }
