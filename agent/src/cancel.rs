@@ -3,12 +3,11 @@
 //! at SIGTERM (the shutdown token that [`crate::server::Shared`] holds) — set once, polled by
 //! blocking work, awaited by async work.
 //!
-//! Blocking verbs run on the blocking pool with their token entered for their thread
-//! ([`Cancel::enter`]); their loops ask [`is_cancelled`] at each step, so a cancelled or orphaned
-//! walk ends within one directory entry or one read. At shutdown every session cancels what it
+//! The file verbs take their token as a parameter (`&Cancel`) and their loops ask
+//! [`Cancel::is_cancelled`] at each step, so a cancelled or orphaned walk ends within one directory
+//! entry or one read; threads a verb starts share it. At shutdown every session cancels what it
 //! started.
 
-use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -22,11 +21,6 @@ pub struct Cancel(Arc<CancelInner>);
 struct CancelInner {
     flag: AtomicBool,
     notify: Notify,
-}
-
-thread_local! {
-    /// The token of the blocking work this thread is doing, if any.
-    static CURRENT: RefCell<Option<Cancel>> = const { RefCell::new(None) };
 }
 
 impl Cancel {
@@ -50,26 +44,6 @@ impl Cancel {
         }
         notified.await;
     }
-
-    /// Runs `work` with this token as the thread's current one, so [`is_cancelled`] sees it.
-    pub fn enter<R>(&self, work: impl FnOnce() -> R) -> R {
-        let previous = CURRENT.with(|current| current.replace(Some(self.clone())));
-        let result = work();
-        CURRENT.with(|current| *current.borrow_mut() = previous);
-        result
-    }
-}
-
-/// Whether the blocking work on this thread was cancelled (its request cancelled, or its connection
-/// gone, or agentd shutting down). False outside [`Cancel::enter`] (e.g. in the one-shot CLI).
-/// Cheap: a thread-local and an atomic load, meant for the head of every loop of a walk or a read.
-pub fn is_cancelled() -> bool {
-    CURRENT.with(|current| current.borrow().as_ref().is_some_and(Cancel::is_cancelled))
-}
-
-/// The current thread's token, to [`Cancel::enter`] in threads a verb spawns for itself.
-pub fn current() -> Cancel {
-    CURRENT.with(|current| current.borrow().clone()).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -77,17 +51,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_thread_sees_its_token() {
-        assert!(!is_cancelled());
+    fn a_clone_on_another_thread_sees_the_cancel() {
         let token = Cancel::default();
-        token.enter(|| {
-            assert!(!is_cancelled());
-            token.cancel();
-            assert!(is_cancelled());
-            let inner = current();
-            std::thread::spawn(move || inner.enter(is_cancelled)).join().unwrap()
-        });
-        assert!(!is_cancelled());
+        let clone = token.clone();
+        assert!(!clone.is_cancelled());
+        token.cancel();
+        assert!(std::thread::spawn(move || clone.is_cancelled()).join().unwrap());
     }
 
     #[tokio::test]

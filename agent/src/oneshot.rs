@@ -63,7 +63,8 @@ pub fn fs(command: FsCommand) -> ExitCode {
         Ok(dir) => dir,
         Err(err) => return usage(&format!("no usable working directory: {err}")),
     };
-    print_json(&crate::fs::run(request, &Workspace::open(base)))
+    // Nothing cancels a one-shot verb but a signal, which ends the process anyway.
+    print_json(&crate::fs::run(request, &Workspace::open(base), &Cancel::default()))
 }
 
 fn print_json(response: &FsResponse) -> ExitCode {

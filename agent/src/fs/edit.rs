@@ -25,10 +25,18 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
 use super::errno;
+use crate::cancel::Cancel;
 use crate::root::{Node, ResolveError, Workspace};
 use crate::transfer::{UploadTarget, spool};
 
-pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace) -> EditResult {
+pub fn edit(
+    path: &str,
+    old: &str,
+    new: &str,
+    replace_all: bool,
+    ws: &Workspace,
+    cancel: &Cancel,
+) -> EditResult {
     let fail = |error: String| EditResult { error: Some(error), ..EditResult::default() };
     if old.is_empty() {
         return fail("Error: old_string cannot be empty. Provide the exact text to replace.".to_owned());
@@ -84,7 +92,7 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace)
         Failure::Cancelled => fail(CANCELLED.to_owned()),
         Failure::Changed => fail(format!("Error editing file '{path}': file_changed")),
     };
-    let found = match scan(&file, &patterns, None) {
+    let found = match scan(&file, &patterns, None, cancel) {
         Ok(found) => found,
         Err(failure) => return failed(failure),
     };
@@ -111,7 +119,7 @@ pub fn edit(path: &str, old: &str, new: &str, replace_all: bool, ws: &Workspace)
     // file changed in between could otherwise get an edit the contract would refuse.
     let written = replace(&node, &file, ws, |out| {
         let replace = Replace { pattern: form, new: new_form.as_bytes(), all: replace_all, out };
-        if scan(&file, &patterns, Some(replace))? == found { Ok(()) } else { Err(Failure::Changed) }
+        if scan(&file, &patterns, Some(replace), cancel)? == found { Ok(()) } else { Err(Failure::Changed) }
     });
     match written {
         Ok(()) => EditResult {
@@ -213,7 +221,12 @@ struct Replace<'a> {
 /// longest pattern's length minus one (an occurrence may straddle two steps): checks UTF-8, counts
 /// each pattern's occurrences as `str::matches` does (leftmost first, non-overlapping), and writes
 /// the replaced content when asked to. Polls cancellation at each step.
-fn scan(file: &File, patterns: &[&[u8]], replace: Option<Replace<'_>>) -> Result<Found, Failure> {
+fn scan(
+    file: &File,
+    patterns: &[&[u8]],
+    replace: Option<Replace<'_>>,
+    cancel: &Cancel,
+) -> Result<Found, Failure> {
     // Each step reads at least the overlap it keeps, so moving the overlap costs at most the read.
     let keep = patterns.iter().map(|p| p.len()).max().unwrap_or(1).saturating_sub(1);
     let mut buf = vec![0u8; keep + CHUNK.max(keep)];
@@ -227,7 +240,7 @@ fn scan(file: &File, patterns: &[&[u8]], replace: Option<Replace<'_>>) -> Result
     // `buf[..filled]` is the file's bytes from offset `start`.
     let (mut start, mut filled) = (0u64, 0usize);
     loop {
-        if crate::cancel::is_cancelled() {
+        if cancel.is_cancelled() {
             return Err(Failure::Cancelled);
         }
         let read = read_at_most(file, &mut buf[filled..], start + filled as u64)?;
@@ -369,7 +382,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, initial).unwrap();
-        let result = edit("f", old, new, replace_all, &Workspace::open(dir.path().into()));
+        let result =
+            edit("f", old, new, replace_all, &Workspace::open(dir.path().into()), &Cancel::default());
         (result, std::fs::read(&path).unwrap())
     }
 
@@ -578,9 +592,9 @@ mod tests {
     fn a_cancelled_edit_leaves_the_file_alone() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), "needle").unwrap();
-        let cancel = crate::cancel::Cancel::default();
+        let cancel = Cancel::default();
         cancel.cancel();
-        let result = cancel.enter(|| edit("f", "needle", "pin", false, &Workspace::open(dir.path().into())));
+        let result = edit("f", "needle", "pin", false, &Workspace::open(dir.path().into()), &cancel);
         assert_eq!(result.error.as_deref(), Some(CANCELLED));
         assert_eq!(std::fs::read(dir.path().join("f")).unwrap(), b"needle");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
@@ -592,26 +606,26 @@ mod tests {
         let base = dir.path();
         let ws = &Workspace::open(base.into());
         assert_eq!(
-            edit("missing", "", "y", false, ws).error.as_deref(),
+            edit("missing", "", "y", false, ws, &Cancel::default()).error.as_deref(),
             Some("Error: old_string cannot be empty. Provide the exact text to replace.")
         );
         assert_eq!(
-            edit("missing", "a", "b", false, ws).error.as_deref(),
+            edit("missing", "a", "b", false, ws, &Cancel::default()).error.as_deref(),
             Some("Error: File 'missing' not found")
         );
         std::fs::write(base.join("bin"), b"ab\xffcd").unwrap();
         assert_eq!(
-            edit("bin", "ab", "y", false, ws).error.as_deref(),
+            edit("bin", "ab", "y", false, ws, &Cancel::default()).error.as_deref(),
             Some("Error: File 'bin' is not a text file")
         );
         std::fs::create_dir(base.join("d")).unwrap();
         assert_eq!(
-            edit("d", "ab", "y", false, ws).error.as_deref(),
+            edit("d", "ab", "y", false, ws, &Cancel::default()).error.as_deref(),
             Some("Error: 'd' is not a regular file")
         );
         std::fs::write(base.join("f"), b"abc").unwrap();
         std::os::unix::fs::symlink(base.join("f"), base.join("ln")).unwrap();
-        assert_eq!(edit("ln", "a", "Z", false, ws).error, None);
+        assert_eq!(edit("ln", "a", "Z", false, ws, &Cancel::default()).error, None);
         assert_eq!(std::fs::read(base.join("f")).unwrap(), b"Zbc");
         assert!(std::fs::symlink_metadata(base.join("ln")).unwrap().file_type().is_symlink());
     }
@@ -629,7 +643,7 @@ mod tests {
         std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o4755)).unwrap();
         std::os::unix::fs::symlink(format!("sub/{long}"), base.join("ln")).unwrap();
         let before = std::fs::metadata(&target).unwrap();
-        assert_eq!(edit("ln", "old", "new", false, ws).error, None);
+        assert_eq!(edit("ln", "old", "new", false, ws, &Cancel::default()).error, None);
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "#!/bin/sh\necho new\n");
         let after = std::fs::metadata(&target).unwrap();
         // A new inode (renamed into place), the mode kept without setuid, the link still a link.
@@ -637,6 +651,6 @@ mod tests {
         assert_eq!(after.permissions().mode() & 0o7777, 0o755);
         assert!(std::fs::symlink_metadata(base.join("ln")).unwrap().file_type().is_symlink());
         assert_eq!(std::fs::read_dir(base.join("sub")).unwrap().count(), 1);
-        assert_eq!(edit(&format!("sub/{long}"), "new", "x", false, ws).error, None);
+        assert_eq!(edit(&format!("sub/{long}"), "new", "x", false, ws, &Cancel::default()).error, None);
     }
 }

@@ -21,6 +21,7 @@ use self::fnmatch::{PYTHON, Pattern, has_magic, rewrite_caret};
 
 use agentd_protocol::limits::json_escaped_len;
 
+use crate::cancel::Cancel;
 use crate::fs::budget::LIST_BUDGET;
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
@@ -37,12 +38,18 @@ const SKIPPED_UNDER_SLASH: [&str; 3] = ["proc", "sys", "dev"];
 
 /// Files matching `pattern` under `path` (default `/`). Roots are made absolute (`src` is `/src`),
 /// then resolved through the workspace (with `--root`, `/` is the root and escapes are refused).
-pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace) -> GlobResult {
-    glob_within(pattern, path, ws, LIST_BUDGET)
+pub fn glob(pattern: &str, path: Option<&str>, ws: &Workspace, cancel: &Cancel) -> GlobResult {
+    glob_within(pattern, path, ws, LIST_BUDGET, cancel)
 }
 
 /// [`glob`] with `bytes` for the matches' JSON records.
-fn glob_within(pattern: &str, path: Option<&str>, ws: &Workspace, bytes: usize) -> GlobResult {
+fn glob_within(
+    pattern: &str,
+    path: Option<&str>,
+    ws: &Workspace,
+    bytes: usize,
+    cancel: &Cancel,
+) -> GlobResult {
     let root = match path {
         None | Some("") => "/".to_owned(),
         Some(p) if p.starts_with('/') => p.to_owned(),
@@ -77,6 +84,7 @@ fn glob_within(pattern: &str, path: Option<&str>, ws: &Workspace, bytes: usize) 
     let mut walk = Walk {
         rule: &rule,
         ws,
+        cancel,
         skip_system_dirs: ws.real_path(node.location()) == Path::new("/"),
         root_location: node.location().to_owned(),
         start: Instant::now(),
@@ -221,6 +229,7 @@ fn path_matches(segments: &[Segment], components: &[&str]) -> bool {
 struct Walk<'a> {
     rule: &'a Rule,
     ws: &'a Workspace,
+    cancel: &'a Cancel,
     /// Where the root really is: matched links must resolve below it.
     root_location: PathBuf,
     skip_system_dirs: bool,
@@ -241,7 +250,7 @@ type Pending = (Rc<Node>, CString, String);
 impl Walk<'_> {
     fn out_of_time(&mut self) -> bool {
         // A cancelled walk stops the same way; the server answers `cancelled` instead.
-        if self.start.elapsed() > TIME_BUDGET || crate::cancel::is_cancelled() {
+        if self.start.elapsed() > TIME_BUDGET || self.cancel.is_cancelled() {
             self.budget = true;
         }
         self.budget
@@ -390,7 +399,7 @@ mod tests {
     /// Matches relative to `F/`, in result order; asserts success without truncation.
     fn rel(dir: &tempfile::TempDir, pattern: &str) -> Vec<String> {
         let root = root_of(dir);
-        let result = glob(pattern, Some(&root), &Workspace::open("/".into()));
+        let result = glob(pattern, Some(&root), &Workspace::open("/".into()), &Cancel::default());
         assert_eq!(result.error, None, "{pattern}");
         assert!(!result.truncated, "{pattern}");
         assert_eq!(result.truncation_reason, None);
@@ -481,19 +490,19 @@ mod tests {
         let root = root_of(&f);
         let base = &Workspace::open("/".into());
         for pattern in ["../*.py", "x\\..\\y", "src/../a.py", ".."] {
-            let result = glob(pattern, Some(&root), base);
+            let result = glob(pattern, Some(&root), base, &Cancel::default());
             assert_eq!(result.error, Some(format!("Path '{root}': invalid_pattern")), "{pattern}");
             assert_eq!(result.matches, None);
         }
         let alternatives = |n: usize| (0..n).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
-        let ok = glob(&format!("a{{{}}}.py", alternatives(1000)), Some(&root), base);
+        let ok = glob(&format!("a{{{}}}.py", alternatives(1000)), Some(&root), base, &Cancel::default());
         assert_eq!(ok.error, None);
         assert_eq!(ok.matches.unwrap(), Vec::new());
-        let broad = glob(&format!("a{{{}}}.py", alternatives(1001)), Some(&root), base);
+        let broad = glob(&format!("a{{{}}}.py", alternatives(1001)), Some(&root), base, &Cancel::default());
         assert_eq!(broad.error, Some(format!("Path '{root}': pattern_too_broad")));
         assert_eq!(broad.matches, None);
         // Exponential patterns are refused without being expanded.
-        let huge = glob(&"{a,b}".repeat(40), Some(&root), base);
+        let huge = glob(&"{a,b}".repeat(40), Some(&root), base, &Cancel::default());
         assert_eq!(huge.error, Some(format!("Path '{root}': pattern_too_broad")));
     }
 
@@ -505,29 +514,37 @@ mod tests {
         let link = format!("{root}/srclink");
         let paths = |r: GlobResult| r.matches.unwrap().into_iter().map(|i| i.path).collect::<Vec<_>>();
         assert_eq!(
-            paths(glob("*.py", Some(&link), base)),
+            paths(glob("*.py", Some(&link), base, &Cancel::default())),
             vec![format!("{link}/.secret/key.py"), format!("{link}/app/util.py"), format!("{link}/main.py")]
         );
         let missing = format!("{root}/missing");
-        let result = glob("*.py", Some(&missing), base);
+        let result = glob("*.py", Some(&missing), base, &Cancel::default());
         assert_eq!(result.error, Some(format!("Path '{missing}': path_not_found")));
         assert_eq!(result.matches, None);
         let file = format!("{root}/a.py");
-        assert_eq!(glob("*.py", Some(&file), base).error, Some(format!("Path '{file}': not_a_directory")));
+        assert_eq!(
+            glob("*.py", Some(&file), base, &Cancel::default()).error,
+            Some(format!("Path '{file}': not_a_directory"))
+        );
         // A relative root gets a leading `/` (not the base) and is reported that way.
         let relative = root.trim_start_matches('/').to_owned() + "/src";
-        let result = glob("main.py", Some(&relative), &Workspace::open("/nowhere".into()));
+        let result =
+            glob("main.py", Some(&relative), &Workspace::open("/nowhere".into()), &Cancel::default());
         assert_eq!(paths(result), vec![format!("/{relative}/main.py")]);
-        let result = glob("*.py", Some("srv/case/src/definitely/missing"), base);
+        let result = glob("*.py", Some("srv/case/src/definitely/missing"), base, &Cancel::default());
         assert_eq!(result.error.as_deref(), Some("Path '/srv/case/src/definitely/missing': path_not_found"));
         // A trailing `/` on the root is not doubled.
         let slashed = format!("{root}/src/");
-        assert_eq!(paths(glob("main.py", Some(&slashed), base)), vec![format!("{root}/src/main.py")]);
+        assert_eq!(
+            paths(glob("main.py", Some(&slashed), base, &Cancel::default())),
+            vec![format!("{root}/src/main.py")]
+        );
     }
 
     #[test]
     fn root_checks_precede_pattern_checks() {
-        let result = glob("../x", Some("/definitely/missing"), &Workspace::open("/".into()));
+        let result =
+            glob("../x", Some("/definitely/missing"), &Workspace::open("/".into()), &Cancel::default());
         assert_eq!(result.error.as_deref(), Some("Path '/definitely/missing': path_not_found"));
     }
 
@@ -539,7 +556,7 @@ mod tests {
         for i in 0..10_000 {
             fs::write(dir.path().join(format!("m/f{i:05}.py")), "").unwrap();
         }
-        let result = glob("*.py", Some(&root), &Workspace::open("/".into()));
+        let result = glob("*.py", Some(&root), &Workspace::open("/".into()), &Cancel::default());
         assert_eq!(result.error, None);
         let matches = result.matches.unwrap();
         assert_eq!(matches.len(), 10_000);
@@ -549,7 +566,7 @@ mod tests {
 
         fs::create_dir(dir.path().join("n")).unwrap();
         fs::write(dir.path().join("n/z.txt"), "").unwrap();
-        let result = glob("*.py", Some(&root), &Workspace::open("/".into()));
+        let result = glob("*.py", Some(&root), &Workspace::open("/".into()), &Cancel::default());
         assert_eq!(result.matches.unwrap().len(), 10_000);
         assert!(result.truncated);
         assert_eq!(result.truncation_reason, Some(TruncationReason::Budget));
@@ -564,9 +581,10 @@ mod tests {
         let locked = dir.path().join("locked");
         fs::create_dir(&locked).unwrap();
         fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
-        let result = glob("*.py", Some(&root), &Workspace::open("/".into()));
+        let result = glob("*.py", Some(&root), &Workspace::open("/".into()), &Cancel::default());
         let locked_root = format!("{root}/locked");
-        let locked_result = glob("*.py", Some(&locked_root), &Workspace::open("/".into()));
+        let locked_result =
+            glob("*.py", Some(&locked_root), &Workspace::open("/".into()), &Cancel::default());
         fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).unwrap();
         let paths: Vec<_> = result.matches.unwrap().into_iter().map(|i| i.path).collect();
         assert_eq!(paths, vec![format!("{root}/open/a.py")]);
@@ -629,19 +647,21 @@ mod tests {
         fs::write(dir.path().join("in/t.py"), "").unwrap();
         symlink(dir.path().join("in/t.py"), dir.path().join("abs.py")).unwrap();
         symlink(dir.path().join("in"), dir.path().join("d.py")).unwrap();
-        let paths: Vec<_> = glob("*.py", Some(&format!("{root}/")), &Workspace::open("/".into()))
-            .matches
-            .unwrap()
-            .into_iter()
-            .map(|i| i.path)
-            .collect();
+        let paths: Vec<_> =
+            glob("*.py", Some(&format!("{root}/")), &Workspace::open("/".into()), &Cancel::default())
+                .matches
+                .unwrap()
+                .into_iter()
+                .map(|i| i.path)
+                .collect();
         assert_eq!(paths, vec![format!("{root}/abs.py"), format!("{root}/in/t.py")]);
-        let paths: Vec<_> = glob("*.py", Some(&format!("{root}/in")), &Workspace::open("/".into()))
-            .matches
-            .unwrap()
-            .into_iter()
-            .map(|i| i.path)
-            .collect();
+        let paths: Vec<_> =
+            glob("*.py", Some(&format!("{root}/in")), &Workspace::open("/".into()), &Cancel::default())
+                .matches
+                .unwrap()
+                .into_iter()
+                .map(|i| i.path)
+                .collect();
         assert_eq!(paths, vec![format!("{root}/in/t.py")]);
     }
 
@@ -653,15 +673,15 @@ mod tests {
             fs::write(dir.path().join(format!("f{i:02}\"q\".txt")), "x").unwrap();
         }
         let ws = Workspace::open("/".into());
-        let all = glob("*.txt", Some(&root), &ws).matches.unwrap();
+        let all = glob("*.txt", Some(&root), &ws, &Cancel::default()).matches.unwrap();
         assert_eq!(all.len(), 40);
         let cost =
             |n: usize| all[..n].iter().map(|m| serde_json::to_string(m).unwrap().len() + 1).sum::<usize>();
-        let exact = glob_within("*.txt", Some(&root), &ws, cost(40));
+        let exact = glob_within("*.txt", Some(&root), &ws, cost(40), &Cancel::default());
         assert_eq!((exact.truncated, exact.truncation_reason), (false, None));
         assert_eq!(exact.matches.unwrap(), all);
         for bytes in [cost(40) - 1, cost(10), cost(11) - 1] {
-            let cut = glob_within("*.txt", Some(&root), &ws, bytes);
+            let cut = glob_within("*.txt", Some(&root), &ws, bytes, &Cancel::default());
             assert_eq!((cut.truncated, cut.truncation_reason), (true, Some(TruncationReason::Budget)));
             let kept = cut.matches.unwrap();
             assert_eq!(kept, all[..kept.len()], "a flat walk keeps the first in name order");

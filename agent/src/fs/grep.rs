@@ -32,6 +32,7 @@ use nix::fcntl::OFlag;
 
 use agentd_protocol::limits::json_escaped_len;
 
+use crate::cancel::Cancel;
 use crate::fs::budget::{Budget, LIST_BUDGET, digits};
 use crate::fs::glob::fnmatch::{GREP_FILTER, Pattern};
 
@@ -86,10 +87,12 @@ impl<'a> Account<'a> {
     }
 }
 
-/// One search: the reply's budget, and whether it may (and then did) run on several threads.
-struct Pass {
+/// One search: the reply's budget, whether it may (and then did) run on several threads, and the
+/// request's token, which every thread of the search polls.
+struct Pass<'a> {
     budget: Budget,
     parallel: Cell<bool>,
+    cancel: &'a Cancel,
 }
 
 /// Directory names route A never enters and route B never reports from (below the root).
@@ -102,8 +105,9 @@ pub fn grep(
     glob: Option<&str>,
     max_count: Option<i64>,
     ws: &Workspace,
+    cancel: &Cancel,
 ) -> GrepResult {
-    grep_within(pattern, path, glob, max_count, ws, LIST_BUDGET)
+    grep_within(pattern, path, glob, max_count, ws, LIST_BUDGET, cancel)
 }
 
 /// [`grep`] with `bytes` for the matches' JSON records.
@@ -114,6 +118,7 @@ fn grep_within(
     max_count: Option<i64>,
     ws: &Workspace,
     bytes: usize,
+    cancel: &Cancel,
 ) -> GrepResult {
     // Python's `path or "."`: an empty path is the default too.
     let root = path.filter(|p| !p.is_empty()).unwrap_or(".");
@@ -136,7 +141,7 @@ fn grep_within(
     // thread in result order: the kept matches are then the first that fit, run after run.
     let mut parallel = true;
     let (mut matches, spent) = loop {
-        let pass = Pass { budget: Budget::new(bytes), parallel: Cell::new(parallel) };
+        let pass = Pass { budget: Budget::new(bytes), parallel: Cell::new(parallel), cancel };
         let matches = match glob.filter(|g| !g.is_empty()) {
             Some(glob) if glob.contains('/') => {
                 match route_b(pattern, root, fs_root.as_ref(), glob, limit, ws, &pass) {
@@ -146,7 +151,7 @@ fn grep_within(
             }
             filter => route_a(pattern, root, fs_root.as_ref(), filter, limit, &pass),
         };
-        if !pass.budget.spent() || !pass.parallel.get() || crate::cancel::is_cancelled() {
+        if !pass.budget.spent() || !pass.parallel.get() || cancel.is_cancelled() {
             break (matches, pass.budget.spent());
         }
         parallel = false;
@@ -191,9 +196,9 @@ fn route_a(
     fs_root: Option<&Node>,
     filter: Option<&str>,
     limit: Option<usize>,
-    pass: &Pass,
+    pass: &Pass<'_>,
 ) -> Vec<GrepMatch> {
-    let (budget, parallel) = (&pass.budget, &pass.parallel);
+    let (budget, parallel, cancel) = (&pass.budget, &pass.parallel, pass.cancel);
     let matcher = literal::LineMatcher::new(pattern);
     let filter = filter.map(|glob| Pattern::new(glob, GREP_FILTER));
     // Set again below when the walk does run on more than one thread.
@@ -205,7 +210,7 @@ fn route_a(
             return Vec::new();
         }
         let Ok(file) = fs_root.open(OFlag::O_RDONLY) else { return Vec::new() };
-        return matcher.search_file(file, &Account::new(budget, root)).unwrap_or_default();
+        return matcher.search_file(file, &Account::new(budget, root), cancel).unwrap_or_default();
     }
     if !fs_root.is_dir() {
         return Vec::new();
@@ -217,6 +222,7 @@ fn route_a(
         root,
         limit,
         budget,
+        cancel,
         queue: Mutex::new(Queue {
             items: vec![Item::Dir(Arc::new(top), c".".to_owned(), String::new())],
             busy: 0,
@@ -230,9 +236,7 @@ fn route_a(
     // thread timing (the native and derived paths must agree, run after run).
     let workers = if limit.is_some() || !allowed { 1 } else { workers() };
     parallel.set(workers > 1);
-    // The walkers see the request's cancellation too.
-    let cancel = crate::cancel::current();
-    on_threads(workers, || cancel.enter(|| walker.work()));
+    on_threads(workers, || walker.work());
     let mut found = walker.found.into_inner().unwrap_or_else(PoisonError::into_inner);
     found.sort_unstable();
     found
@@ -267,6 +271,8 @@ struct Walker<'a> {
     root: &'a str,
     limit: Option<usize>,
     budget: &'a Budget,
+    /// The request's token, shared by every walker thread.
+    cancel: &'a Cancel,
     queue: Mutex<Queue>,
     ready: Condvar,
     found: Mutex<Vec<GrepMatch>>,
@@ -294,7 +300,7 @@ impl Walker<'_> {
     fn next(&self) -> Option<Item> {
         let mut queue = lock(&self.queue);
         loop {
-            if self.stop.load(Ordering::Relaxed) || crate::cancel::is_cancelled() {
+            if self.stop.load(Ordering::Relaxed) || self.cancel.is_cancelled() {
                 return None;
             }
             if let Some(item) = queue.items.pop() {
@@ -341,7 +347,10 @@ impl Walker<'_> {
     fn search(&self, parent: &OwnedFd, name: &CStr, rel: &str) {
         let Ok(file) = root::open_child_file(parent.as_fd(), name) else { return };
         let path = shown(self.root, rel);
-        let Some(lines) = self.matcher.search_file(file, &Account::new(self.budget, &path)) else { return };
+        let Some(lines) = self.matcher.search_file(file, &Account::new(self.budget, &path), self.cancel)
+        else {
+            return;
+        };
         let count = lines.len();
         if count > 0 {
             lock(&self.found).extend(lines);
@@ -363,9 +372,9 @@ fn route_b(
     glob: &str,
     limit: Option<usize>,
     ws: &Workspace,
-    pass: &Pass,
+    pass: &Pass<'_>,
 ) -> Result<Vec<GrepMatch>, String> {
-    let (budget, parallel) = (&pass.budget, &pass.parallel);
+    let (budget, parallel, cancel) = (&pass.budget, &pass.parallel, pass.cancel);
     let matcher = universal::LineMatcher::new(pattern);
     // Set again by the search when it does run on more than one thread.
     let allowed = parallel.replace(false);
@@ -376,7 +385,7 @@ fn route_b(
             return Ok(Vec::new());
         }
         let Ok(file) = fs_root.open(OFlag::O_RDONLY) else { return Ok(Vec::new()) };
-        return Ok(matcher.search_file(file, &Account::new(budget, root)).unwrap_or_default());
+        return Ok(matcher.search_file(file, &Account::new(budget, root), cancel).unwrap_or_default());
     }
     let glob = glob.trim_start_matches('/');
     if glob.split(['/', '\\']).any(|segment| segment == "..") {
@@ -385,7 +394,7 @@ fn route_b(
     }
     // The expansion looks through the workspace's resolver from the root's fd, and every hit is
     // resolved again the same way: what is read is always inside the workspace and below the root.
-    let mut hits = pyglob::expand(ws, fs_root, glob);
+    let mut hits = pyglob::expand(ws, fs_root, glob, cancel);
     hits.sort_unstable();
     let files: Vec<(Vec<u8>, String)> = hits
         .iter()
@@ -415,9 +424,9 @@ fn search_in_order(
     limit: Option<usize>,
     ws: &Workspace,
     root: &Node,
-    pass: &Pass,
+    pass: &Pass<'_>,
 ) -> Vec<GrepMatch> {
-    let (budget, parallel) = (&pass.budget, &pass.parallel);
+    let (budget, parallel, cancel) = (&pass.budget, &pass.parallel, pass.cancel);
     struct Slots {
         done: Vec<Option<Vec<GrepMatch>>>,
         /// `done[..prefix]` are all finished and hold `held` matches.
@@ -428,13 +437,13 @@ fn search_in_order(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let work = || {
-        while !stop.load(Ordering::Relaxed) && !crate::cancel::is_cancelled() {
+        while !stop.load(Ordering::Relaxed) && !cancel.is_cancelled() {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some((rel, shown)) = files.get(i) else { break };
             let node = ws.node_in(root, rel, true).ok().flatten().filter(Node::is_file);
             let file = node.and_then(|n| n.open(OFlag::O_RDONLY).ok());
             let account = Account::new(budget, shown);
-            let found = file.and_then(|f| matcher.search_file(f, &account)).unwrap_or_default();
+            let found = file.and_then(|f| matcher.search_file(f, &account, cancel)).unwrap_or_default();
             let mut slots = lock(&slots);
             slots.done[i] = Some(found);
             while let Some(Some(found)) = slots.done.get(slots.prefix) {
@@ -451,8 +460,7 @@ fn search_in_order(
     if threads <= 1 {
         work();
     } else {
-        let cancel = crate::cancel::current();
-        on_threads(threads, || cancel.enter(work));
+        on_threads(threads, work);
     }
     let slots = slots.into_inner().unwrap_or_else(PoisonError::into_inner);
     slots.done.into_iter().take(slots.prefix).flatten().flatten().collect()
@@ -530,7 +538,7 @@ mod tests {
     ];
 
     fn grep_at(pattern: &str, root: &str, glob: Option<&str>) -> GrepResult {
-        grep(pattern, Some(root), glob, None, &Workspace::open("/".into()))
+        grep(pattern, Some(root), glob, None, &Workspace::open("/".into()), &Cancel::default())
     }
 
     #[test]
@@ -545,16 +553,20 @@ mod tests {
     #[test]
     fn case_35_default_root_is_dot_of_base() {
         let g = tree_g();
-        let result = grep("needle two", None, None, None, &Workspace::open(g.path().into()));
+        let result =
+            grep("needle two", None, None, None, &Workspace::open(g.path().into()), &Cancel::default());
         assert_eq!(
             result.matches.unwrap(),
             vec![GrepMatch { path: "./a.py".into(), line: 3, text: "needle two".into() }]
         );
-        let result = grep("needle two", Some(""), None, None, &Workspace::open(g.path().into()));
+        let result =
+            grep("needle two", Some(""), None, None, &Workspace::open(g.path().into()), &Cancel::default());
         assert_eq!(result.matches.unwrap()[0].path, "./a.py");
-        let result = grep("xx", Some("sub"), None, None, &Workspace::open(g.path().into()));
+        let result =
+            grep("xx", Some("sub"), None, None, &Workspace::open(g.path().into()), &Cancel::default());
         assert_eq!(result.matches.unwrap()[0].path, "sub/b.py");
-        let result = grep("xx", Some("sub/"), None, None, &Workspace::open(g.path().into()));
+        let result =
+            grep("xx", Some("sub/"), None, None, &Workspace::open(g.path().into()), &Cancel::default());
         assert_eq!(result.matches.unwrap()[0].path, "sub/b.py");
     }
 
@@ -621,7 +633,14 @@ mod tests {
         let result = grep_at("needle", &root, Some("../*.py"));
         assert_eq!(result.error, Some(format!("Path '{root}': exit code 2")));
         assert_eq!(result.matches, None);
-        let result = grep("needle", None, Some("a\\..\\b/x"), None, &Workspace::open(g.path().into()));
+        let result = grep(
+            "needle",
+            None,
+            Some("a\\..\\b/x"),
+            None,
+            &Workspace::open(g.path().into()),
+            &Cancel::default(),
+        );
         assert_eq!(result.error.as_deref(), Some("Path '.': exit code 2"));
         let result = grep_at("x", &format!("{root}/missing"), None);
         assert_eq!((result.error, result.matches, result.truncated), (None, Some(Vec::new()), false));
@@ -634,7 +653,9 @@ mod tests {
         let g = tree_g();
         let root = root_of(&g);
         let all: BTreeSet<_> = expect(&CASE_35).into_iter().collect();
-        let run = |n: i64| grep("needle", Some(&root), None, Some(n), &Workspace::open("/".into()));
+        let run = |n: i64| {
+            grep("needle", Some(&root), None, Some(n), &Workspace::open("/".into()), &Cancel::default())
+        };
         let two = run(2);
         assert!(two.truncated);
         let two = set(&root, two);
@@ -652,16 +673,31 @@ mod tests {
         assert!(negative.truncated);
         assert_eq!(negative.matches, Some(Vec::new()));
         // Route B keeps the first n in its order.
-        let b = grep("needle", Some(&root), Some("**/*.py"), Some(3), &Workspace::open("/".into()));
+        let b = grep(
+            "needle",
+            Some(&root),
+            Some("**/*.py"),
+            Some(3),
+            &Workspace::open("/".into()),
+            &Cancel::default(),
+        );
         assert!(b.truncated);
         assert_eq!(
             rel(&root, b),
             expect(&[("a.py", 1, "needle one"), ("a.py", 3, "needle two"), ("cr.py", 2, "needle cr")])
         );
-        let b = grep("needle", Some(&root), Some("**/*.py"), Some(8), &Workspace::open("/".into()));
+        let b = grep(
+            "needle",
+            Some(&root),
+            Some("**/*.py"),
+            Some(8),
+            &Workspace::open("/".into()),
+            &Cancel::default(),
+        );
         assert!(!b.truncated);
         assert_eq!(b.matches.unwrap().len(), 8);
-        let none = grep("absent", Some(&root), None, Some(0), &Workspace::open("/".into()));
+        let none =
+            grep("absent", Some(&root), None, Some(0), &Workspace::open("/".into()), &Cancel::default());
         assert!(!none.truncated);
     }
 
@@ -764,19 +800,19 @@ mod tests {
         let texts =
             |r: GrepResult| r.matches.unwrap().into_iter().map(|m| (m.path, m.text)).collect::<Vec<_>>();
         let inside = || vec![("/in/f.txt".to_owned(), "needle inside".to_owned())];
-        assert_eq!(texts(grep("needle", Some("/"), None, None, &ws)), inside());
+        assert_eq!(texts(grep("needle", Some("/"), None, None, &ws, &Cancel::default())), inside());
         // Route B follows links, but only where the resolver does: inside the root.
         for glob in ["**/*.txt", "*/f.txt", "out/*", "in/file_out.txt"] {
-            let found = texts(grep("needle", Some("/"), Some(glob), None, &ws));
+            let found = texts(grep("needle", Some("/"), Some(glob), None, &ws, &Cancel::default()));
             assert!(found.iter().all(|(_, text)| text == "needle inside"), "{glob}: {found:?}");
         }
         assert_eq!(
-            texts(grep("needle", Some("/"), Some("**/*.txt"), None, &ws)),
+            texts(grep("needle", Some("/"), Some("**/*.txt"), None, &ws, &Cancel::default())),
             [inside(), inside()].concat(),
             "abs_in/f.txt is reported as its resolved path"
         );
         assert_eq!(
-            grep("needle", Some("/out"), None, None, &ws).error.as_deref(),
+            grep("needle", Some("/out"), None, None, &ws, &Cancel::default()).error.as_deref(),
             Some("Path '/out': invalid_path")
         );
     }
@@ -799,10 +835,18 @@ mod tests {
         assert_eq!(set(&root, result.clone()), expected);
         let listed = rel(&root, result);
         assert!(listed.windows(2).all(|w| w[0] <= w[1]), "route A output is sorted");
-        let limited = grep("needle", Some(&root), None, Some(10), &Workspace::open("/".into()));
+        let limited =
+            grep("needle", Some(&root), None, Some(10), &Workspace::open("/".into()), &Cancel::default());
         assert!(limited.truncated);
         assert_eq!(limited.matches.unwrap().len(), 10);
-        let ordered = grep("needle", Some(&root), Some("d1*/e/*.txt"), Some(5), &Workspace::open("/".into()));
+        let ordered = grep(
+            "needle",
+            Some(&root),
+            Some("d1*/e/*.txt"),
+            Some(5),
+            &Workspace::open("/".into()),
+            &Cancel::default(),
+        );
         let first: Vec<_> = rel(&root, ordered).into_iter().map(|r| r.0).collect();
         assert_eq!(first, ["d1/e/f0.txt", "d1/e/f1.txt", "d1/e/f10.txt", "d1/e/f11.txt", "d1/e/f12.txt"]);
     }
@@ -826,7 +870,9 @@ mod tests {
         }
         let ws = Workspace::open("/".into());
         for glob in [None, Some("d*/e/*.txt")] {
-            let run = |max: Option<i64>, bytes| grep_within("needle", Some(&root), glob, max, &ws, bytes);
+            let run = |max: Option<i64>, bytes| {
+                grep_within("needle", Some(&root), glob, max, &ws, bytes, &Cancel::default())
+            };
             let all = run(None, usize::MAX);
             assert!(!all.truncated);
             let all = all.matches.unwrap();
@@ -856,10 +902,13 @@ mod tests {
         }
         // A file root on route A, the budget one byte short of the first match.
         let file = format!("{root}/d0/e/f0.txt");
-        let first = grep_within("needle", Some(&file), None, None, &ws, usize::MAX).matches.unwrap();
-        let one = grep_within("needle", Some(&file), None, None, &ws, cost(&first[..1]));
+        let first = grep_within("needle", Some(&file), None, None, &ws, usize::MAX, &Cancel::default())
+            .matches
+            .unwrap();
+        let one = grep_within("needle", Some(&file), None, None, &ws, cost(&first[..1]), &Cancel::default());
         assert_eq!((one.truncated, one.matches.unwrap()), (true, first[..1].to_vec()));
-        let none = grep_within("needle", Some(&file), None, None, &ws, cost(&first[..1]) - 1);
+        let none =
+            grep_within("needle", Some(&file), None, None, &ws, cost(&first[..1]) - 1, &Cancel::default());
         assert_eq!((none.truncated, none.matches.unwrap()), (true, Vec::new()));
     }
 }

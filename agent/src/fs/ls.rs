@@ -10,14 +10,15 @@ use agentd_protocol::limits::json_escaped_len;
 
 use super::budget::{Budget, LIST_BUDGET};
 use super::errno;
+use crate::cancel::Cancel;
 use crate::root::{self, Kind, ResolveError, Workspace};
 
-pub fn ls(path: &str, ws: &Workspace) -> LsResult {
-    ls_within(path, ws, LIST_BUDGET)
+pub fn ls(path: &str, ws: &Workspace, cancel: &Cancel) -> LsResult {
+    ls_within(path, ws, LIST_BUDGET, cancel)
 }
 
 /// [`ls`] with `budget` bytes of JSON for the entries.
-fn ls_within(path: &str, ws: &Workspace, budget: usize) -> LsResult {
+fn ls_within(path: &str, ws: &Workspace, budget: usize, cancel: &Cancel) -> LsResult {
     let fail = |what: &str| LsResult { error: Some(format!("Path '{path}': {what}")), entries: None };
     if path.is_empty() {
         return fail("path_not_found");
@@ -50,7 +51,7 @@ fn ls_within(path: &str, ws: &Workspace, budget: usize) -> LsResult {
             let shown = format!("{prefix}{}", child.name_lossy());
             // `{"path":"…","is_dir":false},`
             let cost = 27 + prefix_cost + json_escaped_len(&shown[prefix.len()..]);
-            if !budget.take(cost) || crate::cancel::is_cancelled() {
+            if !budget.take(cost) || cancel.is_cancelled() {
                 return ControlFlow::Break(());
             }
             // The listing's type does not follow links: a link to a directory is not a directory here.
@@ -79,13 +80,13 @@ mod tests {
         }
         let t = dir.path().to_str().unwrap();
         let ws = Workspace::open("/".into());
-        let whole = ls(t, &ws);
+        let whole = ls(t, &ws, &Cancel::default());
         let entries = whole.entries.clone().unwrap();
         // The exact JSON of the entries, each with its comma: the budget that just fits.
         let exact: usize = entries.iter().map(|e| serde_json::to_string(e).unwrap().len() + 1).sum();
-        assert_eq!(ls_within(t, &ws, exact), whole);
+        assert_eq!(ls_within(t, &ws, exact, &Cancel::default()), whole);
         assert_eq!(
-            ls_within(t, &ws, exact - 1),
+            ls_within(t, &ws, exact - 1, &Cancel::default()),
             LsResult { error: Some(format!("Path '{t}': too_many_entries")), entries: None }
         );
     }
@@ -99,12 +100,13 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("sub/deep")).unwrap();
         std::os::unix::fs::symlink(dir.path().join("sub"), dir.path().join("ln")).unwrap();
         std::os::unix::fs::symlink("nowhere", dir.path().join("bad")).unwrap();
-        let mut got: Vec<(String, bool)> = ls(&format!("{t}/"), &Workspace::open("/".into()))
-            .entries
-            .unwrap()
-            .into_iter()
-            .map(|e| (e.path, e.is_dir))
-            .collect();
+        let mut got: Vec<(String, bool)> =
+            ls(&format!("{t}/"), &Workspace::open("/".into()), &Cancel::default())
+                .entries
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.path, e.is_dir))
+                .collect();
         got.sort();
         let mut want: Vec<(String, bool)> =
             [("a", false), (".hid", false), ("sub", true), ("ln", false), ("bad", false)]
@@ -113,14 +115,21 @@ mod tests {
                 .collect();
         want.sort();
         assert_eq!(got, want);
-        let deep = ls(&format!("{t}//sub"), &Workspace::open("/".into())).entries.unwrap();
+        let deep =
+            ls(&format!("{t}//sub"), &Workspace::open("/".into()), &Cancel::default()).entries.unwrap();
         assert_eq!(deep, vec![FileInfo::new(format!("{t}//sub/deep"), true)]);
         assert_eq!(
-            ls(&format!("{t}/a"), &Workspace::open("/".into())).error,
+            ls(&format!("{t}/a"), &Workspace::open("/".into()), &Cancel::default()).error,
             Some(format!("Path '{t}/a': not_a_directory"))
         );
-        assert_eq!(ls("", &Workspace::open("/".into())).error.as_deref(), Some("Path '': path_not_found"));
+        assert_eq!(
+            ls("", &Workspace::open("/".into()), &Cancel::default()).error.as_deref(),
+            Some("Path '': path_not_found")
+        );
         // A link given as the path is followed.
-        assert_eq!(ls(&format!("{t}/ln"), &Workspace::open("/".into())).entries.unwrap().len(), 1);
+        assert_eq!(
+            ls(&format!("{t}/ln"), &Workspace::open("/".into()), &Cancel::default()).entries.unwrap().len(),
+            1
+        );
     }
 }

@@ -14,6 +14,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
 use super::errno;
+use crate::cancel::Cancel;
 use crate::root::{ResolveError, Workspace};
 
 /// Appended when the page hit the byte cap.
@@ -38,7 +39,7 @@ const BINARY_SUFFIXES: [&str; 26] = [
     ".pptx", ".mkv",
 ];
 
-pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
+pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace, cancel: &Cancel) -> ReadResult {
     let fail = |what: &str| ReadResult::error(format!("File '{path}': {what}"));
     let offset = u64::try_from(offset).unwrap_or(0);
     let limit = u64::try_from(limit).unwrap_or(0);
@@ -110,7 +111,7 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace) -> ReadResult {
             ..ReadResult::default()
         };
     }
-    match page(reader, offset, limit, size) {
+    match page(reader, offset, limit, size, cancel) {
         Ok(Page::Window(result)) => result,
         Ok(Page::PastEnd { lines }) => {
             fail(&format!("Line offset {offset} exceeds file length ({lines} lines)"))
@@ -129,8 +130,8 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 /// An error once the request is cancelled, to end a read loop (the server answers `cancelled`).
-fn cancelled() -> io::Result<()> {
-    if crate::cancel::is_cancelled() { Err(io::Error::other("cancelled")) } else { Ok(()) }
+fn cancelled(cancel: &Cancel) -> io::Result<()> {
+    if cancel.is_cancelled() { Err(io::Error::other("cancelled")) } else { Ok(()) }
 }
 
 /// At most `max` bytes of `file`, whose size is probably `size` (allocated at once, not grown).
@@ -180,8 +181,14 @@ impl From<io::Error> for PageError {
     }
 }
 
-fn page(reader: BufReader<File>, offset: u64, limit: u64, size: u64) -> Result<Page, PageError> {
-    let mut lines = LineScanner::new(reader);
+fn page(
+    reader: BufReader<File>,
+    offset: u64,
+    limit: u64,
+    size: u64,
+    cancel: &Cancel,
+) -> Result<Page, PageError> {
+    let mut lines = LineScanner::new(reader, cancel);
     let mut line = Vec::new();
     let mut scanned = 0u64;
     while scanned < offset {
@@ -232,7 +239,7 @@ fn page(reader: BufReader<File>, offset: u64, limit: u64, size: u64) -> Result<P
         // Counted again from the start, on the same open file.
         let mut file = lines.reader.into_inner();
         io::Seek::seek(&mut file, io::SeekFrom::Start(0))?;
-        Some(LineScanner::new(BufReader::new(file)).count_rest()?)
+        Some(LineScanner::new(BufReader::new(file), cancel).count_rest()?)
     } else {
         None
     };
@@ -262,15 +269,17 @@ fn utf8_prefix(bytes: &[u8], max: usize) -> &str {
 
 /// Splits a stream into lines ending at LF, CRLF or a lone CR (each counted once); a final
 /// unterminated segment is a line, a trailing terminator adds none.
-struct LineScanner {
+struct LineScanner<'a> {
     reader: BufReader<File>,
     /// Absolute offset of the next unread byte, for error messages.
     position: u64,
+    /// Polled before each buffer's worth is read.
+    cancel: &'a Cancel,
 }
 
-impl LineScanner {
-    fn new(reader: BufReader<File>) -> Self {
-        Self { reader, position: 0 }
+impl<'a> LineScanner<'a> {
+    fn new(reader: BufReader<File>, cancel: &'a Cancel) -> Self {
+        Self { reader, position: 0, cancel }
     }
 
     /// Reads the next line into `out` (at most `keep` bytes of it), checking its first `check` bytes
@@ -282,7 +291,7 @@ impl LineScanner {
         // Bytes past `check` are not examined, so an open sequence at the cut is not an error.
         let mut partly_checked = false;
         loop {
-            cancelled()?;
+            cancelled(self.cancel)?;
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
                 if !partly_checked {
@@ -326,7 +335,7 @@ impl LineScanner {
         let mut in_line = false;
         let mut after_cr = false;
         loop {
-            cancelled()?;
+            cancelled(self.cancel)?;
             let buf = self.reader.fill_buf()?;
             if buf.is_empty() {
                 return Ok(count + u64::from(in_line));
@@ -445,7 +454,7 @@ mod tests {
     }
 
     fn rd(path: &str, offset: i64, limit: i64) -> ReadResult {
-        read(path, offset, limit, &Workspace::open("/".into()))
+        read(path, offset, limit, &Workspace::open("/".into()), &Cancel::default())
     }
 
     #[test]
@@ -638,7 +647,7 @@ mod tests {
     fn relative_paths_resolve_against_the_workspace() {
         let c = Case::new();
         c.file("rel.txt", b"hello\n");
-        let r = read("rel.txt", 0, 2000, &Workspace::open(c.dir.path().into()));
+        let r = read("rel.txt", 0, 2000, &Workspace::open(c.dir.path().into()), &Cancel::default());
         assert_eq!(text(&r), "hello");
     }
 

@@ -690,7 +690,7 @@ impl Session {
                     let ran = shared
                         .files
                         .run(move || {
-                            let response = token.enter(|| crate::fs::run(request, &work.workspace));
+                            let response = crate::fs::run(request, &work.workspace, &token);
                             // The slot goes with the work, when it has really ended.
                             drop(slot);
                             response

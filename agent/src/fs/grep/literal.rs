@@ -11,6 +11,7 @@ use memchr::{memchr, memchr_iter, memrchr};
 use agentd_protocol::fs::GrepMatch;
 
 use super::Account;
+use crate::cancel::Cancel;
 
 /// Bytes read per call; a line longer than this grows the buffer while it could still fit the reply.
 const CHUNK: usize = 256 * 1024;
@@ -42,7 +43,12 @@ impl LineMatcher {
     /// Matching lines of `file` as (1-based number, text without LF, decoded lossily), each charged
     /// to `account`; the search stops once it refuses one. `None` when it cannot be read or holds a
     /// NUL byte.
-    pub(super) fn search_file(&self, file: File, account: &Account<'_>) -> Option<Vec<GrepMatch>> {
+    pub(super) fn search_file(
+        &self,
+        file: File,
+        account: &Account<'_>,
+        cancel: &Cancel,
+    ) -> Option<Vec<GrepMatch>> {
         // One buffer per walker thread, reused for every file: a small file costs an open, one
         // read that fills it and one that sees the end (reading into a fresh growing Vec took ~11).
         thread_local! {
@@ -50,7 +56,7 @@ impl LineMatcher {
         }
         BUFFER.with(|buffer| {
             let mut buffer = buffer.borrow_mut();
-            let found = self.search_with(file, &mut buffer, account);
+            let found = self.search_with(file, &mut buffer, account, cancel);
             // A long line grew it: give that back rather than keep it for the thread's life.
             if buffer.len() > CHUNK {
                 buffer.truncate(CHUNK);
@@ -65,6 +71,7 @@ impl LineMatcher {
         mut file: File,
         buf: &mut Vec<u8>,
         account: &Account<'_>,
+        cancel: &Cancel,
     ) -> Option<Vec<GrepMatch>> {
         if buf.len() < CHUNK {
             buf.resize(CHUNK, 0);
@@ -74,7 +81,7 @@ impl LineMatcher {
         // `buf[..filled]` holds bytes read but not yet scanned; it always starts a line.
         let mut filled = 0;
         loop {
-            if crate::cancel::is_cancelled() {
+            if cancel.is_cancelled() {
                 return None;
             }
             if account.spent() {
@@ -88,11 +95,11 @@ impl LineMatcher {
                 if filled < room {
                     buf.resize((filled * 2).min(room + 1), 0);
                 } else {
-                    match self.skip_long_line(&mut file, buf, filled)? {
+                    match self.skip_long_line(&mut file, buf, filled, cancel)? {
                         Skipped::Matched => {
                             account.refuse();
                             // Still a binary file (and so no match at all) if a NUL follows.
-                            return no_nul(&mut file, buf).then_some(found);
+                            return no_nul(&mut file, buf, cancel).then_some(found);
                         }
                         Skipped::Ended { rest } => {
                             lines += 1;
@@ -126,7 +133,13 @@ impl LineMatcher {
     /// Reads on to the end of the line that starts with `buf[..filled]` (no LF there) without
     /// holding it: each part is looked for in what was read, keeping the last `part - 1` bytes so
     /// an occurrence across two reads is found. `None` when unreadable or a NUL is met.
-    fn skip_long_line(&self, file: &mut File, buf: &mut Vec<u8>, mut filled: usize) -> Option<Skipped> {
+    fn skip_long_line(
+        &self,
+        file: &mut File,
+        buf: &mut Vec<u8>,
+        mut filled: usize,
+        cancel: &Cancel,
+    ) -> Option<Skipped> {
         let finders = match self {
             LineMatcher::Every => return Some(Skipped::Matched),
             LineMatcher::Any(finders) => finders,
@@ -143,7 +156,7 @@ impl LineMatcher {
             let tail = overlap.min(filled);
             buf.copy_within(filled - tail..filled, 0);
             filled = tail;
-            if crate::cancel::is_cancelled() {
+            if cancel.is_cancelled() {
                 return None;
             }
             let read = read_some(file, &mut buf[filled..])?;
@@ -230,9 +243,9 @@ fn read_some(file: &mut File, buf: &mut [u8]) -> Option<usize> {
 }
 
 /// Reads the rest of `file`: whether it holds no NUL (and could be read).
-fn no_nul(file: &mut File, buf: &mut [u8]) -> bool {
+fn no_nul(file: &mut File, buf: &mut [u8], cancel: &Cancel) -> bool {
     loop {
-        if crate::cancel::is_cancelled() {
+        if cancel.is_cancelled() {
             return false;
         }
         match read_some(file, buf) {
@@ -264,6 +277,7 @@ mod tests {
             File::open(&path).unwrap(),
             &mut buf,
             &Account::new(&budget, "f"),
+            &Cancel::default(),
         );
         let found = found.map(|found| found.into_iter().map(|m| (m.line, m.text)).collect());
         (found, budget.spent(), buf.capacity())

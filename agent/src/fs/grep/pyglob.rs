@@ -11,6 +11,7 @@
 //! One deviation: `**` does not re-enter a directory it is already inside (Python loops through a
 //! symlink cycle until the kernel refuses the path).
 
+use crate::cancel::Cancel;
 use crate::fs::glob::fnmatch::{PYTHON, Pattern, has_magic};
 use crate::root::{self, Kind, Node, Workspace};
 
@@ -18,6 +19,8 @@ use crate::root::{self, Kind, Node, Workspace};
 struct Tree<'a> {
     ws: &'a Workspace,
     root: &'a Node,
+    /// The request's token: a cancelled expansion looks nothing more up.
+    cancel: &'a Cancel,
 }
 
 impl Tree<'_> {
@@ -36,8 +39,8 @@ impl Tree<'_> {
 }
 
 /// Relative hits of `pattern` (no leading `/`) under `root`, unsorted.
-pub(super) fn expand(ws: &Workspace, root: &Node, pattern: &str) -> Vec<Vec<u8>> {
-    let tree = Tree { ws, root };
+pub(super) fn expand(ws: &Workspace, root: &Node, pattern: &str, cancel: &Cancel) -> Vec<Vec<u8>> {
+    let tree = Tree { ws, root, cancel };
     let mut hits = Vec::new();
     iglob(&tree, pattern, false, &mut hits);
     // Python drops the empty hit a leading `**` yields for the root itself.
@@ -91,7 +94,7 @@ fn iglob(tree: &Tree<'_>, pathname: &str, dironly: bool, out: &mut Vec<Vec<u8>>)
         vec![dirname.as_bytes().to_vec()]
     };
     for dir in dirs {
-        if crate::cancel::is_cancelled() {
+        if tree.cancel.is_cancelled() {
             return;
         }
         let mut names = Vec::new();
@@ -113,7 +116,7 @@ fn glob_in_dir(tree: &Tree<'_>, dir: &[u8], segment: &str, dironly: bool, out: &
         let pattern = Pattern::new(segment, PYTHON);
         let hidden_ok = segment.starts_with('.');
         for (name, _) in listdir(tree, &node, dironly) {
-            if crate::cancel::is_cancelled() {
+            if tree.cancel.is_cancelled() {
                 return;
             }
             let text = String::from_utf8_lossy(&name);
@@ -137,7 +140,7 @@ fn listdir(tree: &Tree<'_>, dir: &Node, dironly: bool) -> Vec<(Vec<u8>, Option<N
     children
         .into_iter()
         // A cancelled request looks nothing more up.
-        .take_while(|_| !crate::cancel::is_cancelled())
+        .take_while(|_| !tree.cancel.is_cancelled())
         .map(|child| {
             let name = child.name.as_bytes().to_vec();
             // Only directories (and links, which may lead to one) need a lookup.
@@ -162,7 +165,7 @@ fn rlistdir(
     out: &mut Vec<Vec<u8>>,
 ) {
     for (name, target) in listdir(tree, dir, dironly) {
-        if crate::cancel::is_cancelled() {
+        if tree.cancel.is_cancelled() {
             return;
         }
         if name.starts_with(b".") {
@@ -191,8 +194,10 @@ mod tests {
     fn hits(root: &Path, pattern: &str) -> Vec<String> {
         let ws = Workspace::open("/".into());
         let node = ws.node(root.to_str().unwrap(), true).unwrap().unwrap();
-        let mut hits: Vec<String> =
-            expand(&ws, &node, pattern).into_iter().map(|h| String::from_utf8(h).unwrap()).collect();
+        let mut hits: Vec<String> = expand(&ws, &node, pattern, &Cancel::default())
+            .into_iter()
+            .map(|h| String::from_utf8(h).unwrap())
+            .collect();
         hits.sort();
         hits
     }

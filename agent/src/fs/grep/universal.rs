@@ -12,6 +12,7 @@ use memchr::memmem::Finder;
 use agentd_protocol::fs::GrepMatch;
 
 use super::Account;
+use crate::cancel::Cancel;
 
 /// Bytes read per call.
 const CHUNK: usize = 256 * 1024;
@@ -66,7 +67,12 @@ impl LineMatcher {
 
     /// Matching lines of `file` as (1-based number, text), each charged to `account`; the search
     /// stops once it refuses one. `None` when unreadable.
-    pub(super) fn search_file(&self, file: File, account: &Account<'_>) -> Option<Vec<GrepMatch>> {
+    pub(super) fn search_file(
+        &self,
+        file: File,
+        account: &Account<'_>,
+        cancel: &Cancel,
+    ) -> Option<Vec<GrepMatch>> {
         let mut file = file;
         let mut raw: Vec<u8> = Vec::new();
         let mut text = String::new();
@@ -76,7 +82,7 @@ impl LineMatcher {
         // when it ends, and it is never reported.
         let mut skipping = false;
         loop {
-            if crate::cancel::is_cancelled() {
+            if cancel.is_cancelled() {
                 return None;
             }
             let read = loop {
@@ -194,7 +200,7 @@ mod tests {
         std::fs::write(&path, content).unwrap();
         let budget = Budget::new(bytes);
         let found = LineMatcher::new(pattern)
-            .search_file(File::open(&path).unwrap(), &Account::new(&budget, "f"))
+            .search_file(File::open(&path).unwrap(), &Account::new(&budget, "f"), &Cancel::default())
             .unwrap();
         (found.into_iter().map(|m| (m.line, m.text)).collect(), budget.spent())
     }
