@@ -52,6 +52,8 @@ pub enum ProcessError {
     NoTerminal(String),
     #[error("process `{0}` has ended")]
     Ended(String),
+    #[error("process `{0}` is starting: attach again in a moment")]
+    Starting(String),
     #[error("{MAX_KEPT_PROCESSES} kept processes are running: one must end before another is kept")]
     TooManyKept,
     #[error(
@@ -354,8 +356,14 @@ impl Process {
         lock(&self.state).result.clone()
     }
 
-    pub fn journal(&self) -> Option<Arc<Journal>> {
-        lock(&self.state).journal.clone()
+    /// The journal to attach to: `Starting` before the spawn, `Ended` for one that never started.
+    pub fn attachable(&self) -> Result<Arc<Journal>, ProcessError> {
+        let state = lock(&self.state);
+        match (&state.journal, &state.result) {
+            (Some(journal), _) => Ok(Arc::clone(journal)),
+            (None, None) => Err(ProcessError::Starting(self.id.clone())),
+            (None, Some(_)) => Err(ProcessError::Ended(self.id.clone())),
+        }
     }
 
     pub fn target(&self) -> Option<Target> {

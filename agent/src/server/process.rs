@@ -19,7 +19,7 @@ use crate::cancel::Cancel;
 use crate::exec::capture::Journal;
 use crate::exec::{KEPT_HEAD_BYTES, kept_reply_size, set_kept_output};
 use crate::outbox::Outbox;
-use crate::process::{Process, ProcessError};
+use crate::process::Process;
 use crate::registry::Handle;
 
 impl Session {
@@ -28,7 +28,7 @@ impl Session {
         let id = request.id;
         let attached = self.shared.processes.get(&request.process).and_then(|process| {
             let attachment = process.attach(false)?;
-            let journal = process.journal().ok_or_else(|| ProcessError::Ended(process.id.clone()))?;
+            let journal = process.attachable()?;
             Ok((process, attachment, journal))
         });
         let (process, attachment, journal) = match attached {
