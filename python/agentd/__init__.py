@@ -23,6 +23,17 @@ passed to an agent as its backend::
         sandbox.write(notes, "one\\ntwo\\n")
         assert sandbox.read(notes, offset=1).file_data["content"] == "two"
 
+Processes that outlive a call: :meth:`Sandbox.spawn` starts a command kept by agentd and gives a
+:class:`Process` (its id, ``wait``, ``output``, ``kill``, ``write_stdin``, ``close_stdin``,
+``resize``); :meth:`Sandbox.attach` finds one again by id, from this process or another one::
+
+    with agentd.LocalSandbox() as sandbox:
+        cat = sandbox.spawn("cat", stdin=True)
+        cat.write_stdin(b"hi\n")
+        cat.close_stdin()
+        assert cat.wait().output == "hi\n"
+        assert sandbox.attach(cat.id).output() == b"hi\n"
+
 Blocking methods release the GIL; each has an ``a``-prefixed coroutine twin that runs on the
 package's own tokio runtime. Failures to reach the sandbox raise :mod:`agentd.errors`; everything
 the sandbox answers, failures included, is a result value.
@@ -73,8 +84,10 @@ __all__ = [
     "DockerSandbox",
     "InheritedSandboxError",
     "InvalidSpecError",
+    "AsyncProcess",
     "LocalSandbox",
     "ModalSandbox",
+    "Process",
     "ProtocolError",
     "ProviderError",
     "RefusedError",
@@ -304,6 +317,62 @@ class Sandbox(_Base):  # type: ignore[misc,valid-type]
         """Coroutine twin of :meth:`glob` (gives up after 30 s, as the contract says)."""
         return GlobResult(**await self._native.afs(_glob(pattern, path)))
 
+    # -- processes ------------------------------------------------------------------------------
+
+    def spawn(
+        self,
+        command: str,
+        *,
+        stdin: bool = False,
+        pty: tuple[int, int] | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        keep: float = 0,
+    ) -> Process:
+        """Starts ``command`` as a process agentd keeps: it runs on whoever is attached (this object
+        may go; :meth:`attach` finds it again by :attr:`Process.id`), until it ends, is killed, or
+        its ``timeout`` passes (``None``: agentd's default, ``0``: none).
+
+        ``stdin=True`` keeps its stdin open for :meth:`Process.write_stdin`; ``pty=(rows, cols)``
+        runs it under a terminal of that size. ``keep``: seconds it may run with no client attached
+        before agentd ends it (``0``: no limit).
+        """
+        return Process(self._native, self._native.process(_spawn(command, stdin, pty, cwd, env, timeout, keep)))
+
+    async def aspawn(
+        self,
+        command: str,
+        *,
+        stdin: bool = False,
+        pty: tuple[int, int] | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+        keep: float = 0,
+    ) -> AsyncProcess:
+        """Coroutine twin of :meth:`spawn`: gives an :class:`AsyncProcess`."""
+        request = _spawn(command, stdin, pty, cwd, env, timeout, keep)
+        return AsyncProcess(self._native, await self._native.aprocess(request))
+
+    def attach(self, process_id: str) -> Process:
+        """The kept process ``process_id`` (from :meth:`spawn`, ``agentctl exec --detach``, …)."""
+        return Process(self._native, process_id)
+
+    def aattach(self, process_id: str) -> AsyncProcess:
+        """:meth:`attach` for asyncio code: an :class:`AsyncProcess`."""
+        return AsyncProcess(self._native, process_id)
+
+    def processes(self) -> list[dict[str, Any]]:
+        """Every process agentd holds, oldest first: running ones and kept ones' results, as dicts
+        (``process``, ``command``, ``state``, ``pid``, ``exit_code``, ``total_bytes``, …; see the
+        protocol's ``processes``)."""
+        return self._native.process({"verb": "list"})
+
+    async def aprocesses(self) -> list[dict[str, Any]]:
+        """Coroutine twin of :meth:`processes`."""
+        return await self._native.aprocess({"verb": "list"})
+
     # -- lifetime -------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -333,6 +402,116 @@ class Sandbox(_Base):  # type: ignore[misc,valid-type]
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _spawn(
+    command: str,
+    stdin: bool,  # noqa: FBT001
+    pty: tuple[int, int] | None,
+    cwd: str | None,
+    env: dict[str, str] | None,
+    timeout: float | None,
+    keep: float,
+) -> dict[str, Any]:
+    return {
+        "verb": "spawn",
+        "command": command,
+        "stdin": stdin,
+        "pty": list(pty) if pty is not None else None,
+        "cwd": cwd,
+        "env": dict(env or {}),
+        "timeout": timeout,
+        "keep": keep,
+    }
+
+
+def _bytes(data: bytes | str) -> list[int]:
+    return list(data.encode() if isinstance(data, str) else bytes(data))
+
+
+class _Named:
+    """A process by id on a sandbox's native object; holds no connection of its own."""
+
+    def __init__(self, native: _agentd.Sandbox, process_id: str) -> None:
+        self._native = native
+        self._id = process_id
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self._id!r})"
+
+    @property
+    def id(self) -> str:
+        """The process id, unique to the agentd that runs it."""
+        return self._id
+
+
+class Process(_Named):
+    """A process agentd keeps in a sandbox, named by :attr:`id`: from :meth:`Sandbox.spawn` or
+    :meth:`Sandbox.attach`. The object holds no connection of its own: it may be dropped and the
+    process found again by id, also by another program (``agentctl attach ID``)."""
+
+    def wait(self) -> ExecuteResponse:
+        """Waits for its end; its output (the journal's head) and exit code, as ``execute`` gives."""
+        return _execute(self._native.process({"verb": "result", "process": self._id}))
+
+    def output(self, start: int = 0) -> bytes:
+        """Waits for its end; its output from byte ``start`` on, as it was written (up to the
+        journal's cap: ``wait().truncated`` says whether bytes went past it)."""
+        return self._native.process({"verb": "output", "process": self._id, "start": start})
+
+    def poll(self, timeout: float | None = None) -> dict[str, Any]:
+        """Waits at most ``timeout`` seconds for its end (``None`` or ``0``: until it ends); its info
+        then (``state`` is ``"running"`` or ``"exited"``)."""
+        return self._native.process({"verb": "wait", "process": self._id, "timeout": timeout})
+
+    def kill(self, signal: str | None = None) -> int:
+        """Ends it and every process it started (SIGTERM, a grace, SIGKILL), or sends ``signal``
+        (``"INT"``, ``"SIGHUP"``, …) once to each; returns how many there were."""
+        return self._native.process({"verb": "kill", "process": self._id, "signal": signal})
+
+    def write_stdin(self, data: bytes | str) -> None:
+        """Writes ``data`` (``str``: as UTF-8) to its stdin; returns once the pipe took it all."""
+        self._native.process({"verb": "write_stdin", "process": self._id, "data": _bytes(data)})
+
+    def close_stdin(self) -> None:
+        """Closes its stdin (under a terminal: types the EOF character)."""
+        self._native.process({"verb": "close_stdin", "process": self._id})
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Sets the size of its terminal."""
+        self._native.process({"verb": "resize", "process": self._id, "rows": rows, "cols": cols})
+
+
+class AsyncProcess(_Named):
+    """:class:`Process` for asyncio code: the same methods, as coroutines."""
+
+    async def wait(self) -> ExecuteResponse:
+        """See :meth:`Process.wait`."""
+        return _execute(await self._native.aprocess({"verb": "result", "process": self._id}))
+
+    async def output(self, start: int = 0) -> bytes:
+        """See :meth:`Process.output`."""
+        return await self._native.aprocess({"verb": "output", "process": self._id, "start": start})
+
+    async def poll(self, timeout: float | None = None) -> dict[str, Any]:  # noqa: ASYNC109
+        """See :meth:`Process.poll`."""
+        return await self._native.aprocess({"verb": "wait", "process": self._id, "timeout": timeout})
+
+    async def kill(self, signal: str | None = None) -> int:
+        """See :meth:`Process.kill`."""
+        return await self._native.aprocess({"verb": "kill", "process": self._id, "signal": signal})
+
+    async def write_stdin(self, data: bytes | str) -> None:
+        """See :meth:`Process.write_stdin`."""
+        await self._native.aprocess({"verb": "write_stdin", "process": self._id, "data": _bytes(data)})
+
+    async def close_stdin(self) -> None:
+        """See :meth:`Process.close_stdin`."""
+        await self._native.aprocess({"verb": "close_stdin", "process": self._id})
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """See :meth:`Process.resize`."""
+        await self._native.aprocess({"verb": "resize", "process": self._id, "rows": rows, "cols": cols})
 
 
 def _read(path: str, offset: int, limit: int) -> dict[str, Any]:

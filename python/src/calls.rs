@@ -36,6 +36,63 @@ pub enum Call {
     },
     /// One of the seven file verbs, as `{"verb": "read", "path": …}` (the protocol's `FsRequest`).
     Fs(FsRequest),
+    /// A process verb, as `{"verb": "spawn", …}` ([`ProcessCall`]).
+    Process(ProcessCall),
+}
+
+/// A process verb from Python: `{"verb": "spawn" | "result" | …, …arguments}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(tag = "verb", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ProcessCall {
+    /// Starts a kept process; answers its id.
+    Spawn {
+        command: String,
+        #[serde(default)]
+        stdin: bool,
+        #[serde(default)]
+        pty: Option<(u16, u16)>,
+        #[serde(default)]
+        cwd: Option<String>,
+        #[serde(default)]
+        env: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        timeout: Option<f64>,
+        /// Its grace with no client attached, seconds (`0`: none).
+        #[serde(default)]
+        keep: Option<f64>,
+    },
+    /// Waits for its end; answers `(output, exit_code, truncated)` as `execute` does.
+    Result {
+        process: String,
+    },
+    /// Waits for its end; answers its output from byte `start`, as bytes.
+    Output {
+        process: String,
+        start: u64,
+    },
+    /// Waits at most `timeout` seconds for its end; answers its info dict.
+    Wait {
+        process: String,
+        timeout: Option<f64>,
+    },
+    Kill {
+        process: String,
+        signal: Option<String>,
+    },
+    WriteStdin {
+        process: String,
+        data: Vec<u8>,
+    },
+    CloseStdin {
+        process: String,
+    },
+    Resize {
+        process: String,
+        rows: u16,
+        cols: u16,
+    },
+    /// Every process: a list of info dicts.
+    List,
 }
 
 impl Call {
@@ -47,6 +104,9 @@ impl Call {
             Call::Execute { .. } | Call::Offload { .. } => true,
             Call::Fs(request) => !matches!(request, FsRequest::Write { .. } | FsRequest::Edit { .. }),
             Call::Upload(_) | Call::Download(_) | Call::DownloadTo { .. } => false,
+            Call::Process(call) => {
+                !matches!(call, ProcessCall::WriteStdin { .. } | ProcessCall::Output { .. })
+            }
         }
     }
 }
@@ -60,6 +120,74 @@ pub enum Answer {
     /// The per-file error, `None` when saved.
     DownloadTo(Option<String>),
     Fs(FsResponse),
+    /// A process's id.
+    Spawned(String),
+    Info(agentd_protocol::ProcessInfo),
+    Infos(Vec<agentd_protocol::ProcessInfo>),
+    Bytes(Vec<u8>),
+    Count(u32),
+    Done,
+}
+
+/// A process verb's request from its dict.
+pub fn process_call(request: &Bound<'_, PyAny>) -> PyResult<ProcessCall> {
+    pythonize::depythonize(request).map_err(|e| PyValueError::new_err(format!("bad process request: {e}")))
+}
+
+impl ProcessCall {
+    /// Runs the verb over the sandbox's agentd link (reconnected if it dropped).
+    async fn run(self, sandbox: &dyn BaseSandbox) -> agentd_host::Result<Answer> {
+        let agentd = sandbox
+            .agentd()
+            .ok_or(agentd_host::SandboxError::Unsupported { kind: "this sandbox", feature: "processes" })?;
+        let link = agentd.link().await?;
+        Ok(match self {
+            ProcessCall::Spawn { command, stdin, pty, cwd, env, timeout, keep } => {
+                let request = agentd_protocol::ExecRequest {
+                    command,
+                    cwd,
+                    env,
+                    timeout,
+                    keep: Some(keep.unwrap_or(0.0)),
+                    stdin: stdin.then_some(agentd_protocol::StdinMode::Pipe),
+                    pty: pty.map(|(rows, cols)| agentd_protocol::TerminalSize { rows, cols }),
+                    ..agentd_protocol::ExecRequest::default()
+                };
+                Answer::Spawned(link.spawn(request).await?.process)
+            }
+            ProcessCall::Result { process } => {
+                let result = link.attach(&process, 0, None, Some(0.0)).await?;
+                Answer::Execute(agentd_host::adapters::agentd::execute_response(&result)?)
+            }
+            ProcessCall::Output { process, start } => {
+                let mut bytes = Vec::new();
+                let mut collect = |data: &[u8]| bytes.extend_from_slice(data);
+                link.attach(&process, start, Some(&mut collect), Some(0.0)).await?;
+                Answer::Bytes(bytes)
+            }
+            ProcessCall::Wait { process, timeout } => {
+                let timeout = timeout.filter(|t| *t > 0.0).map(Duration::try_from_secs_f64).transpose();
+                let timeout = timeout.map_err(|e| agentd_host::SandboxError::Protocol(e.to_string()))?;
+                Answer::Info(link.wait(&process, timeout).await?)
+            }
+            ProcessCall::Kill { process, signal } => {
+                Answer::Count(link.kill(&process, signal.as_deref()).await?)
+            }
+            ProcessCall::WriteStdin { process, data } => {
+                link.write_stdin(&process, &data).await?;
+                Answer::Done
+            }
+            ProcessCall::CloseStdin { process } => {
+                link.close_stdin(&process).await?;
+                Answer::Done
+            }
+            ProcessCall::Resize { process, rows, cols } => {
+                link.resize(&process, rows, cols).await?;
+                Answer::Done
+            }
+            ProcessCall::List => Answer::Infos(link.processes().await?),
+        })
+    }
 }
 
 /// A timeout in seconds from Python: `None` is the sandbox's default, `0` no limit.
@@ -154,6 +282,7 @@ impl Call {
                 ),
                 FsRequest::Delete { path } => FsResponse::Delete(sandbox.delete(&path).await?),
             }),
+            Call::Process(call) => call.run(sandbox).await?,
         })
     }
 }
@@ -185,6 +314,14 @@ impl Answer {
                 PyList::new(py, items)?.into_any()
             }
             Answer::DownloadTo(error) => error.into_pyobject(py)?.into_any(),
+            Answer::Spawned(id) => id.into_pyobject(py)?.into_any(),
+            Answer::Bytes(bytes) => PyBytes::new(py, &bytes).into_any(),
+            Answer::Count(n) => n.into_pyobject(py)?.into_any(),
+            Answer::Done => py.None().into_bound(py),
+            Answer::Info(info) => pythonize::pythonize(py, &info)
+                .map_err(|e| errors::named(py, "ProtocolError", format!("cannot convert the result: {e}")))?,
+            Answer::Infos(infos) => pythonize::pythonize(py, &infos)
+                .map_err(|e| errors::named(py, "ProtocolError", format!("cannot convert the result: {e}")))?,
             Answer::Fs(response) => {
                 let result = match &response {
                     FsResponse::Ls(r) => pythonize::pythonize(py, r),

@@ -322,6 +322,16 @@ impl Sandbox {
         self.spawn(py, Call::Fs(calls::fs_request(request)?))
     }
 
+    /// One process verb: `request` is `{"verb": "spawn" | "result" | "output" | "wait" | "kill" |
+    /// "write_stdin" | "close_stdin" | "resize" | "list", …arguments}`.
+    fn process(&self, py: Python<'_>, request: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.blocking(py, Call::Process(calls::process_call(request)?))
+    }
+
+    fn aprocess<'py>(&self, py: Python<'py>, request: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.spawn(py, Call::Process(calls::process_call(request)?))
+    }
+
     /// Ends the sandbox (stops the local agentd; removes what a provider created here). Waits for
     /// calls in flight. Closing twice is allowed. In a forked child, closing an inherited copy does
     /// nothing: the sandbox is the parent's to end (a `with` block unwinding in the child must not

@@ -95,7 +95,12 @@ async fn keep_cost(link: &Link) {
 async fn replay(link: &Link, workspace: &std::path::Path) {
     // The same bytes in a kept process's journal and in a file.
     let command = format!("head -c {REPLAY_BYTES} /dev/urandom | tee replay.bin");
-    let request = ExecRequest { command, max_capture_bytes: Some(REPLAY_BYTES), ..ExecRequest::default() };
+    let request = ExecRequest {
+        command,
+        max_capture_bytes: Some(REPLAY_BYTES),
+        stream: true,
+        ..ExecRequest::default()
+    };
     let mut spawned = link.spawn(request).await.unwrap();
     let process = spawned.process.clone();
     while let Some(event) = spawned.next().await.unwrap() {
@@ -134,8 +139,12 @@ async fn replay(link: &Link, workspace: &std::path::Path) {
 }
 
 async fn echo(link: &Link) {
-    let request =
-        ExecRequest { command: "cat".into(), stdin: Some(StdinMode::Pipe), ..ExecRequest::default() };
+    let request = ExecRequest {
+        command: "cat".into(),
+        stdin: Some(StdinMode::Pipe),
+        stream: true,
+        ..ExecRequest::default()
+    };
     let mut cat = link.spawn(request).await.unwrap();
     let process = cat.process.clone();
     let (mut echoes, mut execs) = (Vec::with_capacity(ECHOES), Vec::with_capacity(ECHOES));

@@ -133,11 +133,11 @@ impl Link {
         .await
     }
 
-    /// Starts a kept, streamed exec and returns once agentd named its process.
+    /// Starts a kept exec (`keep: 0` unless the request says otherwise) and returns once agentd
+    /// named its process; with `request.stream`, the handle then gives its output as it comes.
     pub async fn spawn(&self, mut request: ExecRequest) -> Result<SpawnedProcess> {
         let mut route = self.open_route();
         request.id = route.id;
-        request.stream = true;
         if request.keep.is_none() {
             request.keep = Some(0.0);
         }

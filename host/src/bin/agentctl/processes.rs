@@ -110,6 +110,7 @@ pub async fn shell(
         command,
         pty: Some(size),
         keep: Some(SHELL_KEEP_SECS),
+        stream: true,
         timeout: Some(0.0),
         ..ExecRequest::default()
     };
