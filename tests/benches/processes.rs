@@ -11,7 +11,9 @@
 //!    (target: under 5 %);
 //! 2. `attach` and replay of a 10 MiB journal next to a `download` of the same 10 MiB from a file;
 //! 3. the round trip of a `write_stdin` to `cat` until its echo comes back as output, next to an
-//!    `exec true`.
+//!    `exec true`;
+//! 4. with `AGENTD_BASELINE=PATH` (an agentd built from an earlier commit), `exec true` on this
+//!    agentd next to the same on that one, in turns: what the process table costs every exec.
 
 // A benchmark binary: a failed step aborts it with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -53,6 +55,37 @@ async fn run() {
     replay(&link, sandbox.workspace()).await;
     println!();
     echo(&link).await;
+    if let Some(baseline) = std::env::var_os("AGENTD_BASELINE") {
+        println!();
+        against_baseline(&link, std::path::PathBuf::from(baseline)).await;
+    }
+}
+
+async fn against_baseline(link: &Link, baseline: std::path::PathBuf) {
+    // SAFETY: the runtime is single-threaded and nothing else reads the environment now.
+    unsafe { std::env::set_var("AGENTD_BIN", &baseline) };
+    let other = LocalSandbox::start_unconfined().await.unwrap();
+    let before = other.agentd().link().await.unwrap();
+    for _ in 0..100 {
+        timed_true(link, None).await;
+        timed_true(&before, None).await;
+    }
+    let (mut now, mut then) = (Vec::with_capacity(ROUND_TRIPS), Vec::with_capacity(ROUND_TRIPS));
+    for i in 0..ROUND_TRIPS {
+        if i % 2 == 0 {
+            now.push(timed_true(link, None).await);
+            then.push(timed_true(&before, None).await);
+        } else {
+            then.push(timed_true(&before, None).await);
+            now.push(timed_true(link, None).await);
+        }
+    }
+    let (now_median, now_p99) = summary(&mut now);
+    let (then_median, then_p99) = summary(&mut then);
+    println!("exec true (not kept), {ROUND_TRIPS} of each in turns, this agentd and {}:", baseline.display());
+    println!("  this agentd               median {now_median:8.1} µs   p99 {now_p99:8.1} µs");
+    println!("  baseline                  median {then_median:8.1} µs   p99 {then_p99:8.1} µs");
+    println!("  this / baseline: {:.3}x", now_median / then_median);
 }
 
 async fn timed_true(link: &Link, keep: Option<f64>) -> Duration {

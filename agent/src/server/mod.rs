@@ -519,10 +519,18 @@ impl Session {
         let (out, requests, shared) =
             (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
         tokio::spawn(async move {
-            let detached = tokio::spawn(async move {
-                detach.cancelled().await;
-                drop(own);
-            });
+            // A kept exec's connection may go first: its attachment goes with it (the grace
+            // starts). Any other exec ends with its connection, and its attachment with it.
+            let (detached, own) = match keep {
+                Some(_) => {
+                    let detached = tokio::spawn(async move {
+                        detach.cancelled().await;
+                        drop(own);
+                    });
+                    (Some(detached), None)
+                }
+                None => (None, own),
+            };
             let (spawned_tx, spawned_rx) = oneshot::channel();
             let mut watchers = Watchers { spawned: Some(spawned_tx), ..Watchers::default() };
             let forwarder = if stream {
@@ -554,7 +562,10 @@ impl Session {
                 // Every chunk goes out before the result.
                 let _ = forwarder.await;
             }
-            detached.abort();
+            if let Some(detached) = detached {
+                detached.abort();
+            }
+            drop(own);
             requests.finish(id);
             drop(slot);
             let (reply, reserved) = match finished {
