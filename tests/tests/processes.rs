@@ -377,3 +377,33 @@ async fn a_terminal_under_a_profile_keeps_the_walls() {
     assert!(!outside.exists());
     assert!(streamed.end["enforcement"].is_object(), "{}", streamed.end);
 }
+
+#[tokio::test]
+async fn what_a_kept_command_left_running_is_counted_and_killed_after_its_shell_ended() {
+    let daemon = Daemon::start();
+    let mut ws = greeted(&daemon).await;
+    let marker = daemon.workspace.path().join("server.pid");
+    let command = format!("sleep 1000 > /dev/null 2>&1 & echo $! > {}", marker.display());
+    let process = start_kept(&mut ws, 1, &command, json!({})).await;
+    let end = collect(&mut ws, 1).await.end;
+    assert_eq!((end["exit_code"].as_i64(), end["stray_processes"].as_u64()), (Some(0), Some(1)), "{end}");
+    let server: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    let alive = |pid: i32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))
+    };
+    assert!(alive(server), "the server runs on after its shell");
+    let listed = ask(&mut ws, json!({"type": "processes", "id": 2})).await;
+    let entry =
+        listed["processes"].as_array().unwrap().iter().find(|p| p["process"] == process).unwrap().clone();
+    assert_eq!(
+        (entry["state"].as_str(), entry["stray_processes"].as_u64()),
+        (Some("exited"), Some(1)),
+        "{entry}"
+    );
+    let killed = ask(&mut ws, json!({"type": "kill", "id": 3, "process": process})).await;
+    assert_eq!(killed["signalled"], 1, "{killed}");
+    assert!(
+        agentd_tests::eventually(Duration::from_secs(5), || !alive(server)).await,
+        "the server survived kill"
+    );
+}
