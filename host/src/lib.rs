@@ -8,6 +8,8 @@
 //! - [`derived`]: the file verbs and the offload over any `execute` (`agentd fs` / `agentd exec`).
 //! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers;
 //!   nothing agentd says is trusted (sizes, ids, shapes are checked).
+//! - [`process`]: [`Process`], a kept process followed across link drops (`AgentdSandbox::spawn`,
+//!   `AgentdSandbox::process`); the process verbs over one link are [`Link`]'s.
 //! - [`download`]: a sandbox's file saved to a local path, nameless until whole.
 //! - [`deadlines`]: how long the host waits on a sandbox ([`Deadlines`]); every wait ends.
 //! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default);
@@ -52,6 +54,7 @@ pub mod derived;
 pub mod download;
 pub mod error;
 pub mod link;
+pub mod process;
 pub mod provider;
 pub mod sandbox;
 pub mod untrusted;
@@ -64,6 +67,7 @@ pub use async_trait::async_trait;
 pub use deadlines::Deadlines;
 pub use error::{Result, SandboxError};
 pub use link::Link;
+pub use process::Process;
 pub use provider::{Kind, Provider, SandboxInfo, SandboxSpec};
 pub use sandbox::BaseSandbox;
 pub use untrusted::{check_id, escape_controls};

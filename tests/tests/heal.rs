@@ -162,3 +162,42 @@ async fn past_its_grace_a_cut_exec_is_ended_and_the_caller_told() {
     }
     assert!(ended, "{:?}", link.processes().await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followed_process_is_followed_again_from_the_last_byte_across_cuts() {
+    use agentd_host::link::ProcessEvent;
+    let daemon = Daemon::start();
+    let proxy = CuttingProxy::start(&daemon.url, 40, 200).await;
+    let sandbox = AgentdSandbox::connect(&proxy.url, Some(&daemon.token)).await.unwrap();
+    let mut runs = Vec::new();
+    // Several spawned processes writing over about a second each, followed through the cuts.
+    for i in 0..4u32 {
+        let command =
+            format!("for i in $(seq 1 20); do seq $((i*1000)) $((i*1000+999)); sleep 0.05; done; exit {i}");
+        let request = ExecRequest { command, ..ExecRequest::default() };
+        let mut process = loop {
+            // Spawning itself may meet a cut: a new attempt is a new process.
+            match sandbox.spawn(request.clone()).await {
+                Ok(process) => break process,
+                Err(err) => eprintln!("spawn through a cut: {err}"),
+            }
+        };
+        let mut bytes = Vec::new();
+        let result = loop {
+            match process.next().await.expect("followed through the cuts") {
+                Some(ProcessEvent::Output(data)) => bytes.extend_from_slice(&data),
+                Some(ProcessEvent::Gap(offset)) => panic!("a gap at {offset}"),
+                Some(ProcessEvent::Ended(result)) => break result,
+                None => panic!("no result"),
+            }
+        };
+        let expected: String =
+            (1..=20).flat_map(|k| (k * 1000..=k * 1000 + 999).map(|n| format!("{n}\n"))).collect();
+        assert_eq!(String::from_utf8(bytes).unwrap(), expected, "process {i}: every byte once, in order");
+        assert_eq!(result.exit_code, i as i32);
+        runs.push(process.delivered());
+    }
+    let cuts = proxy.cuts.load(Ordering::Relaxed);
+    println!("{cuts} cuts while following {} processes", runs.len());
+    assert!(cuts >= 3, "the proxy cut the link only {cuts} times");
+}

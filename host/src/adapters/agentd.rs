@@ -201,7 +201,7 @@ fn reborrow<'s>(sink: &'s mut Option<OutputSink<'_>>) -> Option<OutputSink<'s>> 
 }
 
 /// The link is what failed (not the request): another link may do.
-fn is_link_failure(err: &SandboxError) -> bool {
+pub(crate) fn is_link_failure(err: &SandboxError) -> bool {
     matches!(err, SandboxError::LinkClosed | SandboxError::Connect { .. } | SandboxError::Io(_))
 }
 

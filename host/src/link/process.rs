@@ -8,7 +8,7 @@ use agentd_protocol::process::{
     AttachRequest, CloseStdinRequest, ForgetRequest, KillRequest, ProcessesRequest, ResizeRequest,
     WaitRequest, WriteStdinRequest,
 };
-use agentd_protocol::{ClientMessage, ExecRequest, ExecResult, ProcessInfo, ServerMessage};
+use agentd_protocol::{ClientMessage, ExecRequest, ExecResult, ExecStarted, ProcessInfo, ServerMessage};
 use base64::Engine as _;
 
 use super::{Incoming, Link, OutputSink, Route, refused, unexpected};
@@ -143,7 +143,26 @@ impl Link {
         }
         self.announce(route.id);
         self.send(ClientMessage::Exec(request)).await?;
-        let started = within("agentd to start a process", Some(self.deadlines.silence), async {
+        let started = self.started(&mut route, "agentd to start a process").await?;
+        Ok(SpawnedProcess { process: started.process, pid: started.pid, route, done: false })
+    }
+
+    /// Follows the kept process `process` from byte `from`: its output as it comes, then its
+    /// result (which carries no output: it came as chunks). No deadline: it may be quiet long.
+    pub async fn follow(&self, process: &str, from: u64) -> Result<SpawnedProcess> {
+        let mut route = self.open_route();
+        let id = route.id;
+        self.announce(id);
+        let request = AttachRequest { id, process: process.to_owned(), from, stream: true };
+        self.send(ClientMessage::Attach(request)).await?;
+        let started = self.started(&mut route, "agentd to attach to a process").await?;
+        Ok(SpawnedProcess { process: started.process, pid: started.pid, route, done: false })
+    }
+
+    /// The `exec_started` that names the process of `route`'s request, within
+    /// [`Deadlines::silence`](crate::deadlines::Deadlines::silence); `what` names the wait.
+    async fn started(&self, route: &mut Route, what: &str) -> Result<ExecStarted> {
+        within(what, Some(self.deadlines.silence), async {
             match route.rx.recv().await.ok_or(SandboxError::LinkClosed)? {
                 Incoming::Message(ServerMessage::ExecStarted(started)) => Ok(started),
                 Incoming::Message(ServerMessage::Error(err)) => Err(refused(err)),
@@ -152,8 +171,7 @@ impl Link {
                 Incoming::Broken(why) => Err(SandboxError::Protocol(why)),
             }
         })
-        .await?;
-        Ok(SpawnedProcess { process: started.process, pid: started.pid, route, done: false })
+        .await
     }
 
     /// Every process agentd holds.
