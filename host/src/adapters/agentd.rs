@@ -29,8 +29,10 @@ pub use crate::adapters::capped::FILE_MAX as DOWNLOAD_FILES_MOST;
 
 /// Seconds an exec over TCP runs on after its link dropped, for the link to come back and attach to
 /// it again (the exec's `keep` grace). Past it agentd ends the command (its result says
-/// `abandoned`) and the caller gets the link's error. A Unix socket link does not drop but with
-/// agentd itself, which ends the command anyway, so its execs are not kept.
+/// `abandoned`) and the caller gets the link's error. Only websocket links (`ws://`, `wss://`) are
+/// healed: a Unix socket link does not drop but with agentd itself, and an agentd served over one
+/// exec's stdio (`docker-exec:`) lives only as long as that link; either way the command ends with
+/// agentd, so those execs are not kept.
 pub const HEAL_GRACE_SECS: f64 = 30.0;
 
 /// Longest pause between two attempts to reconnect while healing.
@@ -107,7 +109,8 @@ impl AgentdSandbox {
     ) -> Result<ExecResult> {
         let link = self.link().await?;
         if request.keep.is_none() {
-            if request.offload.is_some() || link.url().starts_with("unix:") {
+            let healable = link.url().starts_with("ws://") || link.url().starts_with("wss://");
+            if request.offload.is_some() || !healable {
                 return link.exec(request, on_output).await;
             }
             request.keep = Some(HEAL_GRACE_SECS);
