@@ -13,7 +13,7 @@ use std::io;
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agentd_protocol::limits::{
     MAX_ATTACHMENTS, MAX_JOURNAL_BYTES_TOTAL, MAX_KEPT_PROCESSES, MAX_RETAINED_RESULTS, MAX_STDIN_WAITING,
@@ -104,8 +104,8 @@ struct Table {
     by_id: HashMap<String, Arc<Process>>,
     /// Kept processes running now.
     kept_running: usize,
-    /// Finished kept processes, oldest end first.
-    retained: VecDeque<String>,
+    /// Finished kept processes with when they ended, oldest end first.
+    retained: VecDeque<(String, Instant)>,
     /// Journal bytes: a running kept process's cap, a retained one's stored bytes.
     journal_bytes: u64,
 }
@@ -131,7 +131,7 @@ impl Processes {
     /// Admits a new process: a kept one within the bounds (the oldest retained results make room
     /// for its journal first), any other always.
     pub fn start(self: &Arc<Self>, wanted: Wanted) -> Result<Arc<Process>, ProcessError> {
-        let mut table = lock(&self.table);
+        let mut table = self.table();
         if wanted.keep.is_some() {
             if table.kept_running >= MAX_KEPT_PROCESSES {
                 return Err(ProcessError::TooManyKept);
@@ -164,13 +164,32 @@ impl Processes {
         Ok(process)
     }
 
+    /// The table, its retained results past [`RESULT_RETENTION_SECS`] taken out first (so they go
+    /// at the next request that looks at the table, with no timer per process).
+    fn table(&self) -> MutexGuard<'_, Table> {
+        let mut table = lock(&self.table);
+        let retention = Duration::from_secs(RESULT_RETENTION_SECS);
+        let mut gone = Vec::new();
+        while let Some((oldest, ended)) = table.retained.front().cloned() {
+            if ended.elapsed() < retention {
+                break;
+            }
+            gone.extend(forget_in(&mut table, &oldest));
+        }
+        if !gone.is_empty() {
+            // Unlinking is quick; a journal's bytes go with its last reader.
+            remove_journals(gone);
+        }
+        table
+    }
+
     pub fn get(&self, id: &str) -> Result<Arc<Process>, ProcessError> {
-        lock(&self.table).by_id.get(id).cloned().ok_or_else(|| ProcessError::Unknown(id.to_owned()))
+        self.table().by_id.get(id).cloned().ok_or_else(|| ProcessError::Unknown(id.to_owned()))
     }
 
     /// Every process, oldest first.
     pub fn list(&self) -> Vec<ProcessInfo> {
-        let mut all: Vec<Arc<Process>> = lock(&self.table).by_id.values().cloned().collect();
+        let mut all: Vec<Arc<Process>> = self.table().by_id.values().cloned().collect();
         all.sort_by_key(|p| p.started);
         all.iter().map(|p| p.info()).collect()
     }
@@ -200,25 +219,15 @@ impl Processes {
             table.kept_running = table.kept_running.saturating_sub(1);
             table.journal_bytes =
                 table.journal_bytes.saturating_sub(process.journal_cap).saturating_add(stored);
-            table.retained.push_back(process.id.clone());
+            table.retained.push_back((process.id.clone(), Instant::now()));
             let mut gone = Vec::new();
             while table.retained.len() > MAX_RETAINED_RESULTS {
-                let Some(oldest) = table.retained.pop_front() else { break };
+                let Some((oldest, _)) = table.retained.pop_front() else { break };
                 gone.extend(forget_in(&mut table, &oldest));
             }
             gone
         };
         remove_journals(gone);
-        // Retained for a bounded time: then it goes as `forget` would.
-        let (processes, id) = (process.processes.clone(), process.id.clone());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                tokio::time::sleep(Duration::from_secs(RESULT_RETENTION_SECS)).await;
-                if let Some(processes) = processes.upgrade() {
-                    let _ = processes.forget(&id);
-                }
-            });
-        }
     }
 }
 
@@ -227,7 +236,7 @@ impl Processes {
 fn make_room(table: &mut Table, wanted: u64) -> Vec<Arc<Journal>> {
     let mut gone = Vec::new();
     while table.journal_bytes.saturating_add(wanted) > MAX_JOURNAL_BYTES_TOTAL {
-        let Some(oldest) = table.retained.pop_front() else { break };
+        let Some((oldest, _)) = table.retained.pop_front() else { break };
         gone.extend(forget_in(table, &oldest));
     }
     gone
@@ -236,7 +245,7 @@ fn make_room(table: &mut Table, wanted: u64) -> Vec<Arc<Journal>> {
 /// Takes the finished process `id` out of the table; its journal comes back to be removed.
 fn forget_in(table: &mut Table, id: &str) -> Option<Arc<Journal>> {
     let process = table.by_id.remove(id)?;
-    table.retained.retain(|retained| retained != id);
+    table.retained.retain(|(retained, _)| retained != id);
     let state = lock(&process.state);
     let stored = state.journal.as_ref().map_or(0, |journal| journal.progress().stored);
     table.journal_bytes = table.journal_bytes.saturating_sub(stored);

@@ -201,3 +201,22 @@ async fn a_followed_process_is_followed_again_from_the_last_byte_across_cuts() {
     println!("{cuts} cuts while following {} processes", runs.len());
     assert!(cuts >= 3, "the proxy cut the link only {cuts} times");
 }
+
+#[tokio::test]
+async fn execs_kept_only_to_heal_leave_nothing_retained() {
+    let daemon = Daemon::start();
+    let sandbox = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    for i in 0..50 {
+        let response = sandbox.execute(&format!("echo {i}"), None).await.unwrap();
+        assert_eq!(response.output, format!("{i}\n"));
+    }
+    // The forget of each result goes without a wait: it is in by the time the list is answered.
+    let link = sandbox.link().await.unwrap();
+    let left = link.processes().await.unwrap();
+    assert!(left.is_empty(), "{} results retained: {:?}", left.len(), left.first());
+    // One the caller kept is retained.
+    let request = ExecRequest { command: "echo mine".into(), keep: Some(5.0), ..ExecRequest::default() };
+    let kept = sandbox.exec(request, None).await.unwrap();
+    let left = link.processes().await.unwrap();
+    assert_eq!(left.iter().map(|p| p.process.as_str()).collect::<Vec<_>>(), [kept.process.as_str()]);
+}

@@ -108,7 +108,9 @@ impl AgentdSandbox {
         mut on_output: Option<OutputSink<'_>>,
     ) -> Result<ExecResult> {
         let link = self.link().await?;
-        if request.keep.is_none() {
+        // Kept only to heal: once its result is in hand, agentd need not retain it.
+        let release = request.keep.is_none();
+        if release {
             let healable = link.url().starts_with("ws://") || link.url().starts_with("wss://");
             if request.offload.is_some() || !healable {
                 return link.exec(request, on_output).await;
@@ -119,12 +121,23 @@ impl AgentdSandbox {
         let timeout = request.timeout;
         let mut tracked = Tracked::default();
         let err = match link.exec_tracked(request, reborrow(&mut on_output), &mut tracked).await {
-            Ok(result) => return Ok(result),
+            Ok(result) => {
+                if release {
+                    link.release(&result.process);
+                }
+                return Ok(result);
+            }
             Err(err) => err,
         };
         match tracked.process {
             Some(process) if link.is_closed() => {
-                self.heal(&process, tracked.delivered, on_output, timeout, grace).await
+                let healed = self.heal(&process, tracked.delivered, on_output, timeout, grace).await;
+                if let (true, Ok(_)) = (release, &healed)
+                    && let Ok(link) = self.link().await
+                {
+                    link.release(&process);
+                }
+                healed
             }
             _ => Err(err),
         }

@@ -212,6 +212,14 @@ impl Link {
         .await
     }
 
+    /// Drops a finished process's result and journal without waiting for the answer: for a result
+    /// already in hand, so that agentd does not retain it.
+    pub fn release(&self, process: &str) {
+        let id = self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let forget = ClientMessage::Forget(ForgetRequest { id, process: process.to_owned() });
+        self.out.send_now(tokio_tungstenite::tungstenite::Message::text(forget.to_json()));
+    }
+
     /// Drops a finished process's result and journal.
     pub async fn forget(&self, process: &str) -> Result<()> {
         let process = process.to_owned();
