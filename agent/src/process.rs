@@ -208,6 +208,15 @@ impl Processes {
         Ok(())
     }
 
+    /// `process` did not start or lost its result: it leaves the table, its reservations with it.
+    fn failed(&self, process: &Arc<Process>) {
+        let mut table = lock(&self.table);
+        if table.by_id.remove(&process.id).is_some() && process.keep.is_some() {
+            table.kept_running = table.kept_running.saturating_sub(1);
+            table.journal_bytes = table.journal_bytes.saturating_sub(process.journal_cap);
+        }
+    }
+
     /// `process` ended with `result`: an unkept one leaves the table, a kept one is retained.
     fn ended(&self, process: &Arc<Process>, stored: u64) {
         let gone = {
@@ -299,6 +308,8 @@ struct State {
     ended_at: Option<SystemTime>,
     /// Members left after the shell ended, counted then.
     stray: Option<u32>,
+    /// It did not start, or its result was lost: ended with no result.
+    failed: bool,
 }
 
 impl Process {
@@ -345,10 +356,20 @@ impl Process {
         }
     }
 
-    /// The exec did not start (or its result was lost): it leaves the table as if it had ended.
+    /// The exec did not start, or its result was lost (its reply says which): it leaves the table
+    /// with no result, kept or not. A result is never made up for it.
     pub fn failed(self: &Arc<Self>) {
-        let mut result = ExecResult { exit_code: -1, ..ExecResult::default() };
-        self.ended(&mut result);
+        {
+            let mut state = lock(&self.state);
+            state.failed = true;
+            state.ended_at = Some(SystemTime::now());
+            state.input = None;
+            state.terminal = None;
+        }
+        self.ended.cancel();
+        if let Some(processes) = self.processes.upgrade() {
+            processes.failed(self);
+        }
     }
 
     pub fn is_ended(&self) -> bool {
@@ -369,9 +390,9 @@ impl Process {
     pub fn attachable(&self) -> Result<Arc<Journal>, ProcessError> {
         let state = lock(&self.state);
         match (&state.journal, &state.result) {
-            (Some(journal), _) => Ok(Arc::clone(journal)),
-            (None, None) => Err(ProcessError::Starting(self.id.clone())),
-            (None, Some(_)) => Err(ProcessError::Ended(self.id.clone())),
+            (Some(journal), _) if !state.failed => Ok(Arc::clone(journal)),
+            (None, None) if !state.failed => Err(ProcessError::Starting(self.id.clone())),
+            _ => Err(ProcessError::Ended(self.id.clone())),
         }
     }
 
@@ -455,6 +476,10 @@ impl Process {
             pty: self.pty,
             ..ProcessInfo::default()
         };
+        if state.failed {
+            info.state = ProcessState::Exited;
+            info.ended = state.ended_at.map(unix_seconds);
+        }
         if let Some(result) = &state.result {
             info.state = ProcessState::Exited;
             info.ended = state.ended_at.map(unix_seconds);
@@ -602,6 +627,19 @@ mod tests {
         assert_eq!(processes.start(wanted(true, 1)).err(), Some(ProcessError::JournalsFull));
         big.ended(&mut ExecResult::default());
         assert!(processes.start(wanted(true, 1)).is_ok(), "a finished one stored nothing");
+    }
+
+    #[tokio::test]
+    async fn a_kept_process_that_never_started_leaves_no_made_up_result() {
+        let processes = Arc::new(Processes::new());
+        let process = processes.start(wanted(true, MAX_JOURNAL_BYTES_TOTAL)).unwrap();
+        process.failed();
+        assert!(process.is_ended() && process.result().is_none());
+        assert_eq!(process.info().exit_code, None);
+        assert!(processes.get(&process.id).is_err(), "not retained");
+        assert_eq!(process.attachable().err(), Some(ProcessError::Ended(process.id.clone())));
+        // Its journal reservation went with it.
+        assert!(processes.start(wanted(true, MAX_JOURNAL_BYTES_TOTAL)).is_ok());
     }
 
     #[tokio::test]

@@ -230,7 +230,10 @@ async fn follow(
         () = process.wait() => {}
         () = cancel.cancelled() => return None,
     }
-    let mut result = process.result()?;
+    let Some(mut result) = process.result() else {
+        let message = format!("process `{}` did not start, or its result was lost", process.id);
+        return Some((error(id, ErrorCode::Internal, message), None));
+    };
     result.id = id;
     let stored = journal.progress().stored;
     let reserved = out.room().reserve(kept_reply_size(if request.stream { 0 } else { stored })).await;
