@@ -220,3 +220,27 @@ async fn execs_kept_only_to_heal_leave_nothing_retained() {
     let left = link.processes().await.unwrap();
     assert_eq!(left.iter().map(|p| p.process.as_str()).collect::<Vec<_>>(), [kept.process.as_str()]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agentctl_attach_prints_every_byte_once_across_cuts() {
+    let daemon = Daemon::start();
+    let direct = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let command = "for i in $(seq 1 20); do seq $((i*1000)) $((i*1000+999)); sleep 0.05; done; exit 5";
+    let request = ExecRequest { command: command.into(), ..ExecRequest::default() };
+    let process = direct.link().await.unwrap().spawn(request).await.unwrap().process;
+    let proxy = CuttingProxy::start(&daemon.url, 40, 200).await;
+    let out = tokio::process::Command::new(agentd_tests::binary("agentctl"))
+        .args(["--url", &proxy.url, "attach", &process])
+        .env("AGENTD_TOKEN", &daemon.token)
+        .env_remove("AGENTD_URL")
+        .output()
+        .await
+        .unwrap();
+    let expected: String =
+        (1..=20).flat_map(|k| (k * 1000..=k * 1000 + 999).map(|n| format!("{n}\n"))).collect();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), expected, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(5));
+    let cuts = proxy.cuts.load(Ordering::Relaxed);
+    println!("{cuts} cuts while agentctl attached");
+    assert!(cuts >= 2, "the proxy cut the link only {cuts} times");
+}

@@ -54,33 +54,33 @@ fn row(process: &ProcessInfo) -> String {
 }
 
 /// `attach`: the output from byte `from`, then exits with the process's exit code, as `exec` would.
+/// A link that drops meanwhile is healed: the output goes on from the last byte printed.
 pub async fn attach(
     agentd: &AgentdSandbox,
     process: &str,
     from: u64,
     json: bool,
 ) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let link = agentd.link().await?;
-    let result = if json {
-        let result = link.attach(process, from, None, Some(0.0)).await?;
+    if json {
+        let result = agentd.link().await?.attach(process, from, None, Some(0.0)).await?;
         println!("{}", agentd_protocol::ServerMessage::ExecResult(result.clone()).to_json());
-        result
-    } else {
-        let mut stdout = std::io::stdout();
-        let mut print = |data: &[u8]| {
-            let _ = stdout.write_all(data);
-            let _ = stdout.flush();
-        };
-        let result = link.attach(process, from, Some(&mut print), Some(0.0)).await?;
-        if result.truncated {
-            eprintln!(
-                "agentctl: output past the journal's cap was not kept: {} bytes in all",
-                result.total_bytes
-            );
+        return Ok(super::exit_status(&result));
+    }
+    let mut followed = agentd.process(process, from);
+    let mut stdout = std::io::stdout();
+    while let Some(event) = followed.next().await? {
+        match event {
+            ProcessEvent::Output(data) => {
+                stdout.write_all(&data)?;
+                stdout.flush()?;
+            }
+            ProcessEvent::Gap(offset) => {
+                eprintln!("agentctl: output past byte {offset} was not kept (the journal's cap)");
+            }
+            ProcessEvent::Ended(result) => return Ok(super::exit_status(&result)),
         }
-        result
-    };
-    Ok(super::exit_status(&result))
+    }
+    Err(format!("process {process} ended without a result").into())
 }
 
 /// `kill`: the kill ladder, or one signal.
