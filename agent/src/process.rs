@@ -420,7 +420,7 @@ impl Process {
         let state = lock(&self.state);
         match &state.input {
             Some(input) => Ok(Arc::clone(input)),
-            None if self.is_ended_locked(&state) => Err(ProcessError::Ended(self.id.clone())),
+            None if state.ended_at.is_some() => Err(ProcessError::Ended(self.id.clone())),
             None if state.had_input => Err(ProcessError::InputClosed(self.id.clone())),
             None => Err(ProcessError::NoInput(self.id.clone())),
         }
@@ -451,10 +451,6 @@ impl Process {
         };
         resize_terminal(terminal.as_fd(), size)
             .map_err(|e| ProcessError::Resize(self.id.clone(), e.to_string()))
-    }
-
-    fn is_ended_locked(&self, state: &State) -> bool {
-        state.result.is_some()
     }
 
     /// The process as `processes` and `wait` tell it.

@@ -27,6 +27,32 @@ fn succeed(command: &mut Command) -> std::process::Output {
     out
 }
 
+/// An `agentctl up` session, taken down when dropped: also when the test fails half-way, so its
+/// agentd (and what it kept running) never outlives the test.
+struct Up(Option<std::path::PathBuf>);
+
+impl Up {
+    fn start(session: &std::path::Path) -> Self {
+        succeed(agentctl(session).arg("up"));
+        Self(Some(session.to_owned()))
+    }
+
+    /// `agentctl down`, which must succeed.
+    fn down(mut self) {
+        if let Some(session) = self.0.take() {
+            succeed(agentctl(&session).arg("down"));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if let Some(session) = self.0.take() {
+            let _ = agentctl(&session).arg("down").output();
+        }
+    }
+}
+
 #[test]
 fn one_shot_exec_prints_output_and_exits_with_the_code() {
     let state = tempfile::tempdir().unwrap();
@@ -373,7 +399,7 @@ async fn main_job_through_a_fake(fake_binary: &str, kind: &str, variables: &[&st
 fn a_detached_process_outlives_agentctl_and_is_attached_killed_and_listed() {
     let state = tempfile::tempdir().unwrap();
     let session = state.path().join("session.json");
-    succeed(agentctl(&session).arg("up"));
+    let up = Up::start(&session);
     // Without a session a detached process would end with the private agentd: refused.
     let private =
         agentctl(&state.path().join("none.json")).args(["exec", "--detach", "--", "true"]).output().unwrap();
@@ -421,7 +447,7 @@ fn a_detached_process_outlives_agentctl_and_is_attached_killed_and_listed() {
     let table = succeed(agentctl(&session).arg("ps"));
     let table = String::from_utf8_lossy(&table.stdout);
     assert!(table.lines().any(|l| l.starts_with(id.as_str()) && l.contains("exited")), "{table}");
-    succeed(agentctl(&session).arg("down"));
+    up.down();
 }
 
 #[test]
@@ -429,7 +455,7 @@ fn shell_runs_an_interactive_terminal_and_passes_its_exit_code() {
     use std::io::Write as _;
     let state = tempfile::tempdir().unwrap();
     let session = state.path().join("session.json");
-    succeed(agentctl(&session).arg("up"));
+    let up = Up::start(&session);
     let mut shell = agentctl(&session)
         .args(["shell", "--command", "test -t 0 && echo on-a-tty; sh -i"])
         .stdin(std::process::Stdio::piped())
@@ -442,5 +468,5 @@ fn shell_runs_an_interactive_terminal_and_passes_its_exit_code() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("on-a-tty") && text.contains("42"), "{text}");
     assert_eq!(out.status.code(), Some(3), "{text}");
-    succeed(agentctl(&session).arg("down"));
+    up.down();
 }

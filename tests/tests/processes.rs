@@ -364,7 +364,7 @@ async fn a_terminal_under_a_profile_keeps_the_walls() {
     let port = daemon.url.rsplit(':').next().unwrap().to_owned();
     let command = format!(
         "test -t 1 && echo tty; echo x > {} && echo wrote-outside; \
-         python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}))' 2>/dev/null && echo connected; \
+         python3 -c 'import socket\ntry:\n socket.create_connection((\"127.0.0.1\", {port})); print(\"connected\")\nexcept OSError as e: print(\"refused\", e.errno)'; \
          echo end",
         outside.display()
     );
@@ -374,6 +374,8 @@ async fn a_terminal_under_a_profile_keeps_the_walls() {
     let text = String::from_utf8_lossy(&streamed.bytes).into_owned();
     assert!(text.contains("tty") && text.contains("end"), "{text}");
     assert!(!text.contains("wrote-outside") && !text.contains("connected"), "{text}");
+    // The probe ran and its connect to agentd's own listening port was refused by the wall.
+    assert!(text.contains("refused"), "{text}");
     assert!(!outside.exists());
     assert!(streamed.end["enforcement"].is_object(), "{}", streamed.end);
 }

@@ -8,8 +8,8 @@
 //!   exec, which agentd does not wait for), confined or not; [`syscall`]: the child's raw calls.
 //! - [`preview`]: the head/tail preview of offloaded output.
 //!
-//! A kept exec (`keep`) captures into a [`capture::Journal`] on disk that readers follow from any
-//! offset; the caller learns of it, the shell's [`Target`] and the stdin it may write to through
+//! A kept exec (`keep`) captures into a [`capture::Journal`] (its head in memory, then its file)
+//! that readers follow from any offset; the caller learns of it, the shell's [`Target`] and the stdin it may write to through
 //! [`Spawned`], right after the spawn.
 //!
 //! Invariants: the result is reported as soon as the shell is reaped and the pipe is drained, or
@@ -641,15 +641,20 @@ fn reply_size(capture: &CaptureFile, mode: &CaptureMode) -> usize {
         CaptureMode::Inline | CaptureMode::Kept => true,
         CaptureMode::Offload { inline_budget, .. } => capture.captured() <= *inline_budget,
     };
-    // Every field but the output: a few hundred bytes, a few KiB with an enforcement report. (A
-    // reply larger than reserved takes more room when it is queued.)
-    const FIELDS: usize = 8 * 1024;
     if !inline {
-        return FIELDS + 16 * 1024;
+        return REPLY_FIELDS + 16 * 1024;
     }
-    // Text escapes to at most 6 bytes a byte, base64 to 4 per 3; the output budget caps both.
-    let captured = usize::try_from(capture.captured()).unwrap_or(usize::MAX);
-    captured.saturating_mul(6).min(OUTPUT_BUDGET) + FIELDS
+    inline_reply_size(capture.captured())
+}
+
+/// Every field of an exec's reply but the output: a few hundred bytes, a few KiB with an
+/// enforcement report. (A reply larger than reserved takes more room when it is queued.)
+const REPLY_FIELDS: usize = 8 * 1024;
+
+/// The most a reply carrying `bytes` of output inline can take: text escapes to at most 6 bytes a
+/// byte, base64 to 4 per 3; the output budget caps both.
+fn inline_reply_size(bytes: u64) -> usize {
+    usize::try_from(bytes).unwrap_or(usize::MAX).saturating_mul(6).min(OUTPUT_BUDGET) + REPLY_FIELDS
 }
 
 /// Fills the output fields of `result` from the finished capture. Output lost because the capture
@@ -728,11 +733,7 @@ pub fn set_kept_output(result: &mut ExecResult, head: Vec<u8>, stored: u64) {
 
 /// The size of a kept exec's reply, as [`reply_size`] tells a capture's.
 pub fn kept_reply_size(stored: u64) -> usize {
-    usize::try_from(stored.min(KEPT_HEAD_BYTES as u64))
-        .unwrap_or(usize::MAX)
-        .saturating_mul(6)
-        .min(OUTPUT_BUDGET)
-        + 8 * 1024
+    inline_reply_size(stored.min(KEPT_HEAD_BYTES as u64))
 }
 
 /// A new terminal of `size`: its master side and the side the command gets, both close-on-exec

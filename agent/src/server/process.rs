@@ -111,29 +111,21 @@ impl Session {
             Ok(process) => process,
             Err(err) => return self.send(process_error(id, &err)).await,
         };
-        let cancel = Cancel::default();
-        let Some(slot) = self.register(id, Handle::Work(cancel.clone())).await else { return };
-        let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
-        tokio::spawn(async move {
+        let name = process.id.clone();
+        let waited = async move {
             let limit = async {
                 match timeout {
                     Some(timeout) => tokio::time::sleep(timeout).await,
                     None => std::future::pending().await,
                 }
             };
-            let reply = tokio::select! {
-                () = process.wait() => Some(()),
-                () = limit => Some(()),
-                () = cancel.cancelled() => None,
-            };
-            requests.finish(id);
-            drop(slot);
-            let reply = match reply {
-                Some(()) => ServerMessage::WaitResult(WaitResult { id, process: process.info() }),
-                None => cancelled(id, &process.id),
-            };
-            let _ = out.reply(reply).await;
-        });
+            tokio::select! {
+                () = process.wait() => {}
+                () = limit => {}
+            }
+            ServerMessage::WaitResult(WaitResult { id, process: process.info() })
+        };
+        self.cancellable(id, name, waited).await;
     }
 
     /// `write_stdin`: answered once the pipe took every byte (or when it cannot).
@@ -161,24 +153,15 @@ impl Session {
             Ok(input) => input,
             Err(err) => return self.send(process_error(id, &err)).await,
         };
-        let cancel = Cancel::default();
-        let Some(slot) = self.register(id, Handle::Work(cancel.clone())).await else { return };
-        let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
-        tokio::spawn(async move {
-            let process = request.process;
-            let written = tokio::select! {
-                written = input.write(&process, &data) => Some(written),
-                () = cancel.cancelled() => None,
-            };
-            requests.finish(id);
-            drop(slot);
-            let reply = match written {
-                Some(Ok(bytes)) => ServerMessage::WriteStdinResult(StdinWritten { id, process, bytes }),
-                Some(Err(err)) => process_error(id, &err),
-                None => cancelled(id, &process),
-            };
-            let _ = out.reply(reply).await;
-        });
+        let process = request.process;
+        let name = process.clone();
+        let written = async move {
+            match input.write(&process, &data).await {
+                Ok(bytes) => ServerMessage::WriteStdinResult(StdinWritten { id, process, bytes }),
+                Err(err) => process_error(id, &err),
+            }
+        };
+        self.cancellable(id, name, written).await;
     }
 
     /// `close_stdin`: after the writes already waiting.
@@ -188,22 +171,32 @@ impl Session {
             Ok(process) => process,
             Err(err) => return self.send(process_error(id, &err)).await,
         };
+        let name = process.id.clone();
+        let closed = async move {
+            match process.close_input().await {
+                Ok(()) => ServerMessage::CloseStdinResult(ProcessDone { id, process: process.id.clone() }),
+                Err(err) => process_error(id, &err),
+            }
+        };
+        self.cancellable(id, name, closed).await;
+    }
+
+    /// Runs `work` as request `id`, in flight until it answers: `cancel` or the connection's end
+    /// stop it (answered `cancelled`), never the process it names.
+    async fn cancellable<F>(&self, id: u64, process: String, work: F)
+    where
+        F: Future<Output = ServerMessage> + Send + 'static,
+    {
         let cancel = Cancel::default();
         let Some(slot) = self.register(id, Handle::Work(cancel.clone())).await else { return };
         let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
         tokio::spawn(async move {
-            let closed = tokio::select! {
-                closed = process.close_input() => Some(closed),
-                () = cancel.cancelled() => None,
+            let reply = tokio::select! {
+                reply = work => reply,
+                () = cancel.cancelled() => cancelled(id, &process),
             };
             requests.finish(id);
             drop(slot);
-            let name = process.id.clone();
-            let reply = match closed {
-                Some(Ok(())) => ServerMessage::CloseStdinResult(ProcessDone { id, process: name }),
-                Some(Err(err)) => process_error(id, &err),
-                None => cancelled(id, &name),
-            };
             let _ = out.reply(reply).await;
         });
     }
