@@ -30,6 +30,8 @@
 //!   writers send a going-away close frame and nothing more.
 //! - [`cancel`]: the one cancellation token of every kind of work, agentd's shutdown included.
 //! - [`memory`]: free pages go back to the system once the work is done.
+//! - [`bridge`]: `agentd bridge`, stdio relayed to an agentd's Unix socket (a link through a
+//!   channel that carries only stdio, whose commands outlive it).
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
 //! - [`leftovers`]: the `agentd-<pid>` directories of agentds that were killed, swept by the next.
 //!
@@ -41,6 +43,7 @@
 
 mod admission;
 mod auth;
+mod bridge;
 mod cancel;
 mod confine;
 mod exec;
@@ -102,6 +105,13 @@ enum Command {
     ///
     /// Meant for a quoted heredoc: `agentd exec --meta S <<'DELIM'` … `DELIM`.
     Exec(oneshot::ExecArgs),
+    /// Relay stdin/stdout to the agentd serving the Unix socket PATH (for channels that carry only
+    /// stdio, e.g. Kubernetes' pods/exec): its commands outlive the channel. Exits 3 when nothing
+    /// serves PATH.
+    Bridge {
+        #[arg(long, value_name = "PATH")]
+        unix: PathBuf,
+    },
     /// Exit 0 when an agentd accepts connections at ADDR (for container health checks).
     Health {
         #[arg(long, default_value = "127.0.0.1:7700")]
@@ -158,7 +168,7 @@ fn main() -> ExitCode {
     // The one-shot commands log nothing unless asked: a provider's exec channel merges stderr into
     // stdout, and a log line before the result would make the result unreadable (it carries what
     // went wrong itself, as `capture_error` does).
-    let quiet = matches!(cli.command, Command::Fs(_) | Command::Exec(_));
+    let quiet = matches!(cli.command, Command::Fs(_) | Command::Exec(_) | Command::Bridge { .. });
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("AGENTD_LOG")
@@ -169,6 +179,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Fs(command) => return oneshot::fs(command),
         Command::Exec(args) => return oneshot::exec(args),
+        Command::Bridge { unix } => return bridge::bridge(&unix),
         Command::Health { listen } => {
             return match std::net::TcpStream::connect_timeout(&listen, Duration::from_secs(2)) {
                 Ok(_) => ExitCode::SUCCESS,

@@ -27,6 +27,9 @@ pub enum SandboxError {
     InvalidSpec { spec: String, why: String },
     #[error("{kind} sandboxes need agentd-host built with the `{feature}` feature")]
     Unsupported { kind: &'static str, feature: &'static str },
+    /// An operation this kind of sandbox does not have (`pause` of a Docker container, say).
+    #[error("{kind} sandboxes cannot {operation}")]
+    NotSupported { kind: &'static str, operation: &'static str },
     #[error("{0} is not set")]
     MissingEnv(&'static str),
     #[error("{provider} refused the credentials: check {variable}")]

@@ -87,6 +87,9 @@ type Announced = Arc<Mutex<std::collections::HashSet<u64>>>;
 /// A live connection to one agentd.
 pub struct Link {
     url: String,
+    /// agentd (and so a kept exec) outlives this link: a link over TCP or through a bridge can drop
+    /// while agentd runs on; one over agentd's stdio or a local Unix socket ends only with it.
+    outlives: bool,
     out: Outgoing,
     routes: Routes,
     started: Started,
@@ -164,13 +167,13 @@ impl Link {
                 let (ws, _) = tokio_tungstenite::client_async_with_config(request, stream, Some(config()))
                     .await
                     .map_err(|e| upgrade_error(url, e))?;
-                Self::over(ws, url, deadlines).await
+                Self::over(ws, url, false, deadlines).await
             }
             None => {
                 let (ws, _) = tokio_tungstenite::connect_async_with_config(request, Some(config()), true)
                     .await
                     .map_err(|e| upgrade_error(url, e))?;
-                Self::over(ws, url, deadlines).await
+                Self::over(ws, url, true, deadlines).await
             }
         }
     }
@@ -185,11 +188,34 @@ impl Link {
         let deadlines = Deadlines::from_env()?;
         let ws = WebSocketStream::from_raw_socket(stream, Role::Client, Some(config())).await;
         let what = format!("hello from agentd over {label}");
-        within(&what, Some(deadlines.connect), Self::over(ws, label, deadlines)).await
+        within(&what, Some(deadlines.connect), Self::over(ws, label, false, deadlines)).await
+    }
+
+    /// A link through a byte stream that reaches an agentd's listener (`agentd bridge` to its Unix
+    /// socket, behind Kubernetes' `pods/exec`): the websocket upgrade goes through it, with no
+    /// token (the channel is the authentication). agentd outlives the stream, so execs over this
+    /// link are healed when it drops. `label` names it in errors; the deadlines are
+    /// [`Deadlines::from_env`], and upgrade plus `hello` must come within their `connect`.
+    pub async fn through<S>(stream: S, label: &str) -> Result<Self>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let deadlines = Deadlines::from_env()?;
+        let what = format!("hello from agentd through {label}");
+        let open = async {
+            let request = "ws://localhost/"
+                .into_client_request()
+                .map_err(|e| SandboxError::Connect { url: label.to_owned(), reason: e.to_string() })?;
+            let (ws, _) = tokio_tungstenite::client_async_with_config(request, stream, Some(config()))
+                .await
+                .map_err(|e| upgrade_error(label, e))?;
+            Self::over(ws, label, true, deadlines).await
+        };
+        within(&what, Some(deadlines.connect), open).await
     }
 
     /// Starts the reader and writer tasks on `ws` and completes the `hello` handshake.
-    async fn over<S>(ws: WebSocketStream<S>, url: &str, deadlines: Deadlines) -> Result<Self>
+    async fn over<S>(ws: WebSocketStream<S>, url: &str, outlives: bool, deadlines: Deadlines) -> Result<Self>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -240,6 +266,7 @@ impl Link {
         };
         let mut link = Self {
             url: url.to_owned(),
+            outlives,
             out,
             routes,
             started,
@@ -268,6 +295,12 @@ impl Link {
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Whether agentd outlives this link (TCP, a bridge), so an exec kept over it can be attached
+    /// again after it drops.
+    pub fn agentd_outlives(&self) -> bool {
+        self.outlives
     }
 
     /// The deadlines this link waits within.

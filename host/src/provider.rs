@@ -4,7 +4,8 @@
 //!
 //! Specs are `KIND:SPEC` strings ([`SandboxSpec`]), as `agentctl --sandbox` takes them:
 //! `local`, `docker:IMAGE`, `docker-attach:ID`, `daytona:SNAPSHOT_OR_IMAGE`, `daytona-attach:ID`,
-//! `modal:IMAGE`, `modal-attach:SANDBOX_ID`.
+//! `modal:IMAGE`, `modal-attach:SANDBOX_ID`, `kube:IMAGE`, `kube-claim:WARM_POOL`,
+//! `kube-attach:[NAMESPACE/]NAME`. Every kind is one row of [`KINDS`].
 //! Kinds whose cargo feature is off parse, and fail with [`SandboxError::Unsupported`] when used.
 //!
 //! [`provider`] gives the provider of a kind; [`open`] turns a spec into a sandbox in one call.
@@ -17,7 +18,7 @@ use async_trait::async_trait;
 use crate::error::{Result, SandboxError};
 use crate::sandbox::BaseSandbox;
 
-/// The kinds of sandbox agentd-host knows.
+/// The kinds of sandbox agentd-host knows. Everything else about a kind is its row in [`KINDS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// A private agentd child on this machine ([`crate::LocalSandbox`]).
@@ -28,18 +29,152 @@ pub enum Kind {
     Daytona,
     /// A Modal sandbox (feature `modal`).
     Modal,
+    /// A Kubernetes Pod or agent-sandbox claim (feature `kubernetes`).
+    Kubernetes,
 }
 
+/// How one spec form reads: `PREFIX` alone (`local`), `PREFIX:SOURCE` (a create), `PREFIX:ID` (an
+/// attach).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// Nothing after the prefix.
+    Bare,
+    /// Creates a sandbox; `what` names the part after the colon (`IMAGE`); `required`: it may not be
+    /// empty; `tag` is put before it in [`SandboxSpec::Create`]'s `source` (another create form of
+    /// the same kind, e.g. a claim from a template rather than an image).
+    Create { what: &'static str, required: bool, tag: &'static str },
+    /// Attaches to an existing sandbox by id.
+    Attach { what: &'static str },
+}
+
+/// One kind: its name, spec forms, cargo feature, whether it is usable here, its provider.
+pub struct Row {
+    pub kind: Kind,
+    pub name: &'static str,
+    /// `(prefix, form)`, in the order `--help` lists them.
+    pub forms: &'static [(&'static str, Form)],
+    /// The cargo feature that brings it (`None`: always built).
+    pub feature: Option<&'static str>,
+    pub built: bool,
+    /// `sandbox ls` shows ids cut to this many characters (Docker's, as `docker ps` does; `rm`
+    /// takes prefixes).
+    pub short_id: Option<usize>,
+    /// Why it cannot be used here even when built (its credentials are not set), if it cannot.
+    pub missing: fn() -> Option<String>,
+    /// Its provider (only called when built).
+    pub provider: fn() -> Result<Box<dyn Provider>>,
+}
+
+fn nothing_missing() -> Option<String> {
+    None
+}
+
+/// A provider whose feature is off: never called ([`provider`] checks [`Row::built`] first).
+#[allow(dead_code)]
+fn not_built() -> Result<Box<dyn Provider>> {
+    Err(SandboxError::Protocol("a provider of a kind this build does not have".to_owned()))
+}
+
+/// The kinds table: one row per kind, in [`Kind`]'s order. Adding a provider is one module, one
+/// variant and one row here, and one cargo feature.
+pub const KINDS: [Row; 5] = [
+    Row {
+        kind: Kind::Local,
+        name: "local",
+        forms: &[("local", Form::Bare)],
+        feature: None,
+        built: true,
+        short_id: None,
+        missing: nothing_missing,
+        provider: || Ok(Box::new(crate::adapters::local::LocalProvider)),
+    },
+    Row {
+        kind: Kind::Docker,
+        name: "docker",
+        forms: &[
+            ("docker", Form::Create { what: "IMAGE", required: true, tag: "" }),
+            ("docker-attach", Form::Attach { what: "ID" }),
+        ],
+        feature: Some("docker"),
+        built: cfg!(feature = "docker"),
+        short_id: Some(12),
+        missing: nothing_missing,
+        #[cfg(feature = "docker")]
+        provider: || Ok(Box::new(crate::adapters::docker::DockerProvider::default())),
+        #[cfg(not(feature = "docker"))]
+        provider: not_built,
+    },
+    Row {
+        kind: Kind::Daytona,
+        name: "daytona",
+        forms: &[
+            ("daytona", Form::Create { what: "SNAPSHOT_OR_IMAGE", required: false, tag: "" }),
+            ("daytona-attach", Form::Attach { what: "ID" }),
+        ],
+        feature: Some("daytona"),
+        built: cfg!(feature = "daytona"),
+        short_id: None,
+        missing: || daytona_missing(std::env::var_os(DAYTONA_API_KEY).is_some()),
+        #[cfg(feature = "daytona")]
+        provider: || Ok(Box::new(crate::adapters::daytona::DaytonaProvider::from_env()?)),
+        #[cfg(not(feature = "daytona"))]
+        provider: not_built,
+    },
+    Row {
+        kind: Kind::Modal,
+        name: "modal",
+        forms: &[
+            ("modal", Form::Create { what: "IMAGE", required: true, tag: "" }),
+            ("modal-attach", Form::Attach { what: "SANDBOX_ID" }),
+        ],
+        feature: Some("modal"),
+        built: cfg!(feature = "modal"),
+        short_id: None,
+        missing: || modal_missing(modal_configured()),
+        #[cfg(feature = "modal")]
+        provider: || Ok(Box::new(crate::adapters::modal::ModalProvider::from_env()?)),
+        #[cfg(not(feature = "modal"))]
+        provider: not_built,
+    },
+    Row {
+        kind: Kind::Kubernetes,
+        name: "kube",
+        forms: &[
+            ("kube", Form::Create { what: "IMAGE", required: true, tag: "" }),
+            ("kube-claim", Form::Create { what: "WARM_POOL", required: true, tag: "claim=" }),
+            ("kube-attach", Form::Attach { what: "[NAMESPACE/]NAME" }),
+        ],
+        feature: Some("kubernetes"),
+        built: cfg!(feature = "kubernetes"),
+        short_id: None,
+        // The kubeconfig is looked for when used: in-cluster credentials cannot be told apart
+        // from none without reading them.
+        missing: nothing_missing,
+        #[cfg(feature = "kubernetes")]
+        provider: || Ok(Box::new(crate::adapters::kubernetes::KubernetesProvider::default())),
+        #[cfg(not(feature = "kubernetes"))]
+        provider: not_built,
+    },
+];
+
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Local, Kind::Docker, Kind::Daytona, Kind::Modal];
+    pub const ALL: [Kind; KINDS.len()] = {
+        let mut all = [Kind::Local; KINDS.len()];
+        let mut i = 0;
+        while i < KINDS.len() {
+            all[i] = KINDS[i].kind;
+            i += 1;
+        }
+        all
+    };
+
+    /// Its row of [`KINDS`].
+    pub fn row(self) -> &'static Row {
+        &KINDS[self as usize]
+    }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Kind::Local => "local",
-            Kind::Docker => "docker",
-            Kind::Daytona => "daytona",
-            Kind::Modal => "modal",
-        }
+        self.row().name
     }
 
     /// The kind named `name` (`local`, `docker`, `daytona`, `modal`).
@@ -49,53 +184,41 @@ impl Kind {
 
     /// Whether this build of agentd-host has this kind (its cargo feature is on).
     pub fn built(self) -> bool {
-        match self {
-            Kind::Local => true,
-            Kind::Docker => cfg!(feature = "docker"),
-            Kind::Daytona => cfg!(feature = "daytona"),
-            Kind::Modal => cfg!(feature = "modal"),
-        }
+        self.row().built
     }
 
     /// Why this kind cannot be used here, if it cannot: its feature is off, or (Daytona, Modal)
     /// its credentials are not set. Listing across kinds skips such kinds; opening one fails with
     /// this reason.
     pub fn unavailable(self) -> Option<String> {
-        let modal_configured = match self {
-            Kind::Modal => modal_configured(),
-            Kind::Local | Kind::Docker | Kind::Daytona => false,
-        };
-        self.unavailable_with(std::env::var_os(DAYTONA_API_KEY).is_some(), modal_configured)
-    }
-
-    fn unavailable_with(self, daytona_key: bool, modal_configured: bool) -> Option<String> {
         if let (false, Some(feature)) = (self.built(), self.feature()) {
             return Some(SandboxError::Unsupported { kind: self.name(), feature }.to_string());
         }
-        if self == Kind::Daytona && !daytona_key {
-            return Some(format!(
-                "daytona sandboxes need the API key in {DAYTONA_API_KEY} (and DAYTONA_API_URL, \
-                 DAYTONA_TARGET when not the defaults, as Daytona's own SDKs read them)"
-            ));
-        }
-        if self == Kind::Modal && !modal_configured {
-            return Some(format!(
-                "modal sandboxes need a token: {MODAL_TOKENS} (or the active profile of ~/.modal.toml, \
-                 as Modal's own SDKs read them; MODAL_SERVER_URL for another control plane)"
-            ));
-        }
-        None
+        (self.row().missing)()
     }
 
     /// The cargo feature that brings this kind, if any.
     pub fn feature(self) -> Option<&'static str> {
-        match self {
-            Kind::Local => None,
-            Kind::Docker => Some("docker"),
-            Kind::Daytona => Some("daytona"),
-            Kind::Modal => Some("modal"),
-        }
+        self.row().feature
     }
+}
+
+fn daytona_missing(key_set: bool) -> Option<String> {
+    (!key_set).then(|| {
+        format!(
+            "daytona sandboxes need the API key in {DAYTONA_API_KEY} (and DAYTONA_API_URL, \
+             DAYTONA_TARGET when not the defaults, as Daytona's own SDKs read them)"
+        )
+    })
+}
+
+fn modal_missing(configured: bool) -> Option<String> {
+    (!configured).then(|| {
+        format!(
+            "modal sandboxes need a token: {MODAL_TOKENS} (or the active profile of ~/.modal.toml, \
+             as Modal's own SDKs read them; MODAL_SERVER_URL for another control plane)"
+        )
+    })
 }
 
 /// Whether Modal's token is configured (variables or config file), as its SDKs read it.
@@ -137,17 +260,51 @@ pub const MODAL_TOKENS: &str = "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET";
 impl fmt::Display for SandboxSpec {
     /// The `KIND:SPEC` text it parses from.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let forms = self.kind().row().forms;
         match self {
-            SandboxSpec::Create { kind: Kind::Local, .. } => f.write_str("local"),
-            SandboxSpec::Create { kind, source } => write!(f, "{kind}:{source}"),
-            SandboxSpec::Attach { kind, id } => write!(f, "{kind}-attach:{id}"),
+            SandboxSpec::Create { source, .. } => {
+                // The create form whose tag the source carries (the longest: "" matches every one).
+                let found = forms
+                    .iter()
+                    .filter_map(|(prefix, form)| match form {
+                        Form::Bare => Some((*prefix, "", None)),
+                        Form::Create { tag, .. } => {
+                            source.strip_prefix(tag).map(|rest| (*prefix, *tag, Some(rest)))
+                        }
+                        Form::Attach { .. } => None,
+                    })
+                    .max_by_key(|(_, tag, _)| tag.len());
+                match found {
+                    Some((prefix, _, None)) => f.write_str(prefix),
+                    Some((prefix, _, Some(rest))) => write!(f, "{prefix}:{rest}"),
+                    None => write!(f, "{}:{source}", self.kind()),
+                }
+            }
+            SandboxSpec::Attach { kind, id } => {
+                let prefix = forms.iter().find(|(_, form)| matches!(form, Form::Attach { .. }));
+                match prefix {
+                    Some((prefix, _)) => write!(f, "{prefix}:{id}"),
+                    None => write!(f, "{kind}-attach:{id}"),
+                }
+            }
         }
     }
 }
 
-/// The accepted forms, for error messages and `--help`.
+/// The accepted forms, for error messages and `--help` (the forms of [`KINDS`], joined; a test
+/// keeps the two the same).
 pub const SPEC_FORMS: &str = "local, docker:IMAGE, docker-attach:ID, daytona:SNAPSHOT_OR_IMAGE, \
-     daytona-attach:ID, modal:IMAGE, modal-attach:SANDBOX_ID";
+     daytona-attach:ID, modal:IMAGE, modal-attach:SANDBOX_ID, kube:IMAGE, kube-claim:WARM_POOL, \
+     kube-attach:[NAMESPACE/]NAME";
+
+/// [`SPEC_FORMS`] as the table gives it.
+pub fn spec_forms() -> String {
+    let form = |(prefix, form): &(&str, Form)| match form {
+        Form::Bare => (*prefix).to_owned(),
+        Form::Create { what, .. } | Form::Attach { what } => format!("{prefix}:{what}"),
+    };
+    KINDS.iter().flat_map(|row| row.forms.iter().map(form)).collect::<Vec<_>>().join(", ")
+}
 
 impl FromStr for SandboxSpec {
     type Err = SandboxError;
@@ -155,27 +312,30 @@ impl FromStr for SandboxSpec {
     fn from_str(spec: &str) -> Result<Self> {
         let invalid = |why: &str| SandboxError::InvalidSpec { spec: spec.to_owned(), why: why.to_owned() };
         let (head, rest) = spec.split_once(':').unwrap_or((spec, ""));
-        let (kind, attach) = match head {
-            "local" => (Kind::Local, false),
-            "docker" => (Kind::Docker, false),
-            "docker-attach" => (Kind::Docker, true),
-            "daytona" => (Kind::Daytona, false),
-            "daytona-attach" => (Kind::Daytona, true),
-            "modal" => (Kind::Modal, false),
-            "modal-attach" => (Kind::Modal, true),
-            _ => return Err(invalid(&format!("unknown kind; expected one of {SPEC_FORMS}"))),
+        let found = KINDS.iter().find_map(|row| {
+            row.forms.iter().find(|(prefix, _)| *prefix == head).map(|(_, form)| (row.kind, *form))
+        });
+        let Some((kind, form)) = found else {
+            return Err(invalid(&format!("unknown kind; expected one of {SPEC_FORMS}")));
         };
-        match (kind, attach) {
-            (Kind::Local, _) if !rest.is_empty() => Err(invalid("`local` takes nothing after it")),
-            (Kind::Local, _) => Ok(SandboxSpec::Create { kind, source: String::new() }),
-            (_, true) if rest.is_empty() => Err(invalid("an id is needed after the colon")),
-            (_, true) => Ok(SandboxSpec::Attach { kind, id: rest.to_owned() }),
-            (Kind::Docker | Kind::Modal, false) if rest.is_empty() => {
-                Err(invalid("an image is needed after the colon"))
+        match form {
+            Form::Bare if !rest.is_empty() => Err(invalid(&format!("`{head}` takes nothing after it"))),
+            Form::Bare => Ok(SandboxSpec::Create { kind, source: String::new() }),
+            Form::Attach { .. } if rest.is_empty() => Err(invalid("an id is needed after the colon")),
+            Form::Attach { .. } => Ok(SandboxSpec::Attach { kind, id: rest.to_owned() }),
+            Form::Create { what, required: true, .. } if rest.is_empty() => {
+                Err(invalid(&format!("{} is needed after the colon", article(what))))
             }
-            (_, false) => Ok(SandboxSpec::Create { kind, source: rest.to_owned() }),
+            Form::Create { tag, .. } => Ok(SandboxSpec::Create { kind, source: format!("{tag}{rest}") }),
         }
     }
+}
+
+/// `IMAGE` → "an image", `TEMPLATE` → "a template": the spec part, in words.
+fn article(what: &str) -> String {
+    let word = what.to_lowercase().replace('_', " ");
+    let an = word.starts_with(['a', 'e', 'i', 'o', 'u']);
+    format!("{} {word}", if an { "an" } else { "a" })
 }
 
 /// One sandbox agentd created, as [`Provider::list`] reports it.
@@ -216,6 +376,19 @@ pub trait Provider: Send + Sync {
     /// Stops and removes one sandbox by id.
     async fn remove(&self, id: &str) -> Result<()>;
 
+    /// Suspends a sandbox, keeping it to [`resume`](Provider::resume) later. Default: this kind
+    /// cannot ([`SandboxError::NotSupported`]).
+    async fn pause(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Err(SandboxError::NotSupported { kind: self.kind().name(), operation: "pause" })
+    }
+
+    /// Resumes a sandbox [`pause`](Provider::pause) suspended, and waits until it is ready again.
+    async fn resume(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Err(SandboxError::NotSupported { kind: self.kind().name(), operation: "resume" })
+    }
+
     /// Ends a sandbox this provider created for one use (what [`Opened::close`] does). Default:
     /// let go of the link, then [`remove`](Provider::remove) it by id.
     async fn close(&self, sandbox: Box<dyn BaseSandbox>) -> Result<()> {
@@ -227,20 +400,10 @@ pub trait Provider: Send + Sync {
 
 /// The provider of `kind`, or [`SandboxError::Unsupported`] when its feature is off in this build.
 pub fn provider(kind: Kind) -> Result<Box<dyn Provider>> {
-    match kind {
-        Kind::Local => Ok(Box::new(crate::adapters::local::LocalProvider)),
-        #[cfg(feature = "docker")]
-        Kind::Docker => Ok(Box::new(crate::adapters::docker::DockerProvider::default())),
-        #[cfg(not(feature = "docker"))]
-        Kind::Docker => Err(SandboxError::Unsupported { kind: "docker", feature: "docker" }),
-        #[cfg(feature = "daytona")]
-        Kind::Daytona => Ok(Box::new(crate::adapters::daytona::DaytonaProvider::from_env()?)),
-        #[cfg(not(feature = "daytona"))]
-        Kind::Daytona => Err(SandboxError::Unsupported { kind: "daytona", feature: "daytona" }),
-        #[cfg(feature = "modal")]
-        Kind::Modal => Ok(Box::new(crate::adapters::modal::ModalProvider::from_env()?)),
-        #[cfg(not(feature = "modal"))]
-        Kind::Modal => Err(SandboxError::Unsupported { kind: "modal", feature: "modal" }),
+    let row = kind.row();
+    match (row.built, row.feature) {
+        (false, Some(feature)) => Err(SandboxError::Unsupported { kind: row.name, feature }),
+        _ => (row.provider)(),
     }
 }
 
@@ -299,6 +462,9 @@ mod tests {
             ("daytona-attach:sb-1", attach(Kind::Daytona, "sb-1")),
             ("modal:agentd-base-debian:latest", create(Kind::Modal, "agentd-base-debian:latest")),
             ("modal-attach:sb-abc", attach(Kind::Modal, "sb-abc")),
+            ("kube:agentd-debian:latest", create(Kind::Kubernetes, "agentd-debian:latest")),
+            ("kube-claim:python-pool", create(Kind::Kubernetes, "claim=python-pool")),
+            ("kube-attach:ns/agentd-1", attach(Kind::Kubernetes, "ns/agentd-1")),
         ];
         for (text, expected) in cases {
             assert_eq!(text.parse::<SandboxSpec>().unwrap(), expected, "{text}");
@@ -313,6 +479,9 @@ mod tests {
             "daytona-attach",
             "modal:",
             "modal-attach:",
+            "kube:",
+            "kube-claim:",
+            "kube-attach:",
         ] {
             let err = bad.parse::<SandboxSpec>().unwrap_err().to_string();
             assert!(err.contains(&format!("`{bad}`")), "{bad}: {err}");
@@ -329,12 +498,17 @@ mod tests {
             "daytona-attach:x",
             "modal:python:3.12",
             "modal-attach:sb-1",
+            "kube:python:3.12",
+            "kube-claim:pool",
+            "kube-attach:default/agentd-1",
         ] {
             assert_eq!(text.parse::<SandboxSpec>().unwrap().to_string(), text);
         }
         for kind in Kind::ALL {
             assert_eq!(Kind::from_name(kind.name()), Some(kind));
+            assert_eq!(kind.row().kind, kind, "KINDS is in Kind's order");
         }
+        assert_eq!(spec_forms(), SPEC_FORMS);
         assert_eq!(Kind::from_name("fly"), None);
     }
 
@@ -359,18 +533,17 @@ mod tests {
             }
         }
         // Without the feature, the feature is the reason whether or not the key is set.
-        let daytona = Kind::Daytona.unavailable_with(true, false);
-        assert_eq!(daytona.is_some(), !cfg!(feature = "daytona"), "{daytona:?}");
-        let why = Kind::Daytona.unavailable_with(false, false).unwrap();
-        let expected = if cfg!(feature = "daytona") { DAYTONA_API_KEY } else { "`daytona` feature" };
-        assert!(why.contains(expected), "{why}");
+        for kind in [Kind::Daytona, Kind::Modal] {
+            let why = kind.unavailable();
+            if !kind.built() {
+                assert!(why.unwrap().contains(&format!("`{kind}` feature")));
+            }
+        }
+        assert_eq!(daytona_missing(true), None);
+        assert!(daytona_missing(false).unwrap().contains(DAYTONA_API_KEY));
         assert_eq!(Kind::Modal.built(), cfg!(feature = "modal"));
-        let modal = Kind::Modal.unavailable_with(false, true);
-        assert_eq!(modal.is_some(), !cfg!(feature = "modal"), "{modal:?}");
-        let why = Kind::Modal.unavailable_with(false, false).unwrap();
-        let expected =
-            if cfg!(feature = "modal") { "MODAL_TOKEN_ID and MODAL_TOKEN_SECRET" } else { "`modal` feature" };
-        assert!(why.contains(expected), "{why}");
+        assert_eq!(modal_missing(true), None);
+        assert!(modal_missing(false).unwrap().contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"));
     }
 
     /// A spec of a kind that cannot be used fails before anything is created, with the reason.

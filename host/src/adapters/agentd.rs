@@ -29,10 +29,11 @@ pub use crate::adapters::capped::FILE_MAX as DOWNLOAD_FILES_MOST;
 
 /// Seconds an exec over TCP runs on after its link dropped, for the link to come back and attach to
 /// it again (the exec's `keep` grace). Past it agentd ends the command (its result says
-/// `abandoned`) and the caller gets the link's error. Only websocket links (`ws://`, `wss://`) are
-/// healed: a Unix socket link does not drop but with agentd itself, and an agentd served over one
-/// exec's stdio (`docker-exec:`) lives only as long as that link; either way the command ends with
-/// agentd, so those execs are not kept.
+/// `abandoned`) and the caller gets the link's error. Only links agentd outlives are healed
+/// ([`Link::agentd_outlives`]: `ws://`, `wss://`, a bridge such as Kubernetes' exec stream): a Unix
+/// socket link does not drop but with agentd itself, and an agentd served over one exec's stdio
+/// (`docker-exec:`) lives only as long as that link; either way the command ends with agentd, so
+/// those execs are not kept.
 pub const HEAL_GRACE_SECS: f64 = 30.0;
 
 /// Longest pause between two attempts to reconnect while healing.
@@ -111,8 +112,7 @@ impl AgentdSandbox {
         // Kept only to heal: once its result is in hand, agentd need not retain it.
         let release = request.keep.is_none();
         if release {
-            let healable = link.url().starts_with("ws://") || link.url().starts_with("wss://");
-            if request.offload.is_some() || !healable {
+            if request.offload.is_some() || !link.agentd_outlives() {
                 return link.exec(request, on_output).await;
             }
             request.keep = Some(HEAL_GRACE_SECS);
@@ -417,164 +417,3 @@ impl<T: OverAgentd> BaseSandbox for T {
             .await
     }
 }
-
-/// The channel choice a provider's sandbox makes once, at create or attach (Daytona, Modal): with
-/// agentd in (`injected` is `Ok`) and a link `wanted`, `open` it. When it cannot be had, `required`
-/// makes that the error; otherwise the sandbox goes on with the provider's `exec` channel, and the
-/// log says why.
-#[cfg_attr(not(any(feature = "daytona", feature = "modal")), allow(dead_code))]
-pub(crate) async fn link_or_fallback(
-    sandbox: &str,
-    exec: &str,
-    injected: Result<()>,
-    wanted: bool,
-    required: bool,
-    open: impl Future<Output = Result<AgentdSandbox>>,
-) -> Result<Option<AgentdSandbox>> {
-    if let Err(err) = injected {
-        if required {
-            return Err(err);
-        }
-        tracing::warn!(sandbox, "no agentd in the sandbox ({err}): only `execute` works, through the {exec}");
-        return Ok(None);
-    }
-    if !wanted {
-        return Ok(None);
-    }
-    match open.await {
-        Ok(link) => Ok(Some(link)),
-        Err(err) if required => Err(err),
-        Err(err) => {
-            tracing::warn!(sandbox, "no link to agentd ({err}): falling back to the {exec}");
-            Ok(None)
-        }
-    }
-}
-
-/// A provider's sandbox that reaches agentd over a link when it has one, else runs commands through
-/// the provider's own exec channel (Daytona's toolbox, Modal's command router); transfers always
-/// take the provider's channel. The crate's `link_or_exec_sandbox!` macro makes it a
-/// [`BaseSandbox`]: `execute`, the verbs and the offload over the link (which bounds its own waits), or
-/// through the exec channel with the derived verbs and offload.
-#[async_trait]
-pub trait LinkOrExec: Send + Sync {
-    /// [`BaseSandbox::id`].
-    fn sandbox_id(&self) -> &str;
-
-    /// [`BaseSandbox::agentd_command`].
-    fn agentd_path(&self) -> &str;
-
-    /// [`BaseSandbox::agentd_source`].
-    fn agentd_source(&self) -> Option<AgentdSource>;
-
-    /// The link, if one was made.
-    fn link(&self) -> Option<&AgentdSandbox>;
-
-    /// `execute` through the provider's exec channel.
-    async fn exec_channel(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse>;
-
-    /// [`BaseSandbox::upload_files`] through the provider's channel.
-    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>>;
-
-    /// [`BaseSandbox::download_files`] through the provider's channel.
-    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>>;
-}
-
-/// `impl BaseSandbox for $ty` from its [`LinkOrExec`] (a macro: a blanket impl would overlap
-/// [`OverAgentd`]'s). Unused only in builds without Daytona and Modal.
-#[cfg_attr(not(any(feature = "daytona", feature = "modal")), allow(unused_macros))]
-macro_rules! link_or_exec_sandbox {
-    ($ty:ty) => {
-        #[async_trait::async_trait]
-        impl $crate::sandbox::BaseSandbox for $ty {
-            fn id(&self) -> &str {
-                $crate::adapters::agentd::LinkOrExec::sandbox_id(self)
-            }
-
-            fn agentd_command(&self) -> &str {
-                $crate::adapters::agentd::LinkOrExec::agentd_path(self)
-            }
-
-            fn agentd_source(&self) -> Option<$crate::adapters::inject::AgentdSource> {
-                $crate::adapters::agentd::LinkOrExec::agentd_source(self)
-            }
-
-            fn agentd(&self) -> Option<&$crate::adapters::agentd::AgentdSandbox> {
-                $crate::adapters::agentd::LinkOrExec::link(self)
-            }
-
-            async fn execute(
-                &self,
-                command: &str,
-                timeout: Option<std::time::Duration>,
-            ) -> $crate::error::Result<agentd_protocol::ExecuteResponse> {
-                use $crate::adapters::agentd::LinkOrExec;
-                // The link bounds its own waits (`Deadlines`).
-                match self.link() {
-                    Some(link) => link.execute(command, timeout).await,
-                    None => self.exec_channel(command, timeout).await,
-                }
-            }
-
-            async fn upload_files(
-                &self,
-                files: &[(String, Vec<u8>)],
-            ) -> $crate::error::Result<Vec<agentd_protocol::FileUploadResponse>> {
-                $crate::adapters::agentd::LinkOrExec::upload(self, files).await
-            }
-
-            async fn download_files(
-                &self,
-                paths: &[String],
-            ) -> $crate::error::Result<Vec<agentd_protocol::FileDownloadResponse>> {
-                $crate::adapters::agentd::LinkOrExec::download(self, paths).await
-            }
-
-            async fn fs(
-                &self,
-                request: agentd_protocol::FsRequest,
-            ) -> $crate::error::Result<agentd_protocol::FsResponse> {
-                match $crate::adapters::agentd::LinkOrExec::link(self) {
-                    Some(link) => link.fs(request).await,
-                    None => Ok($crate::derived::fs(self, request).await),
-                }
-            }
-
-            async fn execute_with_offload(
-                &self,
-                command: &str,
-                capture_path: &str,
-                inline_budget: u64,
-                max_capture_bytes: Option<u64>,
-                timeout: Option<std::time::Duration>,
-            ) -> $crate::error::Result<agentd_protocol::ExecuteOffloadResult> {
-                use $crate::adapters::agentd::LinkOrExec;
-                match self.link() {
-                    Some(link) => {
-                        let call = link.execute_with_offload(
-                            command,
-                            capture_path,
-                            inline_budget,
-                            max_capture_bytes,
-                            timeout,
-                        );
-                        call.await
-                    }
-                    None => {
-                        let derived = $crate::derived::execute_with_offload(
-                            self,
-                            command,
-                            capture_path,
-                            inline_budget,
-                            max_capture_bytes,
-                            timeout,
-                        );
-                        derived.await
-                    }
-                }
-            }
-        }
-    };
-}
-#[cfg_attr(not(any(feature = "daytona", feature = "modal")), allow(unused_imports))]
-pub(crate) use link_or_exec_sandbox;

@@ -25,6 +25,7 @@ mod toolbox;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agentd_protocol::{ExecuteResponse, FileDownloadResponse, FileUploadResponse};
@@ -34,8 +35,9 @@ pub use self::api::{
     Api, DEFAULT_API_URL, DaytonaConfig, ENV_API_KEY, ENV_API_URL, ENV_TARGET, Preview, SandboxRecord,
 };
 pub use self::toolbox::Toolbox;
-use crate::adapters::agentd::{AgentdSandbox, Connector, LinkOrExec, link_or_exec_sandbox, link_or_fallback};
-use crate::adapters::inject::{AgentdSource, random_hex, static_agentd};
+use crate::adapters::agentd::Connector;
+use crate::adapters::inject::random_hex;
+use crate::adapters::linked::{LinkMode, Linked, Machine, made_or_deleted};
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
 use crate::provider::{Kind, Provider, SandboxInfo};
@@ -78,7 +80,7 @@ pub struct DaytonaOptions {
     pub start_timeout: Duration,
     /// Longest wait for agentd to answer through the preview URL, per (re)connection.
     pub link_timeout: Duration,
-    /// The agentd to inject; `None`: agentd on the sandbox's `PATH` if any, else [`static_agentd`].
+    /// The agentd to inject; `None`: agentd on the sandbox's `PATH` if any, else [`static_agentd`](crate::adapters::inject::static_agentd).
     pub agentd_binary: Option<PathBuf>,
 }
 
@@ -94,19 +96,29 @@ impl Default for DaytonaOptions {
     }
 }
 
-/// A Daytona sandbox with agentd in it.
-pub struct DaytonaSandbox {
+/// The Daytona side of one sandbox: its REST client, toolbox and run directory ([`Machine`]).
+pub struct Daytona {
     api: Api,
     id: String,
     toolbox: Toolbox,
-    agentd_path: String,
-    /// How agentd got in; `None` until it has (or when it could not).
-    agentd_source: Option<AgentdSource>,
     /// Where this adapter keeps its agentd's token, pid and log inside the sandbox.
     run_dir: String,
-    link: Option<AgentdSandbox>,
-    /// Created by this adapter: deleted by [`DaytonaSandbox::close`].
-    owned: bool,
+    /// [`DaytonaOptions::port`] and [`DaytonaOptions::link_timeout`].
+    port: Option<u16>,
+    link_timeout: Duration,
+}
+
+/// A Daytona sandbox with agentd in it.
+pub type DaytonaSandbox = Linked<Daytona>;
+
+impl From<DaytonaMode> for LinkMode {
+    fn from(mode: DaytonaMode) -> Self {
+        match mode {
+            DaytonaMode::Link => LinkMode::Link,
+            DaytonaMode::ToolboxExec => LinkMode::ProviderExec,
+            DaytonaMode::Auto => LinkMode::Auto,
+        }
+    }
 }
 
 /// A short random name part.
@@ -131,161 +143,115 @@ pub fn create_body(source: &str, target: Option<&str>) -> serde_json::Value {
     body
 }
 
-/// Deletes a half-made sandbox if construction fails.
-struct DeleteOnDrop {
-    api: Api,
-    id: String,
-    armed: bool,
-}
-
-impl Drop for DeleteOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            let (api, id) = (self.api.clone(), std::mem::take(&mut self.id));
-            tokio::spawn(async move {
-                let _ = api.delete(&id).await;
-            });
-        }
-    }
-}
-
-impl DaytonaSandbox {
+impl Linked<Daytona> {
     /// Creates a sandbox from `source` (image or snapshot), waits until it is `started`, puts agentd
     /// in and links to it as `options.mode` says.
     pub async fn create(config: DaytonaConfig, source: &str, options: &DaytonaOptions) -> Result<Self> {
         let api = Api::new(config)?;
         let body = create_body(source, api.config().target.as_deref());
         let created = api.create(&body).await?;
-        // Removes it if this future is dropped halfway; a failure is removed below, awaited.
-        let mut guard = DeleteOnDrop { api: api.clone(), id: created.id.clone(), armed: true };
         tracing::info!(sandbox = %created.id, state = created.state(), "created Daytona sandbox from `{source}`");
-        let made = async {
-            let record = api.wait_started(&created.id, options.start_timeout).await?;
-            Self::setup(api.clone(), record, options, true).await
+        let delete = {
+            let (api, id) = (api.clone(), created.id.clone());
+            async move { api.delete(&id).await }
         };
-        let made = made.await;
-        guard.armed = false;
-        if made.is_err() {
-            // A failed build or start included: nothing of it is left listed.
-            if let Err(err) = api.delete(&created.id).await {
-                tracing::warn!(sandbox = %created.id, "the sandbox that failed to start was not removed: {err}");
-            }
-        }
-        made
+        let make = async {
+            let record = api.wait_started(&created.id, options.start_timeout).await?;
+            Self::from_record(api.clone(), record, options, true).await
+        };
+        made_or_deleted(&format!("Daytona sandbox {}", created.id), delete, make).await
     }
 
     /// Attaches to the sandbox `id`, starting it first if it is stopped.
     pub async fn attach(config: DaytonaConfig, id: &str, options: &DaytonaOptions) -> Result<Self> {
         let api = Api::new(config)?;
         let record = start_if_needed(&api, id, options.start_timeout).await?;
-        Self::setup(api, record, options, false).await
+        Self::from_record(api, record, options, false).await
     }
 
-    async fn setup(api: Api, record: SandboxRecord, options: &DaytonaOptions, owned: bool) -> Result<Self> {
+    async fn from_record(
+        api: Api,
+        record: SandboxRecord,
+        options: &DaytonaOptions,
+        owned: bool,
+    ) -> Result<Self> {
         let toolbox = Toolbox::new(
             api.http().clone(),
             api.toolbox_base(&record).await?,
             api.config().api_key.clone(),
             record.id.clone(),
         );
-        let run_dir = format!("/tmp/agentd-{}", random_suffix());
-        let mut sandbox = Self {
+        let machine = Daytona {
             api,
             id: record.id,
             toolbox,
-            agentd_path: "agentd".to_owned(),
-            agentd_source: None,
-            run_dir,
-            link: None,
-            owned,
+            run_dir: format!("/tmp/agentd-{}", random_suffix()),
+            port: options.port,
+            link_timeout: options.link_timeout,
         };
-        let injected = sandbox.put_agentd(options).await;
-        let (wanted, required) =
-            (options.mode != DaytonaMode::ToolboxExec, options.mode == DaytonaMode::Link);
-        let open = sandbox.open_link(options);
-        let link = link_or_fallback(&sandbox.id, "toolbox exec", injected, wanted, required, open).await?;
-        sandbox.link = link;
-        tracing::info!(sandbox = %sandbox.id, channel = ?sandbox.channel(), agentd = %sandbox.agentd_path, "Daytona sandbox ready");
-        Ok(sandbox)
-    }
-
-    /// The link to agentd through the preview URL of its port.
-    async fn open_link(&self, options: &DaytonaOptions) -> Result<AgentdSandbox> {
-        let connector = PreviewConnector {
-            api: self.api.clone(),
-            toolbox: self.toolbox.clone(),
-            id: self.id.clone(),
-            port: options.port.unwrap_or_else(|| 7700 + rand::random_range(0..300)),
-            token: random_hex(),
-            agentd: self.agentd_path.clone(),
-            run_dir: self.run_dir.clone(),
-            timeout: options.link_timeout,
-        };
-        AgentdSandbox::with_connector(Box::new(connector), format!("daytona:{}", self.id)).await
-    }
-
-    /// Finds agentd on the sandbox's `PATH`, or uploads the static one; makes the run directory.
-    async fn put_agentd(&mut self, options: &DaytonaOptions) -> Result<()> {
-        let probe = format!(
-            "umask 077 && mkdir -p {dir} && chmod 700 {dir} && command -v agentd || true",
-            dir = self.run_dir
-        );
-        let found = self.toolbox.execute(&probe, Some(Duration::from_secs(60))).await?;
-        if options.agentd_binary.is_none()
-            && let Some(path) = found.output.lines().map(str::trim).find(|l| l.starts_with('/'))
-        {
-            self.agentd_path = path.to_owned();
-            self.agentd_source = Some(AgentdSource::Baked);
-            return Ok(());
-        }
-        let binary = match &options.agentd_binary {
-            Some(path) => path.clone(),
-            None => static_agentd()?,
-        };
-        let bytes = tokio::fs::read(&binary)
-            .await
-            .map_err(|e| SandboxError::Start(format!("cannot read {}: {e}", binary.display())))?;
-        let path = format!("{}/agentd", self.run_dir);
-        let up = self.toolbox.upload(&[(path.clone(), bytes)]).await?;
-        if let Some(error) = up.into_iter().find_map(|u| u.error) {
-            return Err(SandboxError::Start(format!("cannot upload agentd to {path}: {error}")));
-        }
-        let chmod = self.toolbox.execute(&format!("chmod 755 {path}"), Some(Duration::from_secs(60))).await?;
-        if chmod.exit_code != Some(0) {
-            return Err(SandboxError::Start(format!(
-                "chmod of the injected agentd failed: {}",
-                chmod.output
-            )));
-        }
-        self.agentd_path = path;
-        self.agentd_source = Some(AgentdSource::Injected);
-        Ok(())
+        Linked::setup(machine, options.mode.into(), options.agentd_binary.clone(), owned).await
     }
 
     /// The channel `execute`, the verbs and the offload use.
     pub fn channel(&self) -> Channel {
-        if self.link.is_some() { Channel::Link } else { Channel::ToolboxExec }
+        if self.linked() { Channel::Link } else { Channel::ToolboxExec }
     }
 
     /// The REST client (lifecycle calls: stop, start, preview URLs).
     pub fn api(&self) -> &Api {
-        &self.api
+        &self.machine().api
     }
 
     /// The toolbox (bulk files, exec) of this sandbox.
     pub fn toolbox(&self) -> &Toolbox {
-        &self.toolbox
+        &self.machine().toolbox
+    }
+}
+
+#[async_trait]
+impl Machine for Daytona {
+    const PROVIDER: &'static str = "Daytona";
+    const EXEC: &'static str = "toolbox exec";
+
+    fn id(&self) -> &str {
+        &self.id
     }
 
-    /// Deletes a sandbox this adapter created; an attached one keeps running, without our agentd.
-    pub async fn close(self) -> Result<()> {
-        if self.owned {
-            return self.api.delete(&self.id).await;
-        }
-        if self.link.is_some() {
-            let stop = format!("kill $(cat {0}/pid) 2>/dev/null; rm -rf {0}", self.run_dir);
-            self.toolbox.execute(&stop, Some(Duration::from_secs(30))).await?;
-        }
+    fn run_dir(&self) -> &str {
+        &self.run_dir
+    }
+
+    async fn exec(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
+        self.toolbox.execute(command, timeout).await
+    }
+
+    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+        self.toolbox.upload(files).await
+    }
+
+    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+        self.toolbox.download(paths).await
+    }
+
+    /// The link through the preview URL of agentd's port.
+    async fn connector(self: Arc<Self>, agentd: &str) -> Result<Box<dyn Connector>> {
+        Ok(Box::new(PreviewConnector {
+            port: self.port.unwrap_or_else(|| 7700 + rand::random_range(0..300)),
+            token: random_hex(),
+            agentd: agentd.to_owned(),
+            timeout: self.link_timeout,
+            daytona: self,
+        }))
+    }
+
+    async fn delete(&self) -> Result<()> {
+        self.api.delete(&self.id).await
+    }
+
+    /// Stops the agentd this host started and removes its run directory.
+    async fn detach(&self) -> Result<()> {
+        let stop = format!("kill $(cat {0}/pid) 2>/dev/null; rm -rf {0}", self.run_dir);
+        self.toolbox.execute(&stop, Some(Duration::from_secs(30))).await?;
         Ok(())
     }
 }
@@ -327,14 +293,11 @@ async fn start_if_needed(api: &Api, id: &str, timeout: Duration) -> Result<Sandb
 /// (they change when the sandbox restarts) and (re)starts agentd when it is not running; it gives
 /// up after `timeout` with agentd's log.
 struct PreviewConnector {
-    api: Api,
-    toolbox: Toolbox,
-    id: String,
+    daytona: Arc<Daytona>,
     port: u16,
     /// agentd's own bearer token (the preview token only opens the proxy).
     token: String,
     agentd: String,
-    run_dir: String,
     timeout: Duration,
 }
 
@@ -344,9 +307,9 @@ const RESTARTS: u32 = 2;
 impl PreviewConnector {
     /// Starts agentd detached from the exec (its own session) unless the one we started runs.
     async fn start_agentd(&self) -> Result<()> {
-        let (dir, port) = (&self.run_dir, self.port);
+        let (dir, port) = (&self.daytona.run_dir, self.port);
         let token_file = format!("{dir}/token");
-        let up = self.toolbox.upload(&[(token_file.clone(), self.token.as_bytes().to_vec())]).await?;
+        let up = self.daytona.toolbox.upload(&[(token_file.clone(), self.token.as_bytes().to_vec())]).await?;
         if let Some(error) = up.into_iter().find_map(|u| u.error) {
             return Err(SandboxError::Start(format!("cannot write agentd's token file: {error}")));
         }
@@ -361,18 +324,18 @@ echo $! >{dir}/pid"#,
             agentd = self.agentd,
             alive = self.alive_fn(),
         );
-        let started = self.toolbox.execute(&script, Some(Duration::from_secs(60))).await?;
+        let started = self.daytona.toolbox.execute(&script, Some(Duration::from_secs(60))).await?;
         if started.exit_code != Some(0) {
             return Err(SandboxError::Start(format!("cannot start agentd: {}", started.output.trim())));
         }
-        tracing::info!(sandbox = %self.id, port, "started agentd in the Daytona sandbox");
+        tracing::info!(sandbox = %self.daytona.id, port, "started agentd in the Daytona sandbox");
         Ok(())
     }
 
     /// A shell function `alive`: whether the pid file names a process that is our agentd (after a
     /// restart the pid may belong to anything).
     fn alive_fn(&self) -> String {
-        let dir = &self.run_dir;
+        let dir = &self.daytona.run_dir;
         format!(
             r#"alive() {{ p=$(cat {dir}/pid 2>/dev/null) && [ -n "$p" ] && grep -qF -- {dir}/token /proc/$p/cmdline 2>/dev/null; }}"#
         )
@@ -381,20 +344,20 @@ echo $! >{dir}/pid"#,
     /// Whether the agentd we started is running (`None`: the sandbox could not be asked).
     async fn running(&self) -> Option<bool> {
         let probe = format!("{}\nalive", self.alive_fn());
-        let answer = self.toolbox.execute(&probe, Some(Duration::from_secs(30))).await.ok()?;
+        let answer = self.daytona.toolbox.execute(&probe, Some(Duration::from_secs(30))).await.ok()?;
         Some(answer.exit_code == Some(0))
     }
 
     async fn log_tail(&self) -> String {
-        let tail = format!("tail -c 2000 {}/log 2>/dev/null", self.run_dir);
-        match self.toolbox.execute(&tail, Some(Duration::from_secs(30))).await {
+        let tail = format!("tail -c 2000 {}/log 2>/dev/null", self.daytona.run_dir);
+        match self.daytona.toolbox.execute(&tail, Some(Duration::from_secs(30))).await {
             Ok(answer) if !answer.output.trim().is_empty() => answer.output.trim().to_owned(),
             _ => "(empty)".to_owned(),
         }
     }
 
     async fn try_connect(&self, budget: Duration) -> Result<Link> {
-        let preview = self.api.preview(&self.id, self.port).await?;
+        let preview = self.daytona.api.preview(&self.daytona.id, self.port).await?;
         let url = ws_url(&preview.url)?;
         let headers = [(PREVIEW_TOKEN_HEADER, preview.token)];
         let connect = Link::connect_with_headers(&url, Some(&self.token), &headers);
@@ -416,21 +379,21 @@ impl Connector for PreviewConnector {
                 .clamp(Duration::from_secs(1), Duration::from_secs(10));
             let err = match self.try_connect(budget).await {
                 Ok(link) => {
-                    tracing::debug!(sandbox = %self.id, "linked to agentd through the preview URL");
+                    tracing::debug!(sandbox = %self.daytona.id, "linked to agentd through the preview URL");
                     return Ok(link);
                 }
                 // Nothing a retry fixes: the API key, or an agentd that is not ours.
                 Err(err @ (SandboxError::Auth { .. } | SandboxError::NotFound { .. })) => return Err(err),
                 Err(err) => err,
             };
-            let state = self.api.get(&self.id).await?;
+            let state = self.daytona.api.get(&self.daytona.id).await?;
             if state.state() != "started" {
                 return Err(SandboxError::Provider {
                     provider: api::PROVIDER,
                     status: None,
                     message: format!(
                         "sandbox {} is `{}`, not started: no link to agentd ({err})",
-                        self.id,
+                        self.daytona.id,
                         state.state()
                     ),
                 });
@@ -438,7 +401,7 @@ impl Connector for PreviewConnector {
             if Instant::now() >= deadline {
                 return Err(SandboxError::Start(format!(
                     "agentd in Daytona sandbox {} did not answer through the preview URL of port {} within {:?}: {err}; its log: {}",
-                    self.id,
+                    self.daytona.id,
                     self.port,
                     self.timeout,
                     self.log_tail().await
@@ -464,39 +427,6 @@ fn ws_url(url: &str) -> Result<String> {
         Err(SandboxError::Protocol(format!("a preview URL that is not http(s): {url}")))
     }
 }
-
-#[async_trait]
-impl LinkOrExec for DaytonaSandbox {
-    fn sandbox_id(&self) -> &str {
-        &self.id
-    }
-
-    fn agentd_path(&self) -> &str {
-        &self.agentd_path
-    }
-
-    fn agentd_source(&self) -> Option<AgentdSource> {
-        self.agentd_source
-    }
-
-    fn link(&self) -> Option<&AgentdSandbox> {
-        self.link.as_ref()
-    }
-
-    async fn exec_channel(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
-        self.toolbox.execute(command, timeout).await
-    }
-
-    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
-        self.toolbox.upload(files).await
-    }
-
-    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
-        self.toolbox.download(paths).await
-    }
-}
-
-link_or_exec_sandbox!(DaytonaSandbox);
 
 /// Daytona as a [`Provider`]: `daytona:SNAPSHOT_OR_IMAGE`, `daytona-attach:ID`.
 pub struct DaytonaProvider {

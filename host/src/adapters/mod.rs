@@ -7,19 +7,30 @@
 //!   through a preview URL, or driven through the toolbox exec when no link can be made.
 //! - `modal` (feature `modal`): a Modal sandbox (gRPC API), agentd baked in or injected, linked
 //!   through a tunnel, or driven through the command router's exec when there is no tunnel.
+//! - `kubernetes` (feature `kubernetes`): a Pod or an agent-sandbox claim (Kubernetes API), agentd
+//!   baked in or injected, linked through the `pods/exec` stream to `agentd bridge`.
 //! - [`capped`]: bodies from a provider read with a cap ([`SandboxError::TooLarge`](crate::SandboxError::TooLarge)),
 //!   and the caps.
+//! - `linked` (with any provider feature): [`Linked`](linked::Linked), what every provider whose
+//!   sandboxes carry an agentd link shares (injection, the channel choice, the link, cleanup of a
+//!   half-made sandbox, close, the contract); a provider implements [`Machine`](linked::Machine).
 //! - [`inject`]: what adapters that inject agentd share (the static binary), and [`inject::AgentdSource`]:
 //!   whether agentd was baked into a sandbox's image or injected.
 //! - [`local`]: the embedded default: a private agentd child on loopback with a temporary workspace.
 
 pub mod agentd;
+#[cfg(any(feature = "modal", feature = "kubernetes"))]
+pub mod argv;
 pub mod capped;
 #[cfg(feature = "daytona")]
 pub mod daytona;
 #[cfg(feature = "docker")]
 pub mod docker;
 pub mod inject;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
+#[cfg(any(feature = "daytona", feature = "modal", feature = "kubernetes"))]
+pub mod linked;
 pub mod local;
 #[cfg(feature = "modal")]
 pub mod modal;

@@ -4,8 +4,9 @@
 //! - [`config`]: settings as Modal's SDKs read them (variables, else the active profile of
 //!   `~/.modal.toml`).
 //! - [`control`]: the control plane: channel, metadata, retries, the create sequence, list, terminate.
-//! - [`router`]: the command router: execs with streamed stdio behind a refreshed JWT.
-//! - [`transfer`]: files through the router's exec, with the contract's per-file codes.
+//! - [`router`]: the command router: execs with streamed stdio behind a refreshed JWT. Files,
+//!   `execute` without a link and the setup scripts go through it as
+//!   [`argv`](crate::adapters::argv) runs them.
 //!
 //! **Create**: app `agentd` → image `FROM <IMAGE>` (joined until built) → sandbox with the agentd
 //! port in `open_ports`, the tags [`TAG`]` = 1` and [`SOURCE_TAG`]` = IMAGE` (what
@@ -25,7 +26,6 @@ pub mod config;
 pub mod control;
 pub mod proto;
 pub mod router;
-pub mod transfer;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -36,12 +36,10 @@ use async_trait::async_trait;
 pub use self::config::ModalConfig;
 pub use self::control::{Control, CreateSpec};
 pub use self::router::{ExecOutput, ExitStatus, Router};
-use crate::adapters::agentd::{
-    AgentdSandbox, Connector, DEFAULT_EXEC_TIMEOUT, LinkOrExec, link_or_exec_sandbox, link_or_fallback,
-    timeout_note,
-};
-use crate::adapters::capped::EXEC_RESULT_MAX;
-use crate::adapters::inject::{AgentdSource, random_hex, static_agentd};
+use crate::adapters::agentd::Connector;
+use crate::adapters::argv;
+use crate::adapters::inject::random_hex;
+use crate::adapters::linked::{LinkMode, Linked, Machine, made_or_deleted};
 use crate::error::{Result, SandboxError};
 use crate::link::Link;
 use crate::provider::{Kind, Provider, SandboxInfo};
@@ -56,9 +54,6 @@ pub const SOURCE_TAG: &str = "dev.agentd.source";
 pub const RUN_DIR: &str = "/tmp/.agentd";
 /// The port agentd listens on unless [`ModalOptions::port`] says otherwise.
 pub const DEFAULT_PORT: u16 = 7700;
-/// Commands longer than this travel as an uploaded script: one `sh -c` argument is limited to
-/// 128 KiB by Linux (MAX_ARG_STRLEN).
-const INLINE_COMMAND_MAX: usize = 64 * 1024;
 
 /// How `execute`, the verbs and the offload reach the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -93,7 +88,7 @@ pub struct ModalOptions {
     pub start_timeout: Duration,
     /// Longest wait for agentd to answer through the tunnel, per (re)connection.
     pub link_timeout: Duration,
-    /// The agentd to inject; `None`: agentd on the sandbox's `PATH` if any, else [`static_agentd`].
+    /// The agentd to inject; `None`: agentd on the sandbox's `PATH` if any, else [`static_agentd`](crate::adapters::inject::static_agentd).
     pub agentd_binary: Option<std::path::PathBuf>,
 }
 
@@ -125,59 +120,31 @@ pub fn tunnel_url(host: &str, port: u32, server_url: &str) -> String {
     }
 }
 
-/// The contract's view of a router exec of `sh -c`: stdout then stderr; a kill at or past the
-/// command's `timeout` (or no exit by the deadline) reads as exit code 124 with agentd's note.
-pub fn execute_response(out: &ExecOutput, timeout: Option<Duration>) -> ExecuteResponse {
-    let mut bytes = out.stdout.clone();
-    bytes.extend_from_slice(&out.stderr);
-    let mut output = String::from_utf8_lossy(&bytes).into_owned();
-    let timed_out = match out.status {
-        ExitStatus::NoAnswer => true,
-        ExitStatus::Signal(_) => timeout.is_some_and(|t| out.elapsed >= t),
-        ExitStatus::Code(_) => false,
-    };
-    if !timed_out {
-        return ExecuteResponse { output, exit_code: out.status.code(), truncated: false };
-    }
-    if !output.is_empty() && !output.ends_with('\n') {
-        output.push('\n');
-    }
-    output.push_str(&timeout_note(timeout.unwrap_or(out.elapsed).as_secs_f64()));
-    ExecuteResponse { output, exit_code: Some(124), truncated: false }
-}
-
-/// Terminates a half-made sandbox if construction fails.
-struct TerminateOnDrop {
+/// The Modal side of one sandbox: its control plane, its task's command router ([`Machine`]).
+pub struct Modal {
     control: Control,
     id: String,
-    armed: bool,
+    router: std::sync::Arc<Router>,
+    /// [`ModalOptions::port`], [`ModalOptions::start_timeout`], [`ModalOptions::link_timeout`].
+    port: u16,
+    start_timeout: Duration,
+    link_timeout: Duration,
 }
 
-impl Drop for TerminateOnDrop {
-    fn drop(&mut self) {
-        if self.armed {
-            let (control, id) = (self.control.clone(), std::mem::take(&mut self.id));
-            tokio::spawn(async move {
-                let _ = control.terminate(&id).await;
-            });
+/// A Modal sandbox with agentd in it.
+pub type ModalSandbox = Linked<Modal>;
+
+impl From<ModalMode> for LinkMode {
+    fn from(mode: ModalMode) -> Self {
+        match mode {
+            ModalMode::Link => LinkMode::Link,
+            ModalMode::RouterExec => LinkMode::ProviderExec,
+            ModalMode::Auto => LinkMode::Auto,
         }
     }
 }
 
-/// A Modal sandbox with agentd in it.
-pub struct ModalSandbox {
-    control: Control,
-    id: String,
-    router: std::sync::Arc<Router>,
-    agentd_path: String,
-    /// How agentd got in; `None` until it has (or when it could not).
-    agentd_source: Option<AgentdSource>,
-    link: Option<AgentdSandbox>,
-    /// Created by this adapter: terminated by [`ModalSandbox::close`].
-    owned: bool,
-}
-
-impl ModalSandbox {
+impl Linked<Modal> {
     /// Creates a sandbox from `image`, waits for its task, puts agentd in and links to it as
     /// `options.mode` says.
     pub async fn create(config: ModalConfig, image: &str, options: &ModalOptions) -> Result<Self> {
@@ -190,101 +157,79 @@ impl ModalSandbox {
             tags: vec![(TAG.to_owned(), "1".to_owned()), (SOURCE_TAG.to_owned(), image.to_owned())],
         };
         let id = control.create(&spec, options.start_timeout).await?;
-        let mut guard = TerminateOnDrop { control: control.clone(), id: id.clone(), armed: true };
         tracing::info!(sandbox = %id, "created Modal sandbox from `{image}`");
-        let sandbox = Self::setup(control, id, options, true).await?;
-        guard.armed = false;
-        Ok(sandbox)
+        let delete = {
+            let (control, id) = (control.clone(), id.clone());
+            async move { control.terminate(&id).await }
+        };
+        let make = Self::from_id(control, id.clone(), options, true);
+        made_or_deleted(&format!("Modal sandbox {id}"), delete, make).await
     }
 
     /// Attaches to the running sandbox `id`.
     pub async fn attach(config: ModalConfig, id: &str, options: &ModalOptions) -> Result<Self> {
-        Self::setup(Control::new(config)?, id.to_owned(), options, false).await
+        Self::from_id(Control::new(config)?, id.to_owned(), options, false).await
     }
 
-    async fn setup(control: Control, id: String, options: &ModalOptions, owned: bool) -> Result<Self> {
+    async fn from_id(control: Control, id: String, options: &ModalOptions, owned: bool) -> Result<Self> {
         let task_id = control.task_id(&id, options.start_timeout).await?;
         let router = std::sync::Arc::new(Router::new(control.clone(), task_id));
-        let mut sandbox = Self {
+        let machine = Modal {
             control,
             id,
             router,
-            agentd_path: "agentd".to_owned(),
-            agentd_source: None,
-            link: None,
-            owned,
+            port: options.port,
+            start_timeout: options.start_timeout,
+            link_timeout: options.link_timeout,
         };
-        let injected = sandbox.put_agentd(options).await;
-        let (wanted, required) = (options.mode != ModalMode::RouterExec, options.mode == ModalMode::Link);
-        let open = sandbox.open_link(options);
-        let link = link_or_fallback(&sandbox.id, "router exec", injected, wanted, required, open).await?;
-        sandbox.link = link;
-        tracing::info!(sandbox = %sandbox.id, channel = ?sandbox.channel(), agentd = %sandbox.agentd_path, "Modal sandbox ready");
-        Ok(sandbox)
+        Linked::setup(machine, options.mode.into(), options.agentd_binary.clone(), owned).await
     }
 
-    /// Runs a shell script through the router exec and gives its exit code and stdout+stderr.
-    async fn sh(&self, script: &str, stdin: Option<&[u8]>) -> Result<(Option<i32>, String)> {
-        sh(&self.router, script, stdin).await
+    /// The channel `execute`, the verbs and the offload use.
+    pub fn channel(&self) -> Channel {
+        if self.linked() { Channel::Link } else { Channel::RouterExec }
     }
 
-    /// Finds agentd on the sandbox's `PATH`, or uploads the static one (unless the same one is
-    /// there already: a running binary cannot be rewritten in place, so a new one is renamed over).
-    async fn put_agentd(&mut self, options: &ModalOptions) -> Result<()> {
-        let target = format!("{RUN_DIR}/agentd");
-        let probe = format!(
-            "umask 077 && mkdir -p {RUN_DIR} && chmod 700 {RUN_DIR} || exit 1\n\
-             echo \"path=$(command -v agentd || true)\"\n\
-             [ -x {target} ] && echo \"size=$(wc -c < {target})\"\n\
-             exit 0"
-        );
-        let (code, found) = self.sh(&probe, None).await?;
-        if code != Some(0) {
-            return Err(SandboxError::Start(format!(
-                "cannot make {RUN_DIR} in the sandbox: {}",
-                found.trim()
-            )));
-        }
-        let field =
-            |key: &str| found.lines().find_map(|l| l.strip_prefix(key)).map(str::trim).map(str::to_owned);
-        if options.agentd_binary.is_none()
-            && let Some(path) = field("path=").filter(|p| p.starts_with('/'))
-        {
-            self.agentd_path = path;
-            self.agentd_source = Some(AgentdSource::Baked);
-            return Ok(());
-        }
-        let binary = match &options.agentd_binary {
-            Some(path) => path.clone(),
-            None => static_agentd()?,
-        };
-        let bytes = tokio::fs::read(&binary)
-            .await
-            .map_err(|e| SandboxError::Start(format!("cannot read {}: {e}", binary.display())))?;
-        if field("size=").and_then(|s| s.parse::<usize>().ok()) != Some(bytes.len()) {
-            let staged = format!("{target}.{}", &random_hex()[..12]);
-            let up = transfer::upload(&self.router, &[(staged.clone(), bytes)]).await?;
-            if let Some(error) = up.into_iter().find_map(|u| u.error) {
-                return Err(SandboxError::Start(format!("cannot upload agentd to {staged}: {error}")));
-            }
-            let (code, out) =
-                self.sh(&format!("chmod 755 {staged} && mv -f {staged} {target}"), None).await?;
-            if code != Some(0) {
-                return Err(SandboxError::Start(format!(
-                    "cannot install the injected agentd: {}",
-                    out.trim()
-                )));
-            }
-        }
-        self.agentd_path = target;
-        self.agentd_source = Some(AgentdSource::Injected);
-        Ok(())
+    /// The control-plane client.
+    pub fn control(&self) -> &Control {
+        &self.machine().control
     }
 
-    /// The tunnel of agentd's port, and the link through it (agentd started if not running).
-    async fn open_link(&self, options: &ModalOptions) -> Result<AgentdSandbox> {
-        let tunnels = self.control.tunnels(&self.id, options.start_timeout).await?;
-        let port = u32::from(options.port);
+    /// The command router of this sandbox's task.
+    pub fn router(&self) -> &Router {
+        &self.machine().router
+    }
+}
+
+#[async_trait]
+impl Machine for Modal {
+    const PROVIDER: &'static str = "Modal";
+    const EXEC: &'static str = "router exec";
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn run_dir(&self) -> &str {
+        RUN_DIR
+    }
+
+    async fn exec(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
+        argv::sh_execute(&*self.router, RUN_DIR, command, timeout).await
+    }
+
+    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
+        argv::upload(&*self.router, files).await
+    }
+
+    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
+        argv::download(&*self.router, paths).await
+    }
+
+    /// The tunnel of agentd's port, and agentd started behind it if it does not run.
+    async fn connector(self: std::sync::Arc<Self>, agentd: &str) -> Result<Box<dyn Connector>> {
+        let tunnels = self.control.tunnels(&self.id, self.start_timeout).await?;
+        let port = u32::from(self.port);
         let tunnel =
             tunnels.iter().find(|t| t.container_port == port).ok_or_else(|| SandboxError::Provider {
                 provider: PROVIDER,
@@ -299,69 +244,18 @@ impl ModalSandbox {
             router: std::sync::Arc::clone(&self.router),
             id: self.id.clone(),
             url,
-            port: options.port,
-            agentd: self.agentd_path.clone(),
+            port: self.port,
+            agentd: agentd.to_owned(),
             token: Mutex::new(String::new()),
-            timeout: options.link_timeout,
+            timeout: self.link_timeout,
         };
         connector.ensure_agentd().await?;
-        AgentdSandbox::with_connector(Box::new(connector), format!("modal:{}", self.id)).await
+        Ok(Box::new(connector))
     }
 
-    /// The channel `execute`, the verbs and the offload use.
-    pub fn channel(&self) -> Channel {
-        if self.link.is_some() { Channel::Link } else { Channel::RouterExec }
+    async fn delete(&self) -> Result<()> {
+        self.control.terminate(&self.id).await
     }
-
-    /// The control-plane client.
-    pub fn control(&self) -> &Control {
-        &self.control
-    }
-
-    /// The command router of this sandbox's task.
-    pub fn router(&self) -> &Router {
-        &self.router
-    }
-
-    /// Terminates a sandbox this adapter created; an attached one keeps running.
-    pub async fn close(self) -> Result<()> {
-        if self.owned { self.control.terminate(&self.id).await } else { Ok(()) }
-    }
-
-    /// `sh -c COMMAND` through the router exec (stdin closed; a long command as an uploaded script).
-    async fn router_execute(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
-        let timeout = match timeout {
-            None => Some(DEFAULT_EXEC_TIMEOUT),
-            Some(t) if t.is_zero() => None,
-            Some(t) => Some(t),
-        };
-        let mut script = None;
-        let mut text = format!("exec </dev/null\n{command}");
-        if text.len() > INLINE_COMMAND_MAX {
-            let path = format!("{RUN_DIR}/cmd-{}.sh", &random_hex()[..16]);
-            let up = transfer::upload(&self.router, &[(path.clone(), command.as_bytes().to_vec())]).await?;
-            if let Some(error) = up.into_iter().find_map(|u| u.error) {
-                return Err(SandboxError::Start(format!("cannot upload a long command to {path}: {error}")));
-            }
-            text = format!("exec </dev/null\n. {path}");
-            script = Some(path);
-        }
-        let args = ["sh".to_owned(), "-c".to_owned(), text];
-        let out = self.router.exec(&args, None, timeout, EXEC_RESULT_MAX).await;
-        if let Some(path) = script {
-            let _ = self.sh(&format!("rm -f {path}"), None).await;
-        }
-        Ok(execute_response(&out?, timeout))
-    }
-}
-
-/// `sh -c SCRIPT` through `router`: the exit code and stdout then stderr, as text.
-async fn sh(router: &Router, script: &str, stdin: Option<&[u8]>) -> Result<(Option<i32>, String)> {
-    let args = ["sh".to_owned(), "-c".to_owned(), script.to_owned()];
-    let out = router.exec(&args, stdin, Some(Duration::from_secs(60)), EXEC_RESULT_MAX).await?;
-    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-    text.push_str(&String::from_utf8_lossy(&out.stderr));
-    Ok((out.status.code(), text))
 }
 
 /// Opens the link through the tunnel; each connection makes sure our agentd runs (restarting a
@@ -403,7 +297,7 @@ echo $! > {pid_file}
 cat {token_file}"#,
             agentd = self.agentd,
         );
-        let (code, out) = sh(&self.router, &script, Some(random_hex().as_bytes())).await?;
+        let (code, out) = argv::sh(&*self.router, &script, Some(random_hex().as_bytes())).await?;
         let token = out.trim();
         if code != Some(0) || token.is_empty() || token.contains(char::is_whitespace) {
             return Err(SandboxError::Start(format!(
@@ -418,7 +312,9 @@ cat {token_file}"#,
     }
 
     async fn log_tail(&self) -> String {
-        match sh(&self.router, &format!("tail -c 2000 {RUN_DIR}/log-{} 2>/dev/null", self.port), None).await {
+        match argv::sh(&*self.router, &format!("tail -c 2000 {RUN_DIR}/log-{} 2>/dev/null", self.port), None)
+            .await
+        {
             Ok((_, text)) if !text.trim().is_empty() => text.trim().to_owned(),
             _ => "(empty)".to_owned(),
         }
@@ -466,39 +362,6 @@ impl Connector for TunnelConnector {
         }
     }
 }
-
-#[async_trait]
-impl LinkOrExec for ModalSandbox {
-    fn sandbox_id(&self) -> &str {
-        &self.id
-    }
-
-    fn agentd_path(&self) -> &str {
-        &self.agentd_path
-    }
-
-    fn agentd_source(&self) -> Option<AgentdSource> {
-        self.agentd_source
-    }
-
-    fn link(&self) -> Option<&AgentdSandbox> {
-        self.link.as_ref()
-    }
-
-    async fn exec_channel(&self, command: &str, timeout: Option<Duration>) -> Result<ExecuteResponse> {
-        self.router_execute(command, timeout).await
-    }
-
-    async fn upload(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
-        transfer::upload(&self.router, files).await
-    }
-
-    async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
-        transfer::download(&self.router, paths).await
-    }
-}
-
-link_or_exec_sandbox!(ModalSandbox);
 
 /// Modal as a [`Provider`]: `modal:IMAGE`, `modal-attach:SANDBOX_ID`.
 pub struct ModalProvider {
@@ -584,30 +447,5 @@ mod tests {
         // Plaintext to a remote host is still a public tunnel: TLS.
         assert_eq!(tunnel_url("h", 443, "http://10.1.2.3:5000"), "wss://h");
         assert_eq!(tunnel_url("::1", 9, "http://[::1]:5000"), "ws://[::1]:9");
-    }
-
-    fn out(stdout: &str, stderr: &str, status: ExitStatus, elapsed: u64) -> ExecOutput {
-        ExecOutput {
-            stdout: stdout.as_bytes().to_vec(),
-            stderr: stderr.as_bytes().to_vec(),
-            status,
-            elapsed: Duration::from_secs(elapsed),
-        }
-    }
-
-    #[test]
-    fn router_execs_read_as_the_contract_says() {
-        let t = Some(Duration::from_secs(2));
-        let plain = execute_response(&out("a", "b", ExitStatus::Code(3), 0), t);
-        assert_eq!((plain.output.as_str(), plain.exit_code, plain.truncated), ("ab", Some(3), false));
-        let killed_early = execute_response(&out("", "", ExitStatus::Signal(9), 1), t);
-        assert_eq!(killed_early.exit_code, Some(137));
-        let timed_out = execute_response(&out("partial", "", ExitStatus::Signal(9), 2), t);
-        assert_eq!(timed_out.exit_code, Some(124));
-        assert_eq!(timed_out.output, "partial\n[Command timed out after 2.0s; its process tree was killed]");
-        let no_answer = execute_response(&out("", "", ExitStatus::NoAnswer, 40), t);
-        assert_eq!(no_answer.exit_code, Some(124));
-        let no_limit = execute_response(&out("", "", ExitStatus::Signal(15), 99), None);
-        assert_eq!(no_limit.exit_code, Some(143));
     }
 }

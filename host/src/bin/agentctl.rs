@@ -156,6 +156,17 @@ enum SandboxCmd {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Suspend the given ones (KIND:ID or a bare ID, as `rm` takes them), to `resume` later; kinds
+    /// that cannot say so.
+    Pause {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Resume suspended ones and wait until each is ready.
+    Resume {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
     /// Remove every sandbox agentd created, across kinds: every one carrying agentd's label
     /// (`dev.agentd.sandbox`), whoever made it: other users' containers on the same Docker engine,
     /// and every such sandbox of the Daytona organisation or Modal environment, are removed too.
@@ -329,7 +340,9 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         | Cmd::Kill { .. }
         | Cmd::Shell { .. } => in_sandbox(&cli).await,
         Cmd::Sandbox(SandboxCmd::Ls) => sandbox_ls(&cli).await,
-        Cmd::Sandbox(SandboxCmd::Rm { ids }) => sandbox_rm(ids).await,
+        Cmd::Sandbox(SandboxCmd::Rm { ids }) => by_id(ids, Verb::Remove).await,
+        Cmd::Sandbox(SandboxCmd::Pause { ids }) => by_id(ids, Verb::Pause).await,
+        Cmd::Sandbox(SandboxCmd::Resume { ids }) => by_id(ids, Verb::Resume).await,
         Cmd::Sandbox(SandboxCmd::Gc) | Cmd::Gc => gc().await,
         Cmd::Up { workspace } => up(&cli, workspace.as_deref()),
         Cmd::Down => down(),
@@ -991,10 +1004,10 @@ async fn list_all() -> (Vec<SandboxInfo>, Vec<Kind>) {
 
 /// How `sandbox ls` shows an id: Docker's are shortened as `docker ps` does (`rm` takes prefixes).
 fn short_id(info: &SandboxInfo) -> &str {
-    match info.kind {
+    match info.kind.row().short_id {
         // By `get`: an id that is not ASCII (a hostile listing) is shown whole, not cut mid-character.
-        Kind::Docker => info.id.get(..12).unwrap_or(&info.id),
-        Kind::Local | Kind::Daytona | Kind::Modal => &info.id,
+        Some(width) => info.id.get(..width).unwrap_or(&info.id),
+        None => &info.id,
     }
 }
 
@@ -1024,8 +1037,16 @@ async fn sandbox_ls(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
     Ok(status)
 }
 
+/// What `sandbox rm|pause|resume` does to each sandbox.
+#[derive(Clone, Copy)]
+enum Verb {
+    Remove,
+    Pause,
+    Resume,
+}
+
 /// `KIND:ID` goes to that kind; a bare id (or a prefix of one) is looked up among what `ls` lists.
-async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Error>> {
+async fn by_id(ids: &[String], verb: Verb) -> Result<ExitCode, Box<dyn std::error::Error>> {
     let mut listed = None;
     for id in ids {
         let (kind, id) =
@@ -1061,8 +1082,13 @@ async fn sandbox_rm(ids: &[String]) -> Result<ExitCode, Box<dyn std::error::Erro
         if let Some(why) = kind.unavailable() {
             return Err(why.into());
         }
-        provider::provider(kind)?.remove(&id).await?;
-        println!("removed {kind}:{}", shown(&id));
+        let provider = provider::provider(kind)?;
+        let done = match verb {
+            Verb::Remove => provider.remove(&id).await.map(|()| "removed"),
+            Verb::Pause => provider.pause(&id).await.map(|()| "paused"),
+            Verb::Resume => provider.resume(&id).await.map(|()| "resumed"),
+        };
+        println!("{} {kind}:{}", done?, shown(&id));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -45,34 +45,7 @@ pub const DRAIN_IDLE: Duration = Duration::from_secs(5);
 /// Deadline of an ordinary router call.
 const CALL_DEADLINE: Duration = Duration::from_secs(30);
 
-/// How an exec ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitStatus {
-    Code(i32),
-    Signal(i32),
-    /// The router gave no exit before the exec's deadline.
-    NoAnswer,
-}
-
-impl ExitStatus {
-    /// The SDKs' number: the code, or 128 + the signal; `None` when unknown.
-    pub fn code(self) -> Option<i32> {
-        match self {
-            ExitStatus::Code(code) => Some(code),
-            ExitStatus::Signal(signal) => Some(128 + signal),
-            ExitStatus::NoAnswer => None,
-        }
-    }
-}
-
-/// What an exec produced.
-#[derive(Debug)]
-pub struct ExecOutput {
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-    pub status: ExitStatus,
-    pub elapsed: Duration,
-}
+pub use crate::adapters::argv::{ExecOutput, ExitStatus};
 
 /// The `exp` claim (seconds since the epoch) of a three-part JWT.
 pub fn jwt_exp(jwt: &str) -> Option<u64> {
@@ -130,6 +103,19 @@ pub struct Router {
 enum Failure {
     Status(Status),
     Access(SandboxError),
+}
+
+#[async_trait::async_trait]
+impl crate::adapters::argv::ArgvExec for Router {
+    async fn run(
+        &self,
+        args: &[String],
+        stdin: Option<&[u8]>,
+        timeout: Option<Duration>,
+        cap: u64,
+    ) -> Result<ExecOutput> {
+        self.exec(args, stdin, timeout, cap).await
+    }
 }
 
 impl Router {
