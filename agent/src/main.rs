@@ -32,6 +32,7 @@
 //! - [`memory`]: free pages go back to the system once the work is done.
 //! - [`bridge`]: `agentd bridge`, stdio relayed to an agentd's Unix socket (a link through a
 //!   channel that carries only stdio, whose commands outlive it).
+//! - [`install`]: `agentd install DIR`, this binary copied into a shared volume (initContainers).
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
 //! - [`leftovers`]: the `agentd-<pid>` directories of agentds that were killed, swept by the next.
 //!
@@ -49,6 +50,7 @@ mod confine;
 mod exec;
 mod fs;
 mod inbound;
+mod install;
 mod leftovers;
 mod memory;
 mod oneshot;
@@ -111,6 +113,12 @@ enum Command {
     Bridge {
         #[arg(long, value_name = "PATH")]
         unix: PathBuf,
+    },
+    /// Copy this agentd to DIR/agentd (0755, renamed into place): what an initContainer runs to
+    /// share the static binary with its Pod's other containers through a volume.
+    Install {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
     },
     /// Exit 0 when an agentd accepts connections at ADDR (for container health checks).
     Health {
@@ -180,6 +188,7 @@ fn main() -> ExitCode {
         Command::Fs(command) => return oneshot::fs(command),
         Command::Exec(args) => return oneshot::exec(args),
         Command::Bridge { unix } => return bridge::bridge(&unix),
+        Command::Install { dir } => return install::install(&dir),
         Command::Health { listen } => {
             return match std::net::TcpStream::connect_timeout(&listen, Duration::from_secs(2)) {
                 Ok(_) => ExitCode::SUCCESS,

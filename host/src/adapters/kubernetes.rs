@@ -30,6 +30,7 @@
 
 pub mod claim;
 pub mod exec;
+pub mod manifests;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -101,6 +102,12 @@ pub struct KubernetesOptions {
     pub link_timeout: Duration,
     /// The agentd to inject; `None`: agentd in the image if any, else the static one.
     pub agentd_binary: Option<std::path::PathBuf>,
+    /// The kubeconfig file; `None`: as `kubectl` finds it (`KUBECONFIG`, `~/.kube/config`,
+    /// in-cluster).
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// The Pod `kube:IMAGE` starts from (resources, volumes, node selector, service account, …):
+    /// its container named [`CONTAINER`] (added when it has none) gets the image.
+    pub pod_template: Option<Pod>,
 }
 
 impl Default for KubernetesOptions {
@@ -111,6 +118,8 @@ impl Default for KubernetesOptions {
             start_timeout: Duration::from_secs(300),
             link_timeout: Duration::from_secs(30),
             agentd_binary: None,
+            kubeconfig: None,
+            pod_template: None,
         }
     }
 }
@@ -123,15 +132,25 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// `KUBECONFIG`, `~/.kube/config` or the in-cluster service account; `namespace` overrides the
-    /// context's.
-    pub async fn connect(namespace: Option<&str>) -> Result<Self> {
-        let config = kube::Config::infer().await.map_err(|e| SandboxError::Provider {
+    /// [`KubernetesOptions::kubeconfig`], else `KUBECONFIG`, `~/.kube/config` or the in-cluster
+    /// service account; [`KubernetesOptions::namespace`] overrides the context's.
+    pub async fn connect(options: &KubernetesOptions) -> Result<Self> {
+        let unconfigured = |e: String| SandboxError::Provider {
             provider: PROVIDER,
             status: None,
             message: format!("no cluster configuration (KUBECONFIG, ~/.kube/config, in-cluster): {e}"),
-        })?;
-        let namespace = namespace.map_or_else(|| config.default_namespace.clone(), str::to_owned);
+        };
+        let config = match &options.kubeconfig {
+            Some(path) => {
+                let file =
+                    kube::config::Kubeconfig::read_from(path).map_err(|e| unconfigured(e.to_string()))?;
+                kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                    .await
+                    .map_err(|e| unconfigured(e.to_string()))?
+            }
+            None => kube::Config::infer().await.map_err(|e| unconfigured(e.to_string()))?,
+        };
+        let namespace = options.namespace.clone().unwrap_or_else(|| config.default_namespace.clone());
         let client = kube::Client::try_from(config).map_err(|e| kube_error(e, "the cluster's client"))?;
         Ok(Self { client, namespace })
     }
@@ -189,39 +208,47 @@ pub struct Kubernetes {
 /// A sandbox on Kubernetes with agentd in it.
 pub type KubernetesSandbox = Linked<Kubernetes>;
 
-/// The Pod `kube:IMAGE` makes: one container kept alive by a shell loop (whatever the image's
-/// entrypoint), no service-account token, labelled and annotated for `sandbox ls`.
-pub fn pod_manifest(image: &str) -> Pod {
-    let manifest = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "generateName": "agentd-",
-            "labels": { LABEL: "1" },
-            "annotations": { SOURCE_ANNOTATION: format!("kube:{image}") },
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": false,
-            "terminationGracePeriodSeconds": 5,
-            "containers": [{
-                "name": CONTAINER,
-                "image": image,
-                "command": ["sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"],
-            }],
-        },
-    });
-    // A fixed, valid manifest: it always deserializes.
-    serde_json::from_value(manifest).unwrap_or_default()
+/// The Pod `kube:IMAGE` makes from `template` (else an empty Pod): the container [`CONTAINER`] (added
+/// when missing) runs the image, kept alive by a shell loop unless the template gives its command;
+/// no service-account token and `restartPolicy: Never` unless the template says otherwise;
+/// labelled and annotated for `sandbox ls`.
+pub fn pod_manifest(image: &str, template: Option<&Pod>) -> Pod {
+    let mut pod = template.cloned().unwrap_or_default();
+    if pod.metadata.name.is_none() {
+        pod.metadata.generate_name = Some("agentd-".to_owned());
+    }
+    pod.metadata.labels.get_or_insert_default().insert(LABEL.to_owned(), "1".to_owned());
+    pod.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(SOURCE_ANNOTATION.to_owned(), format!("kube:{image}"));
+    let spec = pod.spec.get_or_insert_default();
+    spec.restart_policy.get_or_insert_with(|| "Never".to_owned());
+    spec.automount_service_account_token.get_or_insert(false);
+    spec.termination_grace_period_seconds.get_or_insert(5);
+    if !spec.containers.iter().any(|c| c.name == CONTAINER) {
+        spec.containers.insert(
+            0,
+            k8s_openapi::api::core::v1::Container { name: CONTAINER.to_owned(), ..Default::default() },
+        );
+    }
+    for container in spec.containers.iter_mut().filter(|c| c.name == CONTAINER) {
+        container.image = Some(image.to_owned());
+        if container.command.is_none() {
+            let keep_alive = "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done";
+            container.command = Some(vec!["sh".to_owned(), "-c".to_owned(), keep_alive.to_owned()]);
+        }
+    }
+    pod
 }
 
 impl Linked<Kubernetes> {
     /// Creates a Pod from `image`, waits until it is ready, puts agentd in and links to it.
     pub async fn create(image: &str, options: &KubernetesOptions) -> Result<Self> {
-        let cluster = Cluster::connect(options.namespace.as_deref()).await?;
+        let cluster = Cluster::connect(options).await?;
         let pods = cluster.pods();
         let created = pods
-            .create(&PostParams::default(), &pod_manifest(image))
+            .create(&PostParams::default(), &pod_manifest(image, options.pod_template.as_ref()))
             .await
             .map_err(|e| kube_error(e, "Pod"))?;
         let name = created.metadata.name.unwrap_or_default();
@@ -240,7 +267,7 @@ impl Linked<Kubernetes> {
     /// Claims a Sandbox from the warm pool `pool` (agent-sandbox), waits until it is ready, puts
     /// agentd in and links to it.
     pub async fn claim(pool: &str, options: &KubernetesOptions) -> Result<Self> {
-        let cluster = Cluster::connect(options.namespace.as_deref()).await?;
+        let cluster = Cluster::connect(options).await?;
         let claim = claim::create(&cluster, pool).await?;
         tracing::info!(claim = %cluster.id(&claim), "claimed a Sandbox from warm pool `{pool}`");
         let delete = {
@@ -257,7 +284,7 @@ impl Linked<Kubernetes> {
 
     /// Attaches to `[NAMESPACE/]NAME`: a claim of that name, else a Pod.
     pub async fn attach(id: &str, options: &KubernetesOptions) -> Result<Self> {
-        let (cluster, name) = Cluster::connect(options.namespace.as_deref()).await?.at(id)?;
+        let (cluster, name) = Cluster::connect(options).await?.at(id)?;
         let (pod_name, backing) = match claim::pod_of(&cluster, &name).await? {
             Some(pod) => (pod, Backing::Claim { claim: name }),
             None => (name, Backing::Pod),
@@ -460,7 +487,7 @@ impl KubernetesProvider {
     }
 
     async fn cluster(&self) -> Result<Cluster> {
-        Cluster::connect(self.options.namespace.as_deref()).await
+        Cluster::connect(&self.options).await
     }
 }
 
@@ -537,13 +564,26 @@ mod tests {
 
     #[test]
     fn the_pod_manifest_is_labelled_and_kept_alive() {
-        let pod = pod_manifest("agentd-base-debian:latest");
+        let pod = pod_manifest("agentd-base-debian:latest", None);
         assert_eq!(pod.metadata.labels.unwrap()[LABEL], "1");
         assert_eq!(pod.metadata.annotations.unwrap()[SOURCE_ANNOTATION], "kube:agentd-base-debian:latest");
         let spec = pod.spec.unwrap();
         assert_eq!(spec.automount_service_account_token, Some(false));
         assert_eq!(spec.containers[0].image.as_deref(), Some("agentd-base-debian:latest"));
         assert_eq!(spec.containers[0].name, CONTAINER);
+        // A template's own settings stay; its container gets the image.
+        let template: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "labels": { "team": "a" } },
+            "spec": { "automountServiceAccountToken": true, "containers": [{ "name": "sandbox", "workingDir": "/w" }] },
+        }))
+        .unwrap();
+        let pod = pod_manifest("img", Some(&template));
+        assert_eq!(pod.metadata.labels.as_ref().unwrap()["team"], "a");
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.automount_service_account_token, Some(true));
+        assert_eq!(spec.containers.len(), 1);
+        assert_eq!(spec.containers[0].working_dir.as_deref(), Some("/w"));
+        assert_eq!(spec.containers[0].image.as_deref(), Some("img"));
     }
 
     #[test]

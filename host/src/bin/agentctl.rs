@@ -167,6 +167,23 @@ enum SandboxCmd {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Print an agent-sandbox SandboxTemplate and SandboxWarmPool (YAML, for `kubectl apply -f -`)
+    /// whose Pods get the static agentd from an initContainer, beside any IMAGE; then
+    /// `--sandbox kube-claim:NAME` claims a warm one.
+    KubeTemplate {
+        /// The sandbox's image.
+        #[arg(long)]
+        image: String,
+        /// The template's and the pool's name.
+        #[arg(long, default_value = "agentd")]
+        name: String,
+        /// Sandboxes the pool keeps ready.
+        #[arg(long, default_value_t = 2)]
+        replicas: u32,
+        /// The image the initContainer copies agentd from (`/usr/local/bin/agentd` in it).
+        #[arg(long, default_value = agentd_host::adapters::kubernetes::manifests::AGENTD_IMAGE)]
+        agentd_image: String,
+    },
     /// Remove every sandbox agentd created, across kinds: every one carrying agentd's label
     /// (`dev.agentd.sandbox`), whoever made it: other users' containers on the same Docker engine,
     /// and every such sandbox of the Daytona organisation or Modal environment, are removed too.
@@ -343,6 +360,12 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Cmd::Sandbox(SandboxCmd::Rm { ids }) => by_id(ids, Verb::Remove).await,
         Cmd::Sandbox(SandboxCmd::Pause { ids }) => by_id(ids, Verb::Pause).await,
         Cmd::Sandbox(SandboxCmd::Resume { ids }) => by_id(ids, Verb::Resume).await,
+        Cmd::Sandbox(SandboxCmd::KubeTemplate { image, name, replicas, agentd_image }) => {
+            use agentd_host::adapters::kubernetes::manifests;
+            let template = manifests::sandbox_template(name, image, agentd_image);
+            print!("{}", manifests::to_yaml(&[template, manifests::warm_pool(name, name, *replicas)]));
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Sandbox(SandboxCmd::Gc) | Cmd::Gc => gc().await,
         Cmd::Up { workspace } => up(&cli, workspace.as_deref()),
         Cmd::Down => down(),
