@@ -13,10 +13,12 @@
 //! - [`download`]: a sandbox's file saved to a local path, nameless until whole.
 //! - [`deadlines`]: how long the host waits on a sandbox ([`Deadlines`]); every wait ends.
 //! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default);
-//!   Docker (feature `docker`), Daytona (feature `daytona`) and Modal (feature `modal`). A sandbox that wraps an
-//!   `AgentdSandbox` implements [`OverAgentd`] (the link, plus what is its own: id, transfers) and
-//!   gets the whole contract from it; [`BaseSandbox::agentd`] hands the link to callers that want
-//!   the protocol's extras.
+//!   Docker (feature `docker`), Daytona (feature `daytona`), Modal (feature `modal`) and Kubernetes
+//!   (feature `kubernetes`). A sandbox that wraps an `AgentdSandbox` implements [`OverAgentd`] (the
+//!   link, plus what is its own: id, transfers) and gets the whole contract from it; a provider
+//!   whose sandboxes carry a link it reaches through the provider (Daytona, Modal, Kubernetes)
+//!   implements `adapters::linked::Machine` and is a `Linked<Machine>`. [`BaseSandbox::agentd`]
+//!   hands the link to callers that want the protocol's extras.
 //! - [`provider`]: one shape for every kind: create from a `KIND:SPEC`, attach by id, list, remove
 //!   ([`Provider`]; [`provider::provider`] per kind, [`provider::open`] for a spec in one call).
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
@@ -30,11 +32,13 @@
 //! - `docker` (default): `DockerSandbox`, `DockerProvider` (bollard, tar).
 //! - `daytona` (default): the Daytona sandbox and provider.
 //! - `modal` (default): the Modal sandbox and provider (tonic; the `.proto` subset compiled by protox).
+//! - `kubernetes` (default): the Kubernetes sandbox and provider (kube, k8s-openapi): Pods and
+//!   agent-sandbox claims.
 //! - `cli` (off by default): what only `agentctl` uses (clap, indicatif, the protocol's `cli`).
 //!
-//! Without the first three (`default-features = false`) the crate is the link, [`AgentdSandbox`],
+//! Without the first four (`default-features = false`) the crate is the link, [`AgentdSandbox`],
 //! [`LocalSandbox`], the derived path, the provider interface and the contract; kinds whose feature
-//! is off parse in a spec and fail with [`SandboxError::Unsupported`]. `agentctl` needs all four:
+//! is off parse in a spec and fail with [`SandboxError::Unsupported`]. `agentctl` needs all five:
 //! `cargo install --path host --features cli`.
 //!
 //! ## Example

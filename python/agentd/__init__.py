@@ -86,6 +86,7 @@ __all__ = [
     "InvalidSpecError",
     "AsyncProcess",
     "LocalSandbox",
+    "KubernetesSandbox",
     "ModalSandbox",
     "Process",
     "ProtocolError",
@@ -633,8 +634,33 @@ class ModalSandbox(Sandbox):
         super().__init__(_agentd.Sandbox.open(_spec("modal", image, id, source_required=True)))
 
 
+class KubernetesSandbox(Sandbox):
+    """A sandbox on Kubernetes: a Pod from ``image`` (deleted on :meth:`close`), a Sandbox claimed
+    from the agent-sandbox warm pool ``claim`` (the claim deleted on :meth:`close`), or an existing
+    claim or Pod by ``id`` (``NAMESPACE/NAME`` or ``NAME``). The cluster is the one ``kubectl``
+    finds (``KUBECONFIG``, ``~/.kube/config``, in-cluster), in its context's namespace."""
+
+    def __init__(
+        self,
+        image: str | None = None,
+        *,
+        claim: str | None = None,
+        id: str | None = None,  # noqa: A002
+    ) -> None:
+        given = [name for name, value in (("image", image), ("claim", claim), ("id", id)) if value is not None]
+        if len(given) != 1:
+            msg = f"kube: give exactly one of `image`, `claim=` (a warm pool) or `id=`; got {given or 'none'}"
+            raise InvalidSpecError(msg)
+        if claim is not None:
+            spec = f"kube-claim:{claim}"
+        else:
+            spec = _spec("kube", image, id, source_required=True)
+        super().__init__(_agentd.Sandbox.open(spec))
+
+
 def open(spec: str) -> Sandbox:  # noqa: A001
     """The sandbox a ``KIND:SPEC`` names, as ``agentctl --sandbox`` takes it: ``local``,
     ``docker:IMAGE``, ``docker-attach:ID``, ``daytona:SNAPSHOT``, ``daytona-attach:ID``,
-    ``modal:IMAGE``, ``modal-attach:ID``."""
+    ``modal:IMAGE``, ``modal-attach:ID``, ``kube:IMAGE``, ``kube-claim:WARM_POOL``,
+    ``kube-attach:[NAMESPACE/]NAME``."""
     return Sandbox(_agentd.Sandbox.open(spec))

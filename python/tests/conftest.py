@@ -35,7 +35,7 @@ def need(ready: bool, why: str) -> None:
 
 
 #: The workspace's test servers (package ``agentd-tests``) the suite runs.
-TEST_BINARIES = ("fake-daytona", "fake-modal", "evil-agentd")
+TEST_BINARIES = ("fake-daytona", "fake-modal", "fake-kube", "evil-agentd")
 
 
 @pytest.fixture(scope="session")
@@ -63,15 +63,15 @@ def test_binaries() -> dict[str, Path]:
 
 
 @contextlib.contextmanager
-def fake_provider(name: str, binary: Path) -> Iterator[None]:
-    """Runs the fake provider NAME (``daytona``, ``modal``) from ``binary`` with the variables it
-    prints (its API's address and credentials) set in ``os.environ``, until the block ends; the fake
-    removes its containers when it is terminated."""
-    child = subprocess.Popen([os.fspath(binary)], stdout=subprocess.PIPE, text=True)
+def fake_provider(name: str, binary: Path, *args: str) -> Iterator[None]:
+    """Runs the fake provider NAME (``daytona``, ``modal``, ``kube``) from ``binary`` (with ``args``)
+    with the variables it prints (its API's address and credentials, or ``KUBECONFIG``) set in
+    ``os.environ``, until the block ends; the fake removes its containers when it is terminated."""
+    child = subprocess.Popen([os.fspath(binary), *args], stdout=subprocess.PIPE, text=True)
     try:
         with pytest.MonkeyPatch.context() as env:
             assert child.stdout is not None
-            for _ in range({"daytona": 2, "modal": 3}[name]):
+            for _ in range({"daytona": 2, "modal": 3, "kube": 1}[name]):
                 line = child.stdout.readline().strip()
                 assert line.startswith("export "), f"fake-{name} printed {line!r}"
                 key, _, value = line.removeprefix("export ").partition("=")

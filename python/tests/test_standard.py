@@ -86,12 +86,23 @@ class _ProviderStandard(SandboxIntegrationTests):
         ).returncode == 0
         need(have, f"no Docker engine or no {BASE_IMAGE} (images/build.sh)")
         with contextlib.ExitStack() as running:
-            if self.kind != "docker":
+            if self.kind == "kube-claim":
+                # A warm pool of one, from the template `agentctl sandbox kube-template` makes: agentd
+                # copied in by an initContainer (so `agentd_source` is "baked").
+                pool = ("--warm-pool", f"std={BASE_IMAGE}:1")
+                running.enter_context(fake_provider("kube", test_binaries["fake-kube"], *pool))
+            elif self.kind != "docker":
                 running.enter_context(fake_provider(self.kind, test_binaries[f"fake-{self.kind}"]))
-            make = {"docker": agentd.DockerSandbox, "daytona": agentd.DaytonaSandbox, "modal": agentd.ModalSandbox}
+            make = {
+                "docker": agentd.DockerSandbox,
+                "daytona": agentd.DaytonaSandbox,
+                "modal": agentd.ModalSandbox,
+                "kube": agentd.KubernetesSandbox,
+                "kube-claim": lambda _image: agentd.KubernetesSandbox(claim="std"),
+            }
             backend = make[self.kind](BASE_IMAGE)
             try:
-                assert backend.agentd_source == "injected"
+                assert backend.agentd_source == ("baked" if self.kind == "kube-claim" else "injected")
                 yield backend
             finally:
                 backend.close()
@@ -107,6 +118,14 @@ class TestDaytonaSandboxStandard(_ProviderStandard):
 
 class TestModalSandboxStandard(_ProviderStandard):
     kind = "modal"
+
+
+class TestKubernetesSandboxStandard(_ProviderStandard):
+    kind = "kube"
+
+
+class TestKubernetesClaimStandard(_ProviderStandard):
+    kind = "kube-claim"
 
 
 def _expected_failure(name: str, reason: str) -> Callable[..., Any]:

@@ -20,7 +20,7 @@
 //!   agentd and its commands run on, and the link heals: an `execute` in flight is attached again
 //!   from its last byte (see [`AgentdSandbox`](crate::adapters::agentd::AgentdSandbox)).
 //!   Transfers go over the link; without one (no agentd), `execute` and transfers run as plain
-//!   execs ([`argv`](crate::adapters::argv)).
+//!   execs ([`argv`]).
 //! - **agentd gets in** baked (`agentd` on `PATH`, or at `/opt/agentd/bin/agentd` where an
 //!   initContainer copied it into a shared `emptyDir`: README, "Kubernetes"), else injected
 //!   through exec.

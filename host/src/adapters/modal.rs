@@ -6,7 +6,7 @@
 //! - [`control`]: the control plane: channel, metadata, retries, the create sequence, list, terminate.
 //! - [`router`]: the command router: execs with streamed stdio behind a refreshed JWT. Files,
 //!   `execute` without a link and the setup scripts go through it as
-//!   [`argv`](crate::adapters::argv) runs them.
+//!   [`argv`] runs them.
 //!
 //! **Create**: app `agentd` → image `FROM <IMAGE>` (joined until built) → sandbox with the agentd
 //! port in `open_ports`, the tags [`TAG`]` = 1` and [`SOURCE_TAG`]` = IMAGE` (what

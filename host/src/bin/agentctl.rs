@@ -183,6 +183,10 @@ enum SandboxCmd {
         /// The image the initContainer copies agentd from (`/usr/local/bin/agentd` in it).
         #[arg(long, default_value = agentd_host::adapters::kubernetes::manifests::AGENTD_IMAGE)]
         agentd_image: String,
+        /// Create (or replace) them in the cluster (kubeconfig as `kubectl` finds it) instead of
+        /// printing them.
+        #[arg(long)]
+        apply: bool,
     },
     /// Remove every sandbox agentd created, across kinds: every one carrying agentd's label
     /// (`dev.agentd.sandbox`), whoever made it: other users' containers on the same Docker engine,
@@ -360,10 +364,22 @@ async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         Cmd::Sandbox(SandboxCmd::Rm { ids }) => by_id(ids, Verb::Remove).await,
         Cmd::Sandbox(SandboxCmd::Pause { ids }) => by_id(ids, Verb::Pause).await,
         Cmd::Sandbox(SandboxCmd::Resume { ids }) => by_id(ids, Verb::Resume).await,
-        Cmd::Sandbox(SandboxCmd::KubeTemplate { image, name, replicas, agentd_image }) => {
-            use agentd_host::adapters::kubernetes::manifests;
-            let template = manifests::sandbox_template(name, image, agentd_image);
-            print!("{}", manifests::to_yaml(&[template, manifests::warm_pool(name, name, *replicas)]));
+        Cmd::Sandbox(SandboxCmd::KubeTemplate { image, name, replicas, agentd_image, apply }) => {
+            use agentd_host::adapters::kubernetes::{Cluster, KubernetesOptions, manifests};
+            let documents = [
+                manifests::sandbox_template(name, image, agentd_image),
+                manifests::warm_pool(name, name, *replicas),
+            ];
+            if *apply {
+                let cluster = Cluster::connect(&KubernetesOptions::default()).await?;
+                manifests::apply(&cluster, &documents).await?;
+                println!(
+                    "applied SandboxTemplate {name} and SandboxWarmPool {name} in {}",
+                    cluster.namespace
+                );
+            } else {
+                print!("{}", manifests::to_yaml(&documents));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Sandbox(SandboxCmd::Gc) | Cmd::Gc => gc().await,

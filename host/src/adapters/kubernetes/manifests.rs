@@ -4,9 +4,13 @@
 //! looks for it: [`WELL_KNOWN`]), and a `SandboxWarmPool` of it. `agentctl sandbox kube-template`
 //! prints them as YAML for `kubectl apply -f -`.
 
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 
+use super::Cluster;
+use super::exec::kube_error;
 use crate::adapters::linked::WELL_KNOWN;
+use crate::error::{Result, SandboxError};
 
 /// The image the initContainer takes agentd from, unless told otherwise (any image with the static
 /// agentd at `/usr/local/bin/agentd`: `images/build.sh` makes it).
@@ -50,6 +54,36 @@ pub fn warm_pool(name: &str, template: &str, replicas: u32) -> Value {
         "metadata": { "name": name },
         "spec": { "replicas": replicas, "sandboxTemplateRef": { "name": template } },
     })
+}
+
+/// Creates each of these documents (a [`sandbox_template`] or a [`warm_pool`]) in the cluster's
+/// namespace, replacing one of the same name: what `agentctl sandbox kube-template --apply` does.
+pub async fn apply(cluster: &Cluster, documents: &[Value]) -> Result<()> {
+    for document in documents {
+        let text = |key: &str| document[key].as_str().unwrap_or_default().to_owned();
+        let (api_version, kind) = (text("apiVersion"), text("kind"));
+        let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+        let plural = format!("{}s", kind.to_lowercase());
+        let resource =
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, &kind), &plural);
+        let api: kube::Api<DynamicObject> =
+            kube::Api::namespaced_with(cluster.client.clone(), &cluster.namespace, &resource);
+        let mut object: DynamicObject = serde_json::from_value(document.clone())
+            .map_err(|e| SandboxError::Protocol(format!("a {kind} manifest: {e}")))?;
+        let name = object.metadata.name.clone().unwrap_or_default();
+        match api.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                let current = api.get(&name).await.map_err(|e| kube_error(e, &format!("{kind} {name}")))?;
+                object.metadata.resource_version = current.metadata.resource_version;
+                api.replace(&name, &PostParams::default(), &object)
+                    .await
+                    .map_err(|e| kube_error(e, &format!("{kind} {name}")))?;
+            }
+            Err(err) => return Err(kube_error(err, &format!("{kind} {name} (is agent-sandbox installed?)"))),
+        }
+    }
+    Ok(())
 }
 
 /// Documents as YAML (`---` between them): block style, every string JSON-quoted, which YAML reads

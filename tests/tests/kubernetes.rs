@@ -1,0 +1,178 @@
+//! `KubernetesSandbox` against the fake Kubernetes API (`agentd_tests::fake_kube`): real Pods (Docker
+//! containers from the `agentd-*` images), the `pods/exec` websocket carrying `agentd bridge`, and
+//! agent-sandbox claims from warm pools.
+//!
+//! Without Docker or the images each test prints one `skipped:` line and returns
+//! ([`agentd_tests::skip`]), unless `AGENTD_REQUIRE_DOCKER=1` makes that a failure.
+
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use agentd_host::adapters::inject::AgentdSource;
+use agentd_host::adapters::kubernetes::{
+    Backing, Channel, KubernetesMode, KubernetesOptions, KubernetesProvider, KubernetesSandbox,
+};
+use agentd_host::provider::Provider as _;
+use agentd_host::{BaseSandbox, SandboxError};
+use agentd_tests::fake_kube::FakeKube;
+
+const DEBIAN: &str = "agentd-debian:latest";
+const DEBIAN_BASE: &str = "agentd-base-debian:latest";
+
+fn options(fake: &FakeKube, mode: KubernetesMode) -> KubernetesOptions {
+    KubernetesOptions {
+        mode,
+        kubeconfig: Some(fake.kubeconfig_path().to_owned()),
+        link_timeout: Duration::from_secs(20),
+        start_timeout: Duration::from_secs(60),
+        agentd_binary: None,
+        ..KubernetesOptions::default()
+    }
+}
+
+/// A fake and a Pod sandbox on it from `image`, or `None` (skipped).
+async fn sandbox(image: &str, mode: KubernetesMode) -> Option<(FakeKube, KubernetesSandbox)> {
+    if !agentd_tests::docker_available(image).await {
+        return None;
+    }
+    let fake = FakeKube::start();
+    let mut options = options(&fake, mode);
+    if image == DEBIAN_BASE {
+        options.agentd_binary = Some(agentd_tests::static_agentd());
+    }
+    let started = Instant::now();
+    let sb = KubernetesSandbox::create(image, &options).await.unwrap();
+    eprintln!("kube:{image} ({mode:?}): ready and linked in {:?}", started.elapsed());
+    Some((fake, sb))
+}
+
+/// The Pods of the fake's namespace (names).
+async fn pods(fake: &FakeKube) -> Vec<String> {
+    let provider = KubernetesProvider::new(options(fake, KubernetesMode::Auto));
+    provider.list().await.unwrap().into_iter().map(|info| info.id).collect()
+}
+
+#[tokio::test]
+async fn a_baked_pod_over_the_exec_stream() {
+    let Some((fake, sb)) = sandbox(DEBIAN, KubernetesMode::Link).await else { return };
+    assert_eq!(sb.channel(), Channel::Link);
+    assert_eq!(sb.agentd_source(), Some(AgentdSource::Baked));
+    assert_eq!(sb.backing(), &Backing::Pod);
+    assert_eq!(sb.id(), format!("default/{}", sb.pod()));
+    agentd_tests::check_commands_and_verbs(&sb).await;
+    agentd_tests::check_transfers(&sb, "the link").await;
+    // Every call went over one exec stream (the bridge), besides the setup's probe.
+    let execs = fake.requests().iter().filter(|r| r.contains("/exec")).count();
+    assert!(execs <= 3, "{:?}", fake.requests());
+    let listed = pods(&fake).await;
+    assert!(listed.contains(&sb.id().to_owned()), "{listed:?}");
+    sb.close().await.unwrap();
+    assert!(pods(&fake).await.is_empty());
+}
+
+#[tokio::test]
+async fn agentd_is_injected_into_an_image_without_it() {
+    let Some((_fake, sb)) = sandbox(DEBIAN_BASE, KubernetesMode::Link).await else { return };
+    assert_eq!(sb.agentd_source(), Some(AgentdSource::Injected));
+    assert_eq!(sb.agentd_command(), "/tmp/.agentd/agentd");
+    let out = sb.execute("echo in-kube; uname -s", None).await.unwrap();
+    assert_eq!((out.output.as_str(), out.exit_code), ("in-kube\nLinux\n", Some(0)));
+    sb.close().await.unwrap();
+}
+
+/// Without a link (`PodExec`): `execute` and transfers run as plain execs, the verbs derived.
+#[tokio::test]
+async fn plain_execs_without_a_link() {
+    let Some((_fake, sb)) = sandbox(DEBIAN, KubernetesMode::PodExec).await else { return };
+    assert_eq!(sb.channel(), Channel::PodExec);
+    agentd_tests::check_commands_and_verbs(&sb).await;
+    agentd_tests::check_transfers(&sb, "pod exec").await;
+    let out = sb.execute("exit 7", None).await.unwrap();
+    assert_eq!(out.exit_code, Some(7));
+    sb.close().await.unwrap();
+}
+
+/// The API server drops every exec stream mid-command: agentd and the command run on in the Pod,
+/// the link heals through a new exec, and the caller gets the whole output and the true exit code.
+#[tokio::test]
+async fn a_dropped_exec_stream_loses_nothing() {
+    let Some((fake, sb)) = sandbox(DEBIAN, KubernetesMode::Link).await else { return };
+    let sb = std::sync::Arc::new(sb);
+    let running = {
+        let sb = std::sync::Arc::clone(&sb);
+        tokio::spawn(async move {
+            sb.execute("for i in 1 2 3 4 5 6; do echo line $i; sleep 0.3; done; exit 3", None).await
+        })
+    };
+    let mut dropped = 0;
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        dropped += fake.drop_exec_streams();
+    }
+    let out = running.await.unwrap().unwrap();
+    assert!(dropped >= 2, "only {dropped} streams were dropped");
+    let expected: String = (1..=6).map(|i| format!("line {i}\n")).collect();
+    assert_eq!((out.output.as_str(), out.exit_code), (expected.as_str(), Some(3)));
+    eprintln!("{dropped} exec streams dropped during one execute");
+    let again = sb.execute("echo after", None).await.unwrap();
+    assert_eq!(again.output, "after\n");
+}
+
+/// An image that is not there fails at once with the kubelet's reason, and leaves no Pod.
+#[tokio::test]
+async fn a_missing_image_says_the_kubelets_reason() {
+    if !agentd_tests::docker_available(DEBIAN).await {
+        return;
+    }
+    let fake = FakeKube::start();
+    let started = Instant::now();
+    let err = KubernetesSandbox::create("agentd-no-such-image:1", &options(&fake, KubernetesMode::Auto))
+        .await
+        .err()
+        .expect("a Pod of a missing image");
+    let text = err.to_string();
+    assert!(text.contains("ErrImageNeverPull"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    assert!(pods(&fake).await.is_empty());
+}
+
+/// A Pod no node can take fails at the deadline with the scheduler's reason, and leaves no Pod.
+#[tokio::test]
+async fn an_unschedulable_pod_says_the_schedulers_reason() {
+    if !agentd_tests::docker_available(DEBIAN).await {
+        return;
+    }
+    let fake = FakeKube::start();
+    let mut options = options(&fake, KubernetesMode::Auto);
+    options.start_timeout = Duration::from_secs(2);
+    options.pod_template = Some(
+        serde_json::from_value(serde_json::json!({ "spec": { "nodeSelector": { "gpu": "h100" } } })).unwrap(),
+    );
+    let err = KubernetesSandbox::create(DEBIAN, &options).await.err().expect("an unschedulable Pod");
+    let text = err.to_string();
+    assert!(matches!(err, SandboxError::Timeout { .. }), "{text}");
+    assert!(text.contains("Unschedulable") && text.contains("0/1 nodes are available"), "{text}");
+    assert!(pods(&fake).await.is_empty());
+}
+
+/// `kube-attach:NAMESPACE/NAME` reaches a Pod another host made; `remove` deletes it; a plain Pod
+/// cannot be paused, and says so.
+#[tokio::test]
+async fn attach_remove_and_pause_through_the_provider() {
+    let Some((fake, sb)) = sandbox(DEBIAN, KubernetesMode::Link).await else { return };
+    sb.execute("echo kept > /tmp/mark", None).await.unwrap();
+    let provider = KubernetesProvider::new(options(&fake, KubernetesMode::Link));
+    let other = provider.attach(sb.id()).await.unwrap();
+    assert_eq!(other.execute("cat /tmp/mark", None).await.unwrap().output, "kept\n");
+    let paused = provider.pause(sb.id()).await.err().expect("a plain Pod paused").to_string();
+    assert!(paused.contains("only claimed sandboxes"), "{paused}");
+    for bad in ["../x", "Default/x", "a/b/c"] {
+        let err = provider.attach(bad).await.err().expect("a bad id").to_string();
+        assert!(err.contains("not a well-formed sandbox id"), "{bad}: {err}");
+    }
+    drop(other);
+    provider.remove(sb.id()).await.unwrap();
+    assert!(pods(&fake).await.is_empty());
+}
