@@ -73,8 +73,9 @@ BASE_IMAGE = "agentd-base-debian:latest"
 
 class _ProviderStandard(SandboxIntegrationTests):
     """The same suite in a sandbox of a provider kind, from the bare Debian base (agentd injected;
-    its ``python`` is the image's, ``python-is-python3``): the same score as the local run. Daytona
-    and Modal run through the workspace's fakes. Skips without Docker or the image, unless
+    its ``python`` is the image's, ``python-is-python3``): the same score as the local run. Daytona,
+    Modal and Kubernetes (a Pod, and a claim from a warm pool whose template copies agentd in)
+    run through the workspace's fakes. Skips without Docker or the image, unless
     ``AGENTD_REQUIRE_DOCKER`` is set."""
 
     kind: ClassVar[str]
