@@ -176,3 +176,78 @@ async fn attach_remove_and_pause_through_the_provider() {
     provider.remove(sb.id()).await.unwrap();
     assert!(pods(&fake).await.is_empty());
 }
+
+/// The template `agentctl sandbox kube-template` makes (agentd copied in by an initContainer) and a
+/// warm pool of it, applied through the API; waits until the pool has `ready` ready Sandboxes.
+async fn warm_pool(fake: &FakeKube, name: &str, image: &str, ready: u64) {
+    use agentd_host::adapters::kubernetes::{Cluster, manifests};
+    let cluster = Cluster::connect(&options(fake, KubernetesMode::Link)).await.unwrap();
+    let template = manifests::sandbox_template(name, image, manifests::AGENTD_IMAGE);
+    let pool = manifests::warm_pool(name, name, u32::try_from(ready).unwrap());
+    manifests::apply(&cluster, &[template, pool]).await.unwrap();
+    let url =
+        format!("{}/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxwarmpools/{name}", fake.url());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pool: serde_json::Value =
+            reqwest::Client::new().get(&url).bearer_auth(fake.token()).send().await.unwrap().json().await.unwrap();
+        if pool["status"]["readyReplicas"].as_u64().unwrap_or(0) >= ready {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the warm pool never got {ready} ready: {pool}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A claim from a warm pool gets a ready Sandbox whose agentd came from the initContainer; it can
+/// be suspended and resumed; closing it deletes the claim, its Sandbox and its Pod.
+#[tokio::test]
+async fn a_claim_from_a_warm_pool() {
+    if !agentd_tests::docker_available(DEBIAN_BASE).await || !agentd_tests::docker_available("agentd-busybox:latest").await
+    {
+        return;
+    }
+    let fake = FakeKube::start();
+    warm_pool(&fake, "py", DEBIAN_BASE, 1).await;
+    let started = Instant::now();
+    let sb = KubernetesSandbox::claim("py", &options(&fake, KubernetesMode::Link)).await.unwrap();
+    eprintln!("kube-claim:py: ready and linked in {:?}", started.elapsed());
+    assert_eq!(sb.channel(), Channel::Link);
+    assert_eq!(sb.agentd_source(), Some(AgentdSource::Baked));
+    assert_eq!(sb.agentd_command(), "/opt/agentd/bin/agentd");
+    let Backing::Claim { claim } = sb.backing().clone() else { panic!("not a claim: {:?}", sb.backing()) };
+    assert_eq!(sb.id(), format!("default/{claim}"));
+    agentd_tests::check_commands_and_verbs(&sb).await;
+    let listed = pods(&fake).await;
+    assert!(listed.contains(&sb.id().to_owned()), "{listed:?}");
+
+    let provider = KubernetesProvider::new(options(&fake, KubernetesMode::Link));
+    provider.pause(sb.id()).await.unwrap();
+    let pod = sb.pod().to_owned();
+    assert!(fake.container_of("default", &pod, "sandbox").is_none(), "the suspended Sandbox's Pod still runs");
+    provider.resume(sb.id()).await.unwrap();
+    // The Pod is new (its files are gone); the link reconnects and starts agentd again.
+    let out = sb.execute("echo resumed", None).await.unwrap();
+    assert_eq!((out.output.as_str(), out.exit_code), ("resumed\n", Some(0)));
+
+    sb.close().await.unwrap();
+    let listed = pods(&fake).await;
+    assert!(!listed.iter().any(|id| id.ends_with(&claim)), "{listed:?}");
+    assert!(fake.container_of("default", &pod, "sandbox").is_none());
+}
+
+/// A claim on a pool that does not exist fails with agent-sandbox's reason, and is deleted.
+#[tokio::test]
+async fn a_claim_on_a_missing_pool_says_why() {
+    if !agentd_tests::docker_available(DEBIAN).await {
+        return;
+    }
+    let fake = FakeKube::start();
+    let err = KubernetesSandbox::claim("nowhere", &options(&fake, KubernetesMode::Link))
+        .await
+        .err()
+        .expect("a claim on a missing pool")
+        .to_string();
+    assert!(err.contains("WarmPoolNotFound"), "{err}");
+    assert!(pods(&fake).await.is_empty());
+}
