@@ -251,3 +251,31 @@ async fn a_claim_on_a_missing_pool_says_why() {
     assert!(err.contains("WarmPoolNotFound"), "{err}");
     assert!(pods(&fake).await.is_empty());
 }
+
+/// `agentctl --sandbox kube:IMAGE exec` against the fake: the Pod is made, the command runs in it,
+/// and the Pod is deleted when agentctl ends; `sandbox kube-template --apply` makes a warm pool that
+/// `kube-claim:` then claims from.
+#[tokio::test]
+async fn agentctl_runs_in_kube() {
+    if !agentd_tests::docker_available(DEBIAN).await {
+        return;
+    }
+    let fake = FakeKube::start();
+    let agentctl = |args: &[&str]| {
+        let out = std::process::Command::new(agentd_tests::binary("agentctl"))
+            .args(args)
+            .env("KUBECONFIG", fake.kubeconfig_path())
+            .output()
+            .unwrap();
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        (out.status.code(), text(&out.stdout), text(&out.stderr))
+    };
+    let (code, stdout, stderr) = agentctl(&["--sandbox", "kube:agentd-debian:latest", "exec", "--", "echo in-kube"]);
+    assert_eq!((code, stdout.as_str()), (Some(0), "in-kube\n"), "{stderr}");
+    assert!(pods(&fake).await.is_empty());
+    let (code, stdout, stderr) =
+        agentctl(&["sandbox", "kube-template", "--image", DEBIAN_BASE, "--name", "cli", "--replicas", "1", "--apply"]);
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    let (code, stdout, stderr) = agentctl(&["--sandbox", "kube-claim:cli", "exec", "--", "echo claimed; command -v agentd || echo /opt"]);
+    assert_eq!((code, stdout.as_str()), (Some(0), "claimed\n/opt\n"), "{stderr}");
+}
