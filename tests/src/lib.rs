@@ -8,6 +8,8 @@
 //! - [`containers`]: the fake providers' sandboxes as Docker containers, driven by the `docker` CLI.
 //! - [`evil_agentd`]: an agentd that lies, for the tests of a hostile sandbox (`evil-agentd`).
 //! - [`fake_daytona`]: a fake Daytona (API, toolbox, preview proxy; `fake-daytona`).
+//! - [`fake_kube`]: a fake Kubernetes API server (discovery, objects, watch, Pods as containers,
+//!   exec over websockets; `fake-kube`).
 //! - [`fake_modal`]: a fake Modal (control plane and command router over gRPC; `fake-modal`).
 //!
 //! The tests need the `agentd` and `agentctl` binaries built: `cargo build --workspace` (the README's
@@ -29,6 +31,7 @@ pub mod channels;
 pub mod containers;
 pub mod evil_agentd;
 pub mod fake_daytona;
+pub mod fake_kube;
 pub mod fake_modal;
 
 pub type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
@@ -243,6 +246,11 @@ impl ServerThread {
     /// fake's binary waits for its signals there: one runtime, one signal driver).
     pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
         self.handle.block_on(future)
+    }
+
+    /// The server's runtime, to spawn tasks (controllers) on it.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.handle
     }
 
     /// Ends the server and joins its thread (idempotent).

@@ -1,0 +1,42 @@
+//! The kubeconfig the fake writes: one cluster (`server: http://127.0.0.1:PORT`), one user (a
+//! bearer token), one context (namespace `default`), and `current-context` naming it. Clients
+//! that load it (`kubectl --kubeconfig`, `kubernetes.config.load_kube_config`, kube-rs
+//! `Config::infer` through `KUBECONFIG`) need nothing else.
+
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::Path;
+
+/// The cluster, user and context name.
+pub const NAME: &str = "fake-kube";
+
+/// The kubeconfig's text.
+pub fn render(server: &str, token: &str, namespace: &str) -> String {
+    format!(
+        "apiVersion: v1\n\
+         kind: Config\n\
+         clusters:\n\
+         - name: {NAME}\n  \
+           cluster:\n    \
+             server: {server}\n\
+         users:\n\
+         - name: {NAME}\n  \
+           user:\n    \
+             token: {token}\n\
+         contexts:\n\
+         - name: {NAME}\n  \
+           context:\n    \
+             cluster: {NAME}\n    \
+             user: {NAME}\n    \
+             namespace: {namespace}\n\
+         current-context: {NAME}\n\
+         preferences: {{}}\n"
+    )
+}
+
+/// Writes the kubeconfig to `path`, readable by its owner only (it holds the token).
+pub fn write(path: &Path, server: &str, token: &str, namespace: &str) -> std::io::Result<()> {
+    let mut file =
+        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(render(server, token, namespace).as_bytes())
+}
