@@ -84,7 +84,10 @@ async fn run() {
 /// Waits until the warm pool reports `ready` ready Sandboxes.
 async fn wait_pool_ready(fake: &FakeKube, ready: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    let url = format!("{}/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxwarmpools/{POOL}", fake.url());
+    let url = format!(
+        "{}/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxwarmpools/{POOL}",
+        fake.url()
+    );
     let client = reqwest::Client::new();
     loop {
         let pool: serde_json::Value =

@@ -166,7 +166,7 @@ async fn attach_remove_and_pause_through_the_provider() {
     let provider = KubernetesProvider::new(options(&fake, KubernetesMode::Link));
     let other = provider.attach(sb.id()).await.unwrap();
     assert_eq!(other.execute("cat /tmp/mark", None).await.unwrap().output, "kept\n");
-    let paused = provider.pause(sb.id()).await.err().expect("a plain Pod paused").to_string();
+    let paused = provider.pause(sb.id()).await.expect_err("a plain Pod paused").to_string();
     assert!(paused.contains("only claimed sandboxes"), "{paused}");
     for bad in ["../x", "Default/x", "a/b/c"] {
         let err = provider.attach(bad).await.err().expect("a bad id").to_string();
@@ -185,12 +185,21 @@ async fn warm_pool(fake: &FakeKube, name: &str, image: &str, ready: u64) {
     let template = manifests::sandbox_template(name, image, manifests::AGENTD_IMAGE);
     let pool = manifests::warm_pool(name, name, u32::try_from(ready).unwrap());
     manifests::apply(&cluster, &[template, pool]).await.unwrap();
-    let url =
-        format!("{}/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxwarmpools/{name}", fake.url());
+    let url = format!(
+        "{}/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxwarmpools/{name}",
+        fake.url()
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let pool: serde_json::Value =
-            reqwest::Client::new().get(&url).bearer_auth(fake.token()).send().await.unwrap().json().await.unwrap();
+        let pool: serde_json::Value = reqwest::Client::new()
+            .get(&url)
+            .bearer_auth(fake.token())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if pool["status"]["readyReplicas"].as_u64().unwrap_or(0) >= ready {
             return;
         }
@@ -203,7 +212,8 @@ async fn warm_pool(fake: &FakeKube, name: &str, image: &str, ready: u64) {
 /// be suspended and resumed; closing it deletes the claim, its Sandbox and its Pod.
 #[tokio::test]
 async fn a_claim_from_a_warm_pool() {
-    if !agentd_tests::docker_available(DEBIAN_BASE).await || !agentd_tests::docker_available("agentd-busybox:latest").await
+    if !agentd_tests::docker_available(DEBIAN_BASE).await
+        || !agentd_tests::docker_available("agentd-busybox:latest").await
     {
         return;
     }
@@ -224,7 +234,10 @@ async fn a_claim_from_a_warm_pool() {
     let provider = KubernetesProvider::new(options(&fake, KubernetesMode::Link));
     provider.pause(sb.id()).await.unwrap();
     let pod = sb.pod().to_owned();
-    assert!(fake.container_of("default", &pod, "sandbox").is_none(), "the suspended Sandbox's Pod still runs");
+    assert!(
+        fake.container_of("default", &pod, "sandbox").is_none(),
+        "the suspended Sandbox's Pod still runs"
+    );
     provider.resume(sb.id()).await.unwrap();
     // The Pod is new (its files are gone); the link reconnects and starts agentd again.
     let out = sb.execute("echo resumed", None).await.unwrap();
@@ -270,12 +283,28 @@ async fn agentctl_runs_in_kube() {
         let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
         (out.status.code(), text(&out.stdout), text(&out.stderr))
     };
-    let (code, stdout, stderr) = agentctl(&["--sandbox", "kube:agentd-debian:latest", "exec", "--", "echo in-kube"]);
+    let (code, stdout, stderr) =
+        agentctl(&["--sandbox", "kube:agentd-debian:latest", "exec", "--", "echo in-kube"]);
     assert_eq!((code, stdout.as_str()), (Some(0), "in-kube\n"), "{stderr}");
     assert!(pods(&fake).await.is_empty());
-    let (code, stdout, stderr) =
-        agentctl(&["sandbox", "kube-template", "--image", DEBIAN_BASE, "--name", "cli", "--replicas", "1", "--apply"]);
+    let (code, stdout, stderr) = agentctl(&[
+        "sandbox",
+        "kube-template",
+        "--image",
+        DEBIAN_BASE,
+        "--name",
+        "cli",
+        "--replicas",
+        "1",
+        "--apply",
+    ]);
     assert_eq!(code, Some(0), "{stdout}{stderr}");
-    let (code, stdout, stderr) = agentctl(&["--sandbox", "kube-claim:cli", "exec", "--", "echo claimed; command -v agentd || echo /opt"]);
+    let (code, stdout, stderr) = agentctl(&[
+        "--sandbox",
+        "kube-claim:cli",
+        "exec",
+        "--",
+        "echo claimed; command -v agentd || echo /opt",
+    ]);
     assert_eq!((code, stdout.as_str()), (Some(0), "claimed\n/opt\n"), "{stderr}");
 }
