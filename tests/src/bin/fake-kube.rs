@@ -1,18 +1,24 @@
 //! `fake-kube`: the tests' fake Kubernetes API server, standalone. Writes a kubeconfig, prints
 //! `export KUBECONFIG=<path>` (for `eval`), then serves until killed; on SIGINT/SIGTERM its
 //! containers and volumes are removed (and the kubeconfig with its directory). `--listen ADDR`
-//! picks the address (default 127.0.0.1:0, a free port).
+//! picks the address (default 127.0.0.1:0, a free port); `--tls` serves HTTPS with a fresh CA (in the
+//! kubeconfig), which `kubectl` needs: client-go sends a token only over TLS.
 
 use std::io::Write as _;
 
 fn main() -> std::process::ExitCode {
     let mut args = std::env::args().skip(1);
     let mut listen = String::from("127.0.0.1:0");
+    let mut tls = false;
     while let Some(arg) = args.next() {
+        if arg == "--tls" {
+            tls = true;
+            continue;
+        }
         match (arg.as_str(), args.next()) {
             ("--listen", Some(addr)) => listen = addr,
             _ => {
-                eprintln!("usage: fake-kube [--listen ADDR]");
+                eprintln!("usage: fake-kube [--listen ADDR] [--tls]");
                 return std::process::ExitCode::from(2);
             }
         }
@@ -24,7 +30,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let fake = match agentd_tests::fake_kube::FakeKube::start_on(addr) {
+    let fake = match agentd_tests::fake_kube::FakeKube::launch(addr, tls) {
         Ok(fake) => fake,
         Err(err) => {
             eprintln!("fake-kube: {err}");
