@@ -625,6 +625,10 @@ pub enum Need {
     DaytonaSdk,
     /// The official `modal` Python client: `$AGENTD_MODAL_PYTHON` names a python that imports it.
     ModalSdk,
+    /// The official `kubernetes` Python client: `$AGENTD_KUBE_PYTHON` names a python that imports it.
+    KubeSdk,
+    /// `kubectl` on the `PATH`.
+    Kubectl,
     /// Root, for what only root may do to the machine around agentd (mounts).
     Root,
 }
@@ -639,6 +643,8 @@ impl Need {
             Self::Python3 => "AGENTD_REQUIRE_PYTHON3",
             Self::DaytonaSdk => "AGENTD_REQUIRE_DAYTONA_SDK",
             Self::ModalSdk => "AGENTD_REQUIRE_MODAL_SDK",
+            Self::KubeSdk => "AGENTD_REQUIRE_KUBE_SDK",
+            Self::Kubectl => "AGENTD_REQUIRE_KUBECTL",
             Self::Root => "AGENTD_REQUIRE_ROOT",
         }
     }
