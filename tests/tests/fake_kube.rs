@@ -801,3 +801,55 @@ async fn fake_kube_binary_writes_a_kubeconfig_and_serves_until_killed() {
         assert!(agentd_tests::containers::listed(&filter).is_empty(), "fake-kube left its container");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_init_container_injects_agentd_through_an_empty_dir() {
+    // The injection pattern: an init container from the image that has agentd copies the static
+    // binary into an emptyDir; the main container (an image without it) runs it from there.
+    if !docker_available(IMAGE).await || !docker_available("agentd-debian:latest").await {
+        return;
+    }
+    let fake = FakeKube::start();
+    let api = Api::new(&fake);
+    let pod = json!({
+        "metadata": {"name": "injected"},
+        "spec": {
+            "volumes": [{"name": "agentd", "emptyDir": {}}],
+            "initContainers": [{
+                "name": "inject", "image": "agentd-debian:latest", "imagePullPolicy": "Never",
+                "command": ["cp", "/usr/local/bin/agentd", "/opt/agentd/agentd"],
+                "volumeMounts": [{"name": "agentd", "mountPath": "/opt/agentd"}],
+            }],
+            "containers": [{
+                "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                "command": ["/opt/agentd/agentd", "serve", "--listen", "0.0.0.0:7700"],
+                "env": [{"name": "AGENTD_TOKEN", "value": "fake-kube-test-token"}],
+                "volumeMounts": [{"name": "agentd", "mountPath": "/opt/agentd", "readOnly": true}],
+            }],
+        },
+    });
+    let (status, _) = api.post("/api/v1/namespaces/default/pods", pod).await;
+    assert_eq!(status, 201);
+    let pod = wait_pod(&api, "injected", Duration::from_secs(60), ready).await;
+    let (mut ws, _) = exec_ws(
+        &fake,
+        "injected",
+        &exec_query(&["/opt/agentd/agentd", "--version"], "stdout=true"),
+        "v5.channel.k8s.io",
+    )
+    .await
+    .unwrap();
+    let outcome = collect(&mut ws).await;
+    assert!(String::from_utf8_lossy(&outcome.stdout).starts_with("agentd "), "{outcome:?}");
+    // agentd listens on the pod IP, reachable from the host.
+    let address = format!("{}:7700", pod["status"]["podIP"].as_str().unwrap());
+    let mut connected = false;
+    for _ in 0..50 {
+        if tokio::net::TcpStream::connect(&address).await.is_ok() {
+            connected = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(connected, "nothing listens on {address}");
+}

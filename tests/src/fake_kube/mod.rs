@@ -16,6 +16,14 @@
 //! - [`kubeconfig`]: the kubeconfig file a client loads.
 //! - [`tls`]: HTTPS with a fresh CA, for clients that send a token only over TLS (`kubectl`).
 //!
+//! What it does not do (a real cluster does): `Table` answers (`kubectl get` prints NAME and AGE
+//! only), OpenAPI documents (`kubectl apply` needs `--validate=false`), server-side apply and JSON
+//! patch (415; a strategic merge patch is applied as a JSON merge patch, so lists are replaced, not
+//! merged by key), `limit`/`continue` paging (a list is whole), periodic watch bookmarks (only the
+//! `initial-events-end` one of `sendInitialEvents`), SPDY (exec is websockets only), `attach`,
+//! `portforward`, Events, namespace deletion of its contents, readiness probes, Services' networking,
+//! `configMap`/`secret`/`hostPath` volumes.
+//!
 //! Every container and volume carries [`CONTAINER_LABEL`]` = <instance>`; the [`FakeKube`] removes
 //! them all when dropped. Custom resources (agent-sandbox's) register their types with
 //! [`store::Store::register`] and run their controllers with [`FakeKube::spawn`].
