@@ -360,6 +360,9 @@ async fn verb(shared: &Arc<Shared>, target: Target, call: Call) -> Result<Respon
                 }
                 Method::GET => {
                     let (items, revision) = store.list(&key, namespace.as_deref(), &selector)?;
+                    if super::table::wanted(accept(&call)) {
+                        return Ok(json_response(200, &super::table::render(&resource, &items, revision)));
+                    }
                     Ok(json_response(200, &list_json(&resource, items, revision)))
                 }
                 Method::POST if resource.namespaced && namespace.is_none() => {
@@ -390,7 +393,14 @@ async fn verb(shared: &Arc<Shared>, target: Target, call: Call) -> Result<Respon
                     Selector::parse(call.param("labelSelector"), Some(&format!("metadata.name={name}")))?;
                 watch_response(shared, &resource, namespace.as_deref(), selector, &call)
             }
-            Method::GET => Ok(json_response(200, &store.get(&key, &ns, &name)?)),
+            Method::GET => {
+                let object = store.get(&key, &ns, &name)?;
+                if super::table::wanted(accept(&call)) {
+                    let revision = store.resource_version();
+                    return Ok(json_response(200, &super::table::render(&resource, &[object], revision)));
+                }
+                Ok(json_response(200, &object))
+            }
             Method::PUT => {
                 let body = body_json(call.request).await?;
                 Ok(json_response(200, &store.replace(&key, &ns, &name, body)?))
@@ -438,6 +448,10 @@ fn patch_type(call: &Call) -> Result<&str, ApiError> {
         "application/merge-patch+json" | "application/strategic-merge-patch+json" => Ok(media),
         other => Err(ApiError::unsupported_patch(other)),
     }
+}
+
+fn accept(call: &Call) -> Option<&str> {
+    call.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())
 }
 
 fn grace(call: &Call) -> Option<i64> {

@@ -14,10 +14,10 @@
 //!   `emptyDir` volumes as Docker volumes, the Pod's status; `log`.
 //! - [`exec`]: `pods/exec` over `v5.channel.k8s.io`, `v4.channel.k8s.io`, `channel.k8s.io`.
 //! - [`kubeconfig`]: the kubeconfig file a client loads.
+//! - [`table`]: the `Table` answers `kubectl get` prints.
 //! - [`tls`]: HTTPS with a fresh CA, for clients that send a token only over TLS (`kubectl`).
 //!
-//! What it does not do (a real cluster does): `Table` answers (`kubectl get` prints NAME and AGE
-//! only), OpenAPI documents (`kubectl apply` needs `--validate=false`), server-side apply and JSON
+//! What it does not do (a real cluster does): `Table` rows in watches (`kubectl get -w`), OpenAPI documents (`kubectl apply` needs `--validate=false`), server-side apply and JSON
 //! patch (415; a strategic merge patch is applied as a JSON merge patch, so lists are replaced, not
 //! merged by key), `limit`/`continue` paging (a list is whole), periodic watch bookmarks (only the
 //! `initial-events-end` one of `sendInitialEvents`), SPDY (exec is websockets only), `attach`,
@@ -35,6 +35,7 @@ pub mod pods;
 pub mod selector;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod tls;
 
 use std::net::SocketAddr;
