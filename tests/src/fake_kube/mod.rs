@@ -17,9 +17,9 @@
 //! - [`table`]: the `Table` answers `kubectl get` prints.
 //! - [`tls`]: HTTPS with a fresh CA, for clients that send a token only over TLS (`kubectl`).
 //!
-//! What it does not do (a real cluster does): `Table` rows in watches (`kubectl get -w`), OpenAPI documents (`kubectl apply` needs `--validate=false`), server-side apply and JSON
-//! patch (415; a strategic merge patch is applied as a JSON merge patch, so lists are replaced, not
-//! merged by key), `limit`/`continue` paging (a list is whole), periodic watch bookmarks (only the
+//! What it does not do (a real cluster does): `Table` rows in watches (`kubectl get -w`), OpenAPI documents (`kubectl apply` needs `--validate=false`), JSON patch (415),
+//! server-side apply's field ownership (an apply creates a missing object, else merges), strategic
+//! merge (applied as a JSON merge patch: lists are replaced, not merged by key), `limit`/`continue` paging (a list is whole), periodic watch bookmarks (only the
 //! `initial-events-end` one of `sendInitialEvents`), SPDY (exec is websockets only), `attach`,
 //! `portforward`, Events, namespace deletion of its contents, readiness probes, Services' networking,
 //! `configMap`/`secret`/`hostPath` volumes.
