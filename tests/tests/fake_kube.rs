@@ -272,6 +272,31 @@ async fn auth_discovery_and_the_generic_verbs_follow_the_api() {
         (initial[0]["type"].as_str(), initial[0]["object"]["metadata"]["name"].as_str()),
         (Some("ADDED"), Some(generated_name.as_str()))
     );
+
+    // Finalizers hold a deletion until they are cleared; ownerReferences cascade (the garbage
+    // collector's background propagation).
+    let (_, held) =
+        api.post(base, json!({"metadata": {"name": "held", "finalizers": ["example.dev/hold"]}})).await;
+    let owner_ref = json!([{"apiVersion": "example.dev/v1alpha1", "kind": "Widget", "name": "held",
+        "uid": held["metadata"]["uid"], "controller": true}]);
+    let (status, _) =
+        api.post(base, json!({"metadata": {"name": "child", "ownerReferences": owner_ref}})).await;
+    assert_eq!(status, 201);
+    let (status, deleting) = api.delete(&format!("{base}/held")).await;
+    assert_eq!(status, 200);
+    assert!(deleting["metadata"]["deletionTimestamp"].is_string(), "{deleting}");
+    assert_eq!(api.get(&format!("{base}/held")).await.0, 200, "a finalizer holds it");
+    assert_eq!(api.get(&format!("{base}/child")).await.0, 200);
+    let (status, _) = api
+        .patch(
+            &format!("{base}/held"),
+            "application/merge-patch+json",
+            json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(api.get(&format!("{base}/held")).await.0, 404);
+    assert_eq!(api.get(&format!("{base}/child")).await.0, 404, "the dependent outlived its owner");
 }
 
 /// An exec query: `command=` for each word, then `rest` (`container=…&stdout=true…`).
