@@ -272,6 +272,31 @@ async fn auth_discovery_and_the_generic_verbs_follow_the_api() {
         (initial[0]["type"].as_str(), initial[0]["object"]["metadata"]["name"].as_str()),
         (Some("ADDED"), Some(generated_name.as_str()))
     );
+
+    // Finalizers hold a deletion until they are cleared; ownerReferences cascade (the garbage
+    // collector's background propagation).
+    let (_, held) =
+        api.post(base, json!({"metadata": {"name": "held", "finalizers": ["example.dev/hold"]}})).await;
+    let owner_ref = json!([{"apiVersion": "example.dev/v1alpha1", "kind": "Widget", "name": "held",
+        "uid": held["metadata"]["uid"], "controller": true}]);
+    let (status, _) =
+        api.post(base, json!({"metadata": {"name": "child", "ownerReferences": owner_ref}})).await;
+    assert_eq!(status, 201);
+    let (status, deleting) = api.delete(&format!("{base}/held")).await;
+    assert_eq!(status, 200);
+    assert!(deleting["metadata"]["deletionTimestamp"].is_string(), "{deleting}");
+    assert_eq!(api.get(&format!("{base}/held")).await.0, 200, "a finalizer holds it");
+    assert_eq!(api.get(&format!("{base}/child")).await.0, 200);
+    let (status, _) = api
+        .patch(
+            &format!("{base}/held"),
+            "application/merge-patch+json",
+            json!({"metadata": {"finalizers": null}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(api.get(&format!("{base}/held")).await.0, 404);
+    assert_eq!(api.get(&format!("{base}/child")).await.0, 404, "the dependent outlived its owner");
 }
 
 /// An exec query: `command=` for each word, then `rest` (`container=…&stdout=true…`).
@@ -800,4 +825,56 @@ async fn fake_kube_binary_writes_a_kubeconfig_and_serves_until_killed() {
     if let Some(filter) = pod_filter {
         assert!(agentd_tests::containers::listed(&filter).is_empty(), "fake-kube left its container");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_init_container_injects_agentd_through_an_empty_dir() {
+    // The injection pattern: an init container from the image that has agentd copies the static
+    // binary into an emptyDir; the main container (an image without it) runs it from there.
+    if !docker_available(IMAGE).await || !docker_available("agentd-debian:latest").await {
+        return;
+    }
+    let fake = FakeKube::start();
+    let api = Api::new(&fake);
+    let pod = json!({
+        "metadata": {"name": "injected"},
+        "spec": {
+            "volumes": [{"name": "agentd", "emptyDir": {}}],
+            "initContainers": [{
+                "name": "inject", "image": "agentd-debian:latest", "imagePullPolicy": "Never",
+                "command": ["cp", "/usr/local/bin/agentd", "/opt/agentd/agentd"],
+                "volumeMounts": [{"name": "agentd", "mountPath": "/opt/agentd"}],
+            }],
+            "containers": [{
+                "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                "command": ["/opt/agentd/agentd", "serve", "--listen", "0.0.0.0:7700"],
+                "env": [{"name": "AGENTD_TOKEN", "value": "fake-kube-test-token"}],
+                "volumeMounts": [{"name": "agentd", "mountPath": "/opt/agentd", "readOnly": true}],
+            }],
+        },
+    });
+    let (status, _) = api.post("/api/v1/namespaces/default/pods", pod).await;
+    assert_eq!(status, 201);
+    let pod = wait_pod(&api, "injected", Duration::from_secs(60), ready).await;
+    let (mut ws, _) = exec_ws(
+        &fake,
+        "injected",
+        &exec_query(&["/opt/agentd/agentd", "--version"], "stdout=true"),
+        "v5.channel.k8s.io",
+    )
+    .await
+    .unwrap();
+    let outcome = collect(&mut ws).await;
+    assert!(String::from_utf8_lossy(&outcome.stdout).starts_with("agentd "), "{outcome:?}");
+    // agentd listens on the pod IP, reachable from the host.
+    let address = format!("{}:7700", pod["status"]["podIP"].as_str().unwrap());
+    let mut connected = false;
+    for _ in 0..50 {
+        if tokio::net::TcpStream::connect(&address).await.is_ok() {
+            connected = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(connected, "nothing listens on {address}");
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use agentd_tests::docker_available;
 use agentd_tests::fake_kube::FakeKube;
 use futures_util::{StreamExt as _, TryStreamExt as _};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{AttachParams, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::{WatchStreamExt as _, conditions, wait::await_condition, watcher};
 use kube::{Api, Client, Config};
@@ -87,6 +87,25 @@ async fn kube_rs_creates_watches_execs_and_deletes() {
         let list = pods.list(&ListParams::default().labels("app=kube-rs")).await.unwrap();
         assert_eq!(list.items.len(), 1);
         assert!(list.metadata.resource_version.is_some());
+
+        // Server-side apply creates, then merges; a merge patch changes labels.
+        let maps: Api<ConfigMap> = Api::default_namespaced(client.clone());
+        let apply = PatchParams::apply("fake-kube-test");
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"a": "1"}});
+        let created = maps.patch("applied", &apply, &Patch::Apply(&config)).await.unwrap();
+        assert_eq!(created.data.unwrap()["a"], "1");
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"}, "data": {"a": "2"}});
+        let updated = maps.patch("applied", &apply, &Patch::Apply(&config)).await.unwrap();
+        assert_eq!(updated.data.unwrap()["a"], "2");
+        let labelled = pods
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"extra": "yes"}}})),
+            )
+            .await
+            .unwrap();
+        assert_eq!(labelled.metadata.labels.unwrap()["extra"], "yes");
 
         // Exec on v5: stdin written then shut down (the close signal), stdout, the exit status.
         let params = AttachParams::default().stdin(true).stdout(true).stderr(true);

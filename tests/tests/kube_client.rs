@@ -127,6 +127,11 @@ async fn kubectl_gets_applies_waits_execs_and_deletes() {
     let (code, out, _) =
         kubectl(&fake, &["get", "pod", "kc", "-o", "jsonpath={.status.phase} {.spec.nodeName}"], None).await;
     assert_eq!((code, out.as_str()), (0, "Running fake-kube"));
+    // The server's Table: kubectl's own columns.
+    let (code, out, _) = kubectl(&fake, &["get", "pods"], None).await;
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!((code, lines[0].clone()), (0, vec!["NAME", "READY", "STATUS", "RESTARTS", "AGE"]), "{out}");
+    assert_eq!(lines[1][..4], ["kc", "1/1", "Running", "0"], "{out}");
     let (code, out, _) = kubectl(&fake, &["get", "pods", "-l", "app=kc", "-o", "name"], None).await;
     assert_eq!((code, out.as_str()), (0, "pod/kc\n"));
 

@@ -360,6 +360,9 @@ async fn verb(shared: &Arc<Shared>, target: Target, call: Call) -> Result<Respon
                 }
                 Method::GET => {
                     let (items, revision) = store.list(&key, namespace.as_deref(), &selector)?;
+                    if super::table::wanted(accept(&call)) {
+                        return Ok(json_response(200, &super::table::render(&resource, &items, revision)));
+                    }
                     Ok(json_response(200, &list_json(&resource, items, revision)))
                 }
                 Method::POST if resource.namespaced && namespace.is_none() => {
@@ -390,14 +393,31 @@ async fn verb(shared: &Arc<Shared>, target: Target, call: Call) -> Result<Respon
                     Selector::parse(call.param("labelSelector"), Some(&format!("metadata.name={name}")))?;
                 watch_response(shared, &resource, namespace.as_deref(), selector, &call)
             }
-            Method::GET => Ok(json_response(200, &store.get(&key, &ns, &name)?)),
+            Method::GET => {
+                let object = store.get(&key, &ns, &name)?;
+                if super::table::wanted(accept(&call)) {
+                    let revision = store.resource_version();
+                    return Ok(json_response(200, &super::table::render(&resource, &[object], revision)));
+                }
+                Ok(json_response(200, &object))
+            }
             Method::PUT => {
                 let body = body_json(call.request).await?;
                 Ok(json_response(200, &store.replace(&key, &ns, &name, body)?))
             }
             Method::PATCH => {
-                patch_type(&call)?;
-                let body = body_json(call.request).await?;
+                let apply = patch_type(&call)? == APPLY;
+                if apply && call.param("fieldManager").is_none_or(str::is_empty) {
+                    return Err(ApiError::bad_request(
+                        "PATCH, application/apply-patch+yaml: fieldManager is required".into(),
+                    ));
+                }
+                let mut body = body_json(call.request).await?;
+                if apply && matches!(store.get(&key, &ns, &name), Err(ApiError { code: 404, .. })) {
+                    // Server-side apply of an object that is not there creates it.
+                    super::store::metadata_mut(&mut body).insert("name".into(), json!(name));
+                    return Ok(json_response(201, &store.create(&key, &ns, body)?));
+                }
                 Ok(json_response(200, &store.merge_patch(&key, &ns, &name, &body, false)?))
             }
             Method::DELETE => {
@@ -429,15 +449,25 @@ async fn verb(shared: &Arc<Shared>, target: Target, call: Call) -> Result<Respon
     }
 }
 
-/// The patch types the fake applies, all as a JSON merge patch (a strategic merge patch of maps
-/// and scalars is one; of lists it differs: lists are replaced here, merged by key there).
+/// Server-side apply's media type.
+const APPLY: &str = "application/apply-patch+yaml";
+
+/// The patch types the fake applies, all as a JSON merge patch: a strategic merge patch of maps and
+/// scalars is one (of lists it differs: lists are replaced here, merged by key there); server-side
+/// apply (a JSON body: kube-rs and the Python client send JSON) creates a missing object and
+/// merges into an existing one, without field ownership (no conflicts, and fields dropped from the
+/// applied configuration stay).
 fn patch_type(call: &Call) -> Result<&str, ApiError> {
     let content_type = call.headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let media = content_type.split(';').next().unwrap_or("").trim();
     match media {
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => Ok(media),
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" | APPLY => Ok(media),
         other => Err(ApiError::unsupported_patch(other)),
     }
+}
+
+fn accept(call: &Call) -> Option<&str> {
+    call.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok())
 }
 
 fn grace(call: &Call) -> Option<i64> {

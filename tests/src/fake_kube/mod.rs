@@ -14,7 +14,15 @@
 //!   `emptyDir` volumes as Docker volumes, the Pod's status; `log`.
 //! - [`exec`]: `pods/exec` over `v5.channel.k8s.io`, `v4.channel.k8s.io`, `channel.k8s.io`.
 //! - [`kubeconfig`]: the kubeconfig file a client loads.
+//! - [`table`]: the `Table` answers `kubectl get` prints.
 //! - [`tls`]: HTTPS with a fresh CA, for clients that send a token only over TLS (`kubectl`).
+//!
+//! What it does not do (a real cluster does): `Table` rows in watches (`kubectl get -w`), OpenAPI documents (`kubectl apply` needs `--validate=false`), JSON patch (415),
+//! server-side apply's field ownership (an apply creates a missing object, else merges), strategic
+//! merge (applied as a JSON merge patch: lists are replaced, not merged by key), `limit`/`continue` paging (a list is whole), periodic watch bookmarks (only the
+//! `initial-events-end` one of `sendInitialEvents`), SPDY (exec is websockets only), `attach`,
+//! `portforward`, Events, namespace deletion of its contents, readiness probes, Services' networking,
+//! `configMap`/`secret`/`hostPath` volumes.
 //!
 //! Every container and volume carries [`CONTAINER_LABEL`]` = <instance>`; the [`FakeKube`] removes
 //! them all when dropped. Custom resources (agent-sandbox's) register their types with
@@ -27,6 +35,7 @@ pub mod pods;
 pub mod selector;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -638,7 +638,12 @@ impl Store {
         {
             return Err(ApiError::expired(cursor, oldest.resource_version));
         }
-        Ok(Subscription { store: self.clone(), cursor, wake: self.revision.subscribe() })
+        Ok(Subscription {
+            store: self.clone(),
+            cursor,
+            wake: self.revision.subscribe(),
+            pending: VecDeque::new(),
+        })
     }
 
     /// The objects of a type now and a subscription to what follows them, taken at one revision
@@ -659,8 +664,12 @@ impl Store {
             })
             .map(|(_, object)| object.clone())
             .collect();
-        let subscription =
-            Subscription { store: self.clone(), cursor: state.revision, wake: self.revision.subscribe() };
+        let subscription = Subscription {
+            store: self.clone(),
+            cursor: state.revision,
+            wake: self.revision.subscribe(),
+            pending: VecDeque::new(),
+        };
         Ok((items, subscription))
     }
 
@@ -690,15 +699,18 @@ pub struct Subscription {
     store: Arc<Store>,
     cursor: u64,
     wake: tokio::sync::watch::Receiver<u64>,
-    // Events read from the history but not handed out yet.
+    /// Events read from the history but not handed out yet.
+    pending: VecDeque<Arc<Event>>,
 }
 
 impl Subscription {
     /// The next event (waits for one). `Expired` when the history moved past this reader.
     pub async fn next(&mut self) -> Result<Arc<Event>, ApiError> {
         loop {
-            let events = self.store.events_after(self.cursor)?;
-            if let Some(event) = events.into_iter().next() {
+            if self.pending.is_empty() {
+                self.pending = self.store.events_after(self.cursor)?.into();
+            }
+            if let Some(event) = self.pending.pop_front() {
                 self.cursor = event.resource_version;
                 return Ok(event);
             }
