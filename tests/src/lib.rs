@@ -625,6 +625,9 @@ pub enum Need {
     DaytonaSdk,
     /// The official `modal` Python client: `$AGENTD_MODAL_PYTHON` names a python that imports it.
     ModalSdk,
+    /// The official Kubernetes Python clients (`kubernetes`, `k8s-agent-sandbox`):
+    /// `$AGENTD_KUBE_PYTHON` names a python that imports them.
+    KubeSdk,
     /// Root, for what only root may do to the machine around agentd (mounts).
     Root,
 }
@@ -639,6 +642,7 @@ impl Need {
             Self::Python3 => "AGENTD_REQUIRE_PYTHON3",
             Self::DaytonaSdk => "AGENTD_REQUIRE_DAYTONA_SDK",
             Self::ModalSdk => "AGENTD_REQUIRE_MODAL_SDK",
+            Self::KubeSdk => "AGENTD_REQUIRE_KUBE_SDK",
             Self::Root => "AGENTD_REQUIRE_ROOT",
         }
     }
