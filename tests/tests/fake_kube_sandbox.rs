@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use agentd_tests::fake_kube::{CONTAINER_LABEL, FakeKube};
+use agentd_tests::fake_kube::{CONTAINER_LABEL, FakeKube, agent_sandbox};
 use agentd_tests::{docker_available, skip};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
@@ -29,8 +29,11 @@ struct Api {
 }
 
 impl Api {
+    /// A fake with agent-sandbox installed.
     fn start() -> Self {
-        Self { fake: FakeKube::start(), http: reqwest::Client::new() }
+        let fake = FakeKube::start();
+        agent_sandbox::install(&fake);
+        Self { fake, http: reqwest::Client::new() }
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -185,6 +188,11 @@ fn containers_of(fake: &FakeKube) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_resources_are_served_at_their_real_groups_with_their_crds() {
+    // A bare cluster has no agent-sandbox (it is an add-on): its paths are not served.
+    let bare = Api { fake: FakeKube::start(), http: reqwest::Client::new() };
+    let (status, body) = bare.get(SANDBOXES).await;
+    assert_eq!((status, body["reason"].as_str()), (404, Some("NotFound")), "{body}");
+    drop(bare);
     let api = Api::start();
     let (_, groups) = api.get("/apis").await;
     let names: Vec<&str> =

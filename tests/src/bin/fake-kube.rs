@@ -1,18 +1,21 @@
 //! `fake-kube`: the tests' fake Kubernetes API server, standalone. Writes a kubeconfig, prints
 //! `export KUBECONFIG=<path>` (for `eval`), then serves until killed; on SIGINT/SIGTERM its
 //! containers and volumes are removed (and the kubeconfig with its directory). `--listen ADDR`
-//! picks the address (default 127.0.0.1:0, a free port).
+//! picks the address (default 127.0.0.1:0, a free port); `--agent-sandbox` installs
+//! kubernetes-sigs/agent-sandbox's resources and controller.
 
 use std::io::Write as _;
 
 fn main() -> std::process::ExitCode {
     let mut args = std::env::args().skip(1);
     let mut listen = String::from("127.0.0.1:0");
+    let mut agent_sandbox = false;
     while let Some(arg) = args.next() {
-        match (arg.as_str(), args.next()) {
+        match (arg.as_str(), if arg == "--listen" { args.next() } else { None }) {
             ("--listen", Some(addr)) => listen = addr,
+            ("--agent-sandbox", None) => agent_sandbox = true,
             _ => {
-                eprintln!("usage: fake-kube [--listen ADDR]");
+                eprintln!("usage: fake-kube [--listen ADDR] [--agent-sandbox]");
                 return std::process::ExitCode::from(2);
             }
         }
@@ -31,6 +34,9 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
+    if agent_sandbox {
+        agentd_tests::fake_kube::agent_sandbox::install(&fake);
+    }
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "export KUBECONFIG={}", fake.kubeconfig_path().display());
     let _ = stdout.flush();

@@ -20,6 +20,9 @@
 //! expiry, the pool's `updateStrategy` (stale members are not replaced), the `scale`
 //! subresource, the router, the deprecated `v1alpha1` versions and their conversion.
 //!
+//! Like the real add-on it is not part of a bare cluster: [`install`] puts it into a
+//! [`FakeKube`](super::FakeKube) (`fake-kube --agent-sandbox` for the binary).
+//!
 //! The controller is one task: on every change of these resources or of pods it reads everything
 //! and makes the writes that are due, each against the `resourceVersion` it read (a conflict means
 //! someone wrote first; the change that caused it starts the next pass).
@@ -116,6 +119,16 @@ fn resource_types() -> [ResourceType; 4] {
     pool.defaulter = Some(default_pool);
     pool.validator = Some(validate_pool);
     [sandbox, template, claim, pool]
+}
+
+/// Installs agent-sandbox into `fake` (as `kubectl apply` of its release manifests would): the
+/// types, their CRD objects, the controller on the fake's runtime. A second call does nothing.
+pub fn install(fake: &super::FakeKube) {
+    if fake.store().resource(&Kind::Sandbox.key()).is_some() {
+        return;
+    }
+    register(fake.store());
+    fake.spawn(run(fake.store().clone()));
 }
 
 /// Serves the four types, and their `CustomResourceDefinition` objects at

@@ -14,7 +14,8 @@
 //!   `emptyDir` volumes as Docker volumes, the Pod's status; `log`.
 //! - [`exec`]: `pods/exec` over `v5.channel.k8s.io`, `v4.channel.k8s.io`, `channel.k8s.io`.
 //! - [`kubeconfig`]: the kubeconfig file a client loads.
-//! - [`agent_sandbox`]: kubernetes-sigs/agent-sandbox's custom resources and their controller.
+//! - [`agent_sandbox`]: kubernetes-sigs/agent-sandbox's custom resources and their controller, an
+//!   add-on as in a real cluster: [`agent_sandbox::install`].
 //!
 //! Every container and volume carries [`CONTAINER_LABEL`]` = <instance>`; the [`FakeKube`] removes
 //! them all when dropped. Custom resources (agent-sandbox's) register their types with
@@ -87,7 +88,6 @@ impl FakeKube {
         let instance = format!("fk{:012x}", rand::random::<u64>() & 0xffff_ffff_ffff);
         let store = Arc::new(Store::new());
         register_core(&store).map_err(std::io::Error::other)?;
-        agent_sandbox::register(&store);
         let shared = Arc::new(Shared {
             store,
             token: format!("fake-kube-token-{}", crate::random_hex(16)),
@@ -103,7 +103,6 @@ impl FakeKube {
         let app = api::router(shared.clone());
         let kubelet = shared.clone();
         let server = crate::ServerThread::spawn("fake-kube", move || async move {
-            tokio::spawn(agent_sandbox::run(kubelet.store.clone()));
             tokio::spawn(pods::run(kubelet));
             if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
                 let _ = axum::serve(listener, app).await;
