@@ -542,6 +542,21 @@ async fn a_pod_that_cannot_run_shows_in_the_sandbox_conditions() {
     );
     let (_, sandbox) = api.get(&format!("{SANDBOXES}/imageless")).await;
     assert_eq!(condition(&sandbox, "Ready")["message"], "Pod exists with phase: Pending", "{sandbox:#}");
+    // A pod that ends: Finished, and Ready False for good (clients treat it as terminal), on the
+    // claim too.
+    let ends = json!({"containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", "exit 3"]}], "restartPolicy": "Never"});
+    api.create(TEMPLATES, template("ends", ends)).await;
+    api.create(POOLS, pool("ends", "ends", 0)).await;
+    api.create(CLAIMS, claim("brief", "ends")).await;
+    let (_, claim) = api
+        .until(&format!("{CLAIMS}/brief"), Duration::from_secs(30), |_, c| {
+            condition(c, "Finished")["status"] == "True"
+        })
+        .await;
+    assert_eq!(condition(&claim, "Finished")["reason"], "PodFailed", "{claim:#}");
+    assert_eq!((ready(&claim), &condition(&claim, "Ready")["reason"]), ("False", &json!("PodFailed")));
+    let (_, sandbox) = api.get(&format!("{SANDBOXES}/brief")).await;
+    assert_eq!(condition(&sandbox, "Finished")["message"], "Pod failed", "{sandbox:#}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

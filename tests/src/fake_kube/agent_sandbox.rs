@@ -4,12 +4,13 @@
 //! also listed as `CustomResourceDefinition` objects), and a controller that does what the real
 //! controllers do, as far as a client can observe it:
 //!
-//! - [`sandbox`]: a Sandbox gets a Pod named like it (a real container, through the pod
+//! - `sandbox`: a Sandbox gets a Pod named like it (a real container, through the pod
 //!   controller), its status says what the pod does (`Ready`, `PodScheduled`, `Suspended`,
 //!   `Finished`, `podIPs`, `selector`); `spec.operatingMode: Suspended` deletes the pod (its
 //!   filesystem with it, as in the real one) and `Running` makes a new one.
-//! - [`pool`]: a SandboxWarmPool keeps `spec.replicas` Sandboxes of its template (`<pool>-xxxxx`).
-//! - [`claim`]: a SandboxClaim takes a pool's ready Sandbox (adoption: the Sandbox leaves the pool
+//! - `pool`: a SandboxWarmPool keeps `spec.replicas` Sandboxes of its template (`<pool>-xxxxx`;
+//!   at most `pool::MAX_MEMBERS`, as each is a real container).
+//! - `claim`: a SandboxClaim takes a pool's ready Sandbox (adoption: the Sandbox leaves the pool
 //!   and is owned by the claim; the pool makes a new one), else creates one named like the claim
 //!   from the pool's template; its status forwards the Sandbox's `Ready` and names it.
 //!
@@ -666,6 +667,11 @@ mod tests {
         // The pool made a replacement.
         let (members, _) = store.list(&Kind::Sandbox.key(), Some("default"), &Selector::default()).unwrap();
         assert_eq!(members.len(), 2);
+
+        // Settled: another pass writes nothing (no write feeds the next pass for ever).
+        let settled = store.resource_version();
+        passes(&mut controller, &store, 2);
+        assert_eq!(store.resource_version(), settled);
 
         let suspend = json!({"spec": {"operatingMode": "Suspended"}});
         store.merge_patch(&Kind::Sandbox.key(), "default", &member, &suspend, false).unwrap();

@@ -10,6 +10,10 @@ use super::{
     namespace_of, text,
 };
 
+/// The most members a pool makes: each is a real container on the test machine, so a pool asking
+/// for more gets this many (the real controller has no such cap).
+pub(super) const MAX_MEMBERS: usize = 16;
+
 /// The blueprint a template gives its Sandboxes (`podTemplate`, `volumeClaimTemplates`,
 /// `service`), with the controller's secure default: no service account token unless the template
 /// asks for one.
@@ -89,7 +93,7 @@ pub(super) fn plan(pool: &Value, snapshot: &Snapshot) -> Vec<Action> {
         return actions;
     }
     let desired = pool.pointer("/spec/replicas").and_then(Value::as_u64).unwrap_or(1);
-    let desired = usize::try_from(desired).unwrap_or(usize::MAX);
+    let desired = usize::try_from(desired).unwrap_or(usize::MAX).min(MAX_MEMBERS);
     let members = members(pool, snapshot);
     // Without its template the pool makes nothing (claims on it report TemplateNotFound).
     let template = named(&snapshot.templates, text(pool, "/spec/sandboxTemplateRef/name"));
