@@ -1,21 +1,30 @@
 //! `fake-kube`: the tests' fake Kubernetes API server, standalone. Writes a kubeconfig, prints
 //! `export KUBECONFIG=<path>` (for `eval`), then serves until killed; on SIGINT/SIGTERM its
 //! containers and volumes are removed (and the kubeconfig with its directory). `--listen ADDR`
-//! picks the address (default 127.0.0.1:0, a free port); `--agent-sandbox` installs
-//! kubernetes-sigs/agent-sandbox's resources and controller.
+//! picks the address (default 127.0.0.1:0, a free port); `--tls` serves HTTPS with a fresh CA (in the
+//! kubeconfig), which `kubectl` needs: client-go sends a token only over TLS; `--agent-sandbox`
+//! installs kubernetes-sigs/agent-sandbox's resources and controller.
 
 use std::io::Write as _;
 
 fn main() -> std::process::ExitCode {
     let mut args = std::env::args().skip(1);
     let mut listen = String::from("127.0.0.1:0");
+    let mut tls = false;
     let mut agent_sandbox = false;
     while let Some(arg) = args.next() {
-        match (arg.as_str(), if arg == "--listen" { args.next() } else { None }) {
+        if arg == "--tls" {
+            tls = true;
+            continue;
+        }
+        if arg == "--agent-sandbox" {
+            agent_sandbox = true;
+            continue;
+        }
+        match (arg.as_str(), args.next()) {
             ("--listen", Some(addr)) => listen = addr,
-            ("--agent-sandbox", None) => agent_sandbox = true,
             _ => {
-                eprintln!("usage: fake-kube [--listen ADDR] [--agent-sandbox]");
+                eprintln!("usage: fake-kube [--listen ADDR] [--tls] [--agent-sandbox]");
                 return std::process::ExitCode::from(2);
             }
         }
@@ -27,7 +36,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let fake = match agentd_tests::fake_kube::FakeKube::start_on(addr) {
+    let fake = match agentd_tests::fake_kube::FakeKube::launch(addr, tls) {
         Ok(fake) => fake,
         Err(err) => {
             eprintln!("fake-kube: {err}");

@@ -14,6 +14,7 @@
 //!   `emptyDir` volumes as Docker volumes, the Pod's status; `log`.
 //! - [`exec`]: `pods/exec` over `v5.channel.k8s.io`, `v4.channel.k8s.io`, `channel.k8s.io`.
 //! - [`kubeconfig`]: the kubeconfig file a client loads.
+//! - [`tls`]: HTTPS with a fresh CA, for clients that send a token only over TLS (`kubectl`).
 //! - [`agent_sandbox`]: kubernetes-sigs/agent-sandbox's custom resources and their controller, an
 //!   add-on as in a real cluster: [`agent_sandbox::install`].
 //!
@@ -29,6 +30,7 @@ pub mod pods;
 pub mod selector;
 pub mod status;
 pub mod store;
+pub mod tls;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -68,6 +70,8 @@ impl Shared {
 /// that points at it.
 pub struct FakeKube {
     addr: SocketAddr,
+    /// The CA (PEM) of a fake started with [`FakeKube::start_tls`].
+    ca_pem: Option<String>,
     shared: Arc<Shared>,
     server: crate::ServerThread,
     _dir: tempfile::TempDir,
@@ -75,13 +79,24 @@ pub struct FakeKube {
 }
 
 impl FakeKube {
-    /// Starts a fake on a random port with a random token.
+    /// Starts a fake on a random port with a random token, plain HTTP.
     pub fn start() -> Self {
         Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap_or_else(|e| panic!("fake kube: {e}"))
     }
 
-    /// Starts a fake on `addr` with a random token, and writes its kubeconfig.
+    /// Starts a fake on `addr` (plain HTTP) with a random token, and writes its kubeconfig.
     pub fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
+        Self::launch(addr, false)
+    }
+
+    /// Starts a fake on a random port serving HTTPS (a fresh CA, in the kubeconfig): what
+    /// `kubectl` needs to send its token ([`tls`]).
+    pub fn start_tls() -> Self {
+        Self::launch(SocketAddr::from(([127, 0, 0, 1], 0)), true).unwrap_or_else(|e| panic!("fake kube: {e}"))
+    }
+
+    /// Starts a fake on `addr`, over HTTPS when `tls`, and writes its kubeconfig.
+    pub fn launch(addr: SocketAddr, tls: bool) -> std::io::Result<Self> {
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -97,18 +112,42 @@ impl FakeKube {
             exec_streams: exec::Streams::default(),
             kubelet: pods::Kubelet::default(),
         });
+        let tls = if tls { Some(tls::make()?) } else { None };
+        let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
         let dir = tempfile::Builder::new().prefix("fake-kube-").tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
-        kubeconfig::write(&kubeconfig, &format!("http://{addr}"), &shared.token, NAMESPACE)?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        kubeconfig::write(
+            &kubeconfig,
+            &format!("{scheme}://{addr}"),
+            &shared.token,
+            NAMESPACE,
+            ca_pem.as_deref(),
+        )?;
         let app = api::router(shared.clone());
         let kubelet = shared.clone();
         let server = crate::ServerThread::spawn("fake-kube", move || async move {
             tokio::spawn(pods::run(kubelet));
-            if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
-                let _ = axum::serve(listener, app).await;
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                return;
+            };
+            match tls {
+                Some(tls) => {
+                    if let Ok(listener) = tls::TlsListener::new(listener, tls.acceptor) {
+                        let _ = axum::serve(listener, app).await;
+                    }
+                }
+                None => {
+                    let _ = axum::serve(listener, app).await;
+                }
             }
         })?;
-        Ok(Self { addr, shared, server, _dir: dir, kubeconfig })
+        Ok(Self { addr, ca_pem, shared, server, _dir: dir, kubeconfig })
+    }
+
+    /// The CA certificate (PEM) of a fake serving HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// The kubeconfig file (one cluster, user and context; namespace `default`).
@@ -116,9 +155,10 @@ impl FakeKube {
         &self.kubeconfig
     }
 
-    /// `http://127.0.0.1:PORT`, the kubeconfig's `server`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS), the kubeconfig's `server`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.ca_pem.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// The kubeconfig context's namespace, `default`.
