@@ -468,6 +468,64 @@ async fn deleting_a_claim_takes_its_sandbox_pod_and_container() {
     assert_eq!(status, 404);
 }
 
+/// RFC 3339 for `seconds` from now (the API's form, whole seconds).
+fn in_seconds(seconds: u64) -> String {
+    agentd_tests::fake_kube::store::rfc3339(std::time::SystemTime::now() + Duration::from_secs(seconds))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_times_expire_claims_and_sandboxes() {
+    if !docker_available(IMAGE).await {
+        return;
+    }
+    let api = Api::start();
+    api.create(TEMPLATES, template("plain", sleeper())).await;
+    api.create(POOLS, pool("cold-only", "plain", 0)).await;
+    // Policy Delete (what the Python client's shutdown_after_seconds asks for): the claim goes,
+    // and its Sandbox and pod with it.
+    let mut doomed = claim("doomed", "cold-only");
+    doomed["spec"]["lifecycle"] = json!({"shutdownTime": in_seconds(3), "shutdownPolicy": "Delete"});
+    api.create(CLAIMS, doomed).await;
+    // Policy Retain (the default): the Sandbox goes, the claim stays and says so.
+    let mut kept = claim("kept", "cold-only");
+    kept["spec"]["lifecycle"] = json!({"shutdownTime": in_seconds(3)});
+    api.create(CLAIMS, kept).await;
+    // A Sandbox's own shutdownTime (Retain): its pod goes, it stays, expired.
+    api.create(
+        SANDBOXES,
+        json!({"metadata": {"name": "timed"}, "spec": {"podTemplate": {"spec": sleeper()}, "shutdownTime": in_seconds(3)}}),
+    )
+    .await;
+    api.until_claim_ready("doomed").await;
+    api.until_claim_ready("kept").await;
+
+    let (status, _) = api.until(&format!("{CLAIMS}/doomed"), Duration::from_secs(20), |s, _| s == 404).await;
+    assert_eq!(status, 404, "an expired claim with policy Delete is deleted");
+    let (status, _) = api.until(&format!("{PODS}/doomed"), Duration::from_secs(20), |s, _| s == 404).await;
+    assert_eq!(status, 404);
+
+    let (_, kept) = api
+        .until(&format!("{CLAIMS}/kept"), Duration::from_secs(20), |_, c| {
+            condition(c, "Ready")["reason"] == "ClaimExpired"
+        })
+        .await;
+    assert_eq!(condition(&kept, "Ready")["message"], "Claim expired. Sandbox cleanup initiated.", "{kept:#}");
+    assert!(kept["status"]["sandbox"].is_null(), "{kept:#}");
+    let (status, _) = api.until(&format!("{SANDBOXES}/kept"), Duration::from_secs(20), |s, _| s == 404).await;
+    assert_eq!(status, 404, "a retained expired claim loses its Sandbox");
+
+    let (_, timed) = api
+        .until(&format!("{SANDBOXES}/timed"), Duration::from_secs(20), |_, s| {
+            condition(s, "Ready")["reason"] == "SandboxExpired"
+        })
+        .await;
+    assert_eq!(condition(&timed, "Ready")["message"], "Sandbox has expired", "{timed:#}");
+    let (status, _) = api.until(&format!("{PODS}/timed"), Duration::from_secs(20), |s, _| s == 404).await;
+    assert_eq!(status, 404, "an expired Sandbox loses its pod");
+    let (_, timed) = api.get(&format!("{SANDBOXES}/timed")).await;
+    assert!(timed["status"]["podIPs"].is_null() && timed["status"]["selector"].is_null(), "{timed:#}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_on_a_missing_pool_or_template_says_why_and_recovers() {
     if !docker_available(IMAGE).await {

@@ -17,9 +17,13 @@
 //! Deleting a claim or a Sandbox takes its Sandbox and pod with it through `ownerReferences` (the
 //! store's garbage collector; the real controllers use no finalizers either).
 //!
-//! Not done: `volumeClaimTemplates` (no PersistentVolumeClaims), NetworkPolicies, `shutdownTime`
-//! expiry, the pool's `updateStrategy` (stale members are not replaced), the `scale`
-//! subresource, the router, the deprecated `v1alpha1` versions and their conversion.
+//! - `shutdownTime` on a claim or a Sandbox: at that time the claim is deleted (policy `Delete`)
+//!   or keeps `Ready: False, ClaimExpired` without its Sandbox (`Retain`); a Sandbox loses its pod
+//!   and is deleted (`Delete`) or kept as `Ready: False, SandboxExpired` (`Retain`).
+//!
+//! Not done: `volumeClaimTemplates` (no PersistentVolumeClaims), NetworkPolicies,
+//! `ttlSecondsAfterFinished`, the pool's `updateStrategy` (stale members are not replaced), the
+//! `scale` subresource, the router, the deprecated `v1alpha1` versions and their conversion.
 //!
 //! Like the real add-on it is not part of a bare cluster: [`install`] puts it into a
 //! [`FakeKube`](super::FakeKube) (`fake-kube --agent-sandbox` for the binary).
@@ -498,8 +502,9 @@ struct Controller {
 }
 
 impl Controller {
-    /// One pass over every namespace; whether a claim is waiting for a pool member (look again soon).
-    fn pass(&mut self, store: &Store) -> bool {
+    /// One pass over every namespace; how soon the next one is due when nothing changes (a claim
+    /// waiting for pool members, a `shutdownTime` to come), if at all.
+    fn pass(&mut self, store: &Store) -> Option<Duration> {
         let all = Selector::default();
         let mut namespaces = BTreeSet::new();
         for kind in [Kind::Sandbox, Kind::Claim, Kind::Pool] {
@@ -507,7 +512,12 @@ impl Controller {
                 namespaces.extend(items.iter().map(|o| namespace_of(o).to_owned()));
             }
         }
-        let mut waiting = false;
+        let mut wake: Option<Duration> = None;
+        let mut soon = |after: Option<Duration>| {
+            if let Some(after) = after {
+                wake = Some(wake.map_or(after, |w| w.min(after)));
+            }
+        };
         let mut seen = BTreeSet::new();
         for namespace in namespaces {
             // Claims first (they take pool members), then pools (they refill), then Sandboxes
@@ -517,8 +527,8 @@ impl Controller {
                     let uid = text(item, "/metadata/uid").to_owned();
                     let age = self.first_seen.entry(uid.clone()).or_insert_with(Instant::now).elapsed();
                     seen.insert(uid);
-                    let (actions, wait) = claim::plan(item, &snapshot, age, &now_rfc3339());
-                    waiting |= wait;
+                    let (actions, after) = claim::plan(item, &snapshot, age, &Clock::now());
+                    soon(after);
                     apply(store, actions);
                 }
             }
@@ -529,13 +539,70 @@ impl Controller {
             }
             if let Ok(snapshot) = Snapshot::read(store, &namespace) {
                 for item in &snapshot.sandboxes {
-                    apply(store, sandbox::plan(item, &snapshot, &now_rfc3339()));
+                    let (actions, after) = sandbox::plan(item, &snapshot, &Clock::now());
+                    soon(after);
+                    apply(store, actions);
                 }
             }
         }
         self.first_seen.retain(|uid, _| seen.contains(uid));
-        waiting
+        wake
     }
+}
+
+/// The time of a pass: for timestamps it writes, and to compare `shutdownTime`s with.
+struct Clock {
+    /// RFC 3339, as written into conditions.
+    text: String,
+    /// Seconds since the epoch.
+    seconds: f64,
+}
+
+impl Clock {
+    fn now() -> Self {
+        let now = std::time::SystemTime::now();
+        let seconds = now.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        Self { text: now_rfc3339(), seconds }
+    }
+
+    /// How long until the RFC 3339 time at `pointer` in `object`: `None` when there is none (or it
+    /// does not parse), zero when it has passed.
+    fn until(&self, object: &Value, pointer: &str) -> Option<Duration> {
+        let at = unix_seconds(object.pointer(pointer)?.as_str()?)?;
+        Some(Duration::from_secs_f64((at - self.seconds).max(0.0)))
+    }
+}
+
+/// Seconds since the epoch of an RFC 3339 time (`2026-01-02T03:04:05.5Z`, `…+02:00`).
+fn unix_seconds(text: &str) -> Option<f64> {
+    let number = |range: std::ops::Range<usize>| text.get(range)?.parse::<i64>().ok();
+    let (year, month, day) = (number(0..4)?, number(5..7)?, number(8..10)?);
+    let (hour, minute, second) = (number(11..13)?, number(14..16)?, number(17..19)?);
+    let rest = text.get(19..)?;
+    let zone_at = rest.find(['Z', 'z', '+', '-'])?;
+    let fraction = match &rest[..zone_at] {
+        "" => 0.0,
+        digits => format!("0{digits}").parse::<f64>().ok()?,
+    };
+    let offset = match &rest[zone_at..] {
+        "Z" | "z" => 0,
+        zone => {
+            let sign = if zone.starts_with('-') { -1 } else { 1 };
+            let hours = zone.get(1..3)?.parse::<i64>().ok()?;
+            let minutes = zone.get(4..6)?.parse::<i64>().ok()?;
+            sign * (hours * 3600 + minutes * 60)
+        }
+    };
+    // Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset;
+    Some(seconds as f64 + fraction)
 }
 
 /// Whether an event of `resource` can change what the controller does.
@@ -558,9 +625,8 @@ pub async fn run(store: Arc<Store>) {
                 continue;
             }
         };
-        let waiting = controller.pass(&store);
-        // A waiting claim is looked at again soon; otherwise only changes wake the controller.
-        let idle = if waiting { Duration::from_millis(200) } else { Duration::from_secs(10) };
+        // Besides changes, what is due at a time (a waiting claim, a shutdownTime) wakes it.
+        let idle = controller.pass(&store).unwrap_or(Duration::from_secs(10));
         let deadline = tokio::time::Instant::now() + idle;
         loop {
             match tokio::time::timeout_at(deadline, changes.next()).await {
@@ -621,6 +687,16 @@ mod tests {
 
     fn get(store: &Store, kind: Kind, name: &str) -> Option<Value> {
         store.get(&kind.key(), "default", name).ok()
+    }
+
+    #[test]
+    fn rfc3339_times_parse_to_epoch_seconds() {
+        assert_eq!(unix_seconds("1970-01-01T00:00:00Z"), Some(0.0));
+        assert_eq!(unix_seconds("2026-12-04T15:16:40Z"), Some(1_796_397_400.0));
+        assert_eq!(unix_seconds("2026-12-04T15:16:40.25Z"), Some(1_796_397_400.25));
+        assert_eq!(unix_seconds("2026-12-04T17:16:40+02:00"), Some(1_796_397_400.0));
+        assert_eq!(unix_seconds("2000-02-29T00:00:00Z"), Some(951_782_400.0));
+        assert_eq!(unix_seconds("yesterday"), None);
     }
 
     #[test]

@@ -8,8 +8,8 @@ use serde_json::{Value, json};
 
 use super::pool::{blueprint_of, members};
 use super::{
-    ANNOTATION_ASSIGNED_SANDBOX, ANNOTATION_POD_NAME, ANNOTATION_TEMPLATE_REF, Action, Kind, LABEL_CLAIM_UID,
-    LABEL_CREATED_BY, LABEL_LAUNCH_TYPE, LABEL_POD_TEMPLATE_HASH, LABEL_TEMPLATE_HASH,
+    ANNOTATION_ASSIGNED_SANDBOX, ANNOTATION_POD_NAME, ANNOTATION_TEMPLATE_REF, Action, Clock, Kind,
+    LABEL_CLAIM_UID, LABEL_CREATED_BY, LABEL_LAUNCH_TYPE, LABEL_POD_TEMPLATE_HASH, LABEL_TEMPLATE_HASH,
     LABEL_TEMPLATE_REF_HASH, LABEL_WARM_POOL, SANDBOX_GROUP, Snapshot, VERSION, condition, conditions_of,
     controller_ref, deleting, find_condition, is_controlled_by, is_ready, map_at, meta_entry, name_hash,
     name_of, named, namespace_of, remove_condition, set_condition, text,
@@ -159,12 +159,25 @@ fn adopted(member: &Value, claim: &Value, template: Option<&Value>) -> Value {
     sandbox
 }
 
-/// The writes one claim needs now, and whether it waits for pool members to get a pod IP.
-/// `age` is how long the controller has known the claim.
-pub(super) fn plan(claim: &Value, snapshot: &Snapshot, age: Duration, now: &str) -> (Vec<Action>, bool) {
+/// How soon a claim waiting for pool members to get a pod IP is looked at again.
+const WARM_CANDIDATE_RETRY: Duration = Duration::from_millis(200);
+
+/// The writes one claim needs now, and how soon it needs another look if nothing changes (pool
+/// members coming up, its `shutdownTime`). `age` is how long the controller has known the claim.
+pub(super) fn plan(
+    claim: &Value,
+    snapshot: &Snapshot,
+    age: Duration,
+    clock: &Clock,
+) -> (Vec<Action>, Option<Duration>) {
     let mut actions = Vec::new();
     if deleting(claim) {
-        return (actions, false);
+        return (actions, None);
+    }
+    let now = clock.text.as_str();
+    let expires_in = clock.until(claim, "/spec/lifecycle/shutdownTime");
+    if expires_in == Some(Duration::ZERO) {
+        return (expired(claim, snapshot, now), None);
     }
     let claim_name = name_of(claim);
     let generation = claim.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
@@ -229,10 +242,10 @@ pub(super) fn plan(claim: &Value, snapshot: &Snapshot, age: Duration, now: &str)
             let handed = adopted(member, &claim, template);
             actions.push(Action::Replace(Kind::Claim, claim));
             actions.push(Action::Replace(Kind::Sandbox, handed));
-            return (actions, false);
+            return (actions, expires_in);
         }
         if !members.is_empty() && age < WARM_CANDIDATE_GRACE {
-            return (actions, true);
+            return (actions, Some(WARM_CANDIDATE_RETRY));
         }
     }
 
@@ -268,6 +281,13 @@ pub(super) fn plan(claim: &Value, snapshot: &Snapshot, age: Duration, now: &str)
         (Some(why), _) => condition("Ready", "False", why.reason, &why.message, generation),
         (None, None) => condition("Ready", "False", "SandboxMissing", "Sandbox does not exist", generation),
         (None, Some(sandbox)) => match find_condition(sandbox, "Ready") {
+            Some(c) if c["reason"] == "SandboxExpired" => condition(
+                "Ready",
+                "False",
+                "SandboxExpired",
+                "Underlying Sandbox resource has expired independently of the Claim.",
+                generation,
+            ),
             Some(forwarded) => {
                 let mut forwarded = forwarded.clone();
                 forwarded["observedGeneration"] = json!(generation);
@@ -305,5 +325,40 @@ pub(super) fn plan(claim: &Value, snapshot: &Snapshot, age: Duration, now: &str)
         updated["status"] = status;
         actions.push(Action::Status(Kind::Claim, updated));
     }
-    (actions, false)
+    (actions, expires_in)
+}
+
+/// A claim past its `shutdownTime`: `Delete` (and `DeleteForeground`) delete the claim, and its
+/// Sandbox with it; `Retain` (the default) deletes the Sandbox and keeps the claim, marked expired.
+fn expired(claim: &Value, snapshot: &Snapshot, now: &str) -> Vec<Action> {
+    let namespace = namespace_of(claim).to_owned();
+    match text(claim, "/spec/lifecycle/shutdownPolicy") {
+        "Delete" | "DeleteForeground" => {
+            return vec![Action::Delete(Kind::Claim, namespace, name_of(claim).to_owned())];
+        }
+        _ => {}
+    }
+    let mut actions = Vec::new();
+    let held = [text(claim, "/status/sandbox/name"), name_of(claim)].into_iter().find(|name| {
+        named(&snapshot.sandboxes, name).is_some_and(|s| is_controlled_by(s, claim) && !deleting(s))
+    });
+    if let Some(name) = held {
+        actions.push(Action::Delete(Kind::Sandbox, namespace, name.to_owned()));
+    }
+    let generation = claim.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+    let mut status = claim.get("status").cloned().filter(Value::is_object).unwrap_or_else(|| json!({}));
+    let mut conditions = conditions_of(&status);
+    let ready =
+        condition("Ready", "False", "ClaimExpired", "Claim expired. Sandbox cleanup initiated.", generation);
+    set_condition(&mut conditions, ready, now);
+    status["conditions"] = json!(conditions);
+    if let Some(fields) = status.as_object_mut() {
+        fields.remove("sandbox");
+    }
+    if claim.get("status") != Some(&status) {
+        let mut updated = claim.clone();
+        updated["status"] = status;
+        actions.push(Action::Status(Kind::Claim, updated));
+    }
+    actions
 }

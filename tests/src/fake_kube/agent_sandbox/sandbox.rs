@@ -2,10 +2,12 @@
 //! Sandbox, and the Sandbox's status from them, with the real controller's conditions, reasons and
 //! messages.
 
+use std::time::Duration;
+
 use serde_json::{Map, Value, json};
 
 use super::{
-    ANNOTATION_POD_NAME, ANNOTATION_PROPAGATED_LABELS, Action, CLUSTER_DOMAIN, EXTENSIONS_GROUP, Kind,
+    ANNOTATION_POD_NAME, ANNOTATION_PROPAGATED_LABELS, Action, CLUSTER_DOMAIN, Clock, EXTENSIONS_GROUP, Kind,
     LABEL_CLAIM_UID, LABEL_CREATED_BY, LABEL_SANDBOX_NAME_HASH, LABEL_TEMPLATE_REF_HASH, LABEL_WARM_POOL,
     Snapshot, condition, conditions_of, controller_of, controller_ref, deleting, is_controlled_by,
     meta_entry, name_hash, name_of, named, namespace_of, remove_condition, set_condition, text,
@@ -137,11 +139,61 @@ fn pod_condition<'a>(pod: &'a Value, kind: &str) -> Option<&'a Value> {
     pod.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == kind)
 }
 
-/// The writes one Sandbox needs now.
-pub(super) fn plan(sandbox: &Value, snapshot: &Snapshot, now: &str) -> Vec<Action> {
+/// A Sandbox past its `shutdownTime`: first marked (Ready False, `SandboxExpired`), then its pod
+/// and Service deleted, then (policy `Delete`) itself, or (`Retain`, the default) kept with only
+/// its conditions in the status.
+fn expired(sandbox: &Value, snapshot: &Snapshot, now: &str) -> Vec<Action> {
+    let namespace = namespace_of(sandbox).to_owned();
+    let generation = sandbox.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+    let expiry = condition("Ready", "False", "SandboxExpired", "Sandbox has expired", generation);
+    let mut conditions = conditions_of(sandbox.get("status").unwrap_or(&Value::Null));
+    let mut actions = Vec::new();
+    let marked = super::find_condition(sandbox, "Ready").is_some_and(|c| c["reason"] == "SandboxExpired");
+    if marked {
+        if let Some(pod) =
+            named(&snapshot.pods, pod_name(sandbox)).filter(|p| is_controlled_by(p, sandbox) && !deleting(p))
+        {
+            actions.push(Action::Delete(Kind::Pod, namespace.clone(), name_of(pod).to_owned()));
+        }
+        let services = snapshot.services.as_deref().unwrap_or_default();
+        if let Some(service) = named(services, name_of(sandbox)).filter(|s| is_controlled_by(s, sandbox)) {
+            actions.push(Action::Delete(Kind::Service, namespace.clone(), name_of(service).to_owned()));
+        }
+        if text(sandbox, "/spec/shutdownPolicy") == "Delete" {
+            actions.push(Action::Delete(Kind::Sandbox, namespace, name_of(sandbox).to_owned()));
+            return actions;
+        }
+    } else {
+        remove_condition(&mut conditions, "PodScheduled");
+    }
+    set_condition(&mut conditions, expiry, now);
+    // Retained: the live fields go, the conditions stay.
+    let status = if marked {
+        json!({"conditions": conditions})
+    } else {
+        let mut status = sandbox.get("status").cloned().filter(Value::is_object).unwrap_or_else(|| json!({}));
+        status["conditions"] = json!(conditions);
+        status
+    };
+    if sandbox.get("status") != Some(&status) {
+        let mut updated = sandbox.clone();
+        updated["status"] = status;
+        actions.push(Action::Status(Kind::Sandbox, updated));
+    }
+    actions
+}
+
+/// The writes one Sandbox needs now, and how soon it needs another look if nothing changes (its
+/// `shutdownTime`).
+pub(super) fn plan(sandbox: &Value, snapshot: &Snapshot, clock: &Clock) -> (Vec<Action>, Option<Duration>) {
     let mut actions = Vec::new();
     if deleting(sandbox) {
-        return actions;
+        return (actions, None);
+    }
+    let now = clock.text.as_str();
+    let expires_in = clock.until(sandbox, "/spec/shutdownTime");
+    if expires_in == Some(Duration::ZERO) {
+        return (expired(sandbox, snapshot, now), None);
     }
     let name = name_of(sandbox);
     let namespace = namespace_of(sandbox);
@@ -365,5 +417,5 @@ pub(super) fn plan(sandbox: &Value, snapshot: &Snapshot, now: &str) -> Vec<Actio
         updated["status"] = status;
         actions.push(Action::Status(Kind::Sandbox, updated));
     }
-    actions
+    (actions, expires_in)
 }
