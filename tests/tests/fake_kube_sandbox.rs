@@ -600,6 +600,24 @@ async fn a_pod_that_cannot_run_shows_in_the_sandbox_conditions() {
     );
     let (_, sandbox) = api.get(&format!("{SANDBOXES}/imageless")).await;
     assert_eq!(condition(&sandbox, "Ready")["message"], "Pod exists with phase: Pending", "{sandbox:#}");
+    // A pod the API server refuses: the Sandbox says why, as the real controller does.
+    let imageless = json!({"containers": [{"name": "main"}]});
+    api.create(
+        SANDBOXES,
+        json!({"metadata": {"name": "refused"}, "spec": {"podTemplate": {"spec": imageless}}}),
+    )
+    .await;
+    let (_, sandbox) = api
+        .until(&format!("{SANDBOXES}/refused"), Duration::from_secs(10), |_, s| {
+            !condition(s, "Ready").is_null()
+        })
+        .await;
+    let why = condition(&sandbox, "Ready");
+    assert_eq!((&why["status"], &why["reason"]), (&json!("False"), &json!("ReconcilerError")), "{sandbox:#}");
+    assert_eq!(
+        why["message"],
+        "Error seen: Pod \"refused\" is invalid: spec.containers[0].image: Required value"
+    );
     // A pod that ends: Finished, and Ready False for good (clients treat it as terminal), on the
     // claim too.
     let ends = json!({"containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", "exit 3"]}], "restartPolicy": "Never"});

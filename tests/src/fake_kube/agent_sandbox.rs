@@ -441,6 +441,8 @@ struct Snapshot {
     pods: Vec<Value>,
     /// `None` when the store does not serve Services.
     services: Option<Vec<Value>>,
+    /// The Pod type, to tell beforehand why a pod would be refused.
+    pod_type: Option<Arc<ResourceType>>,
 }
 
 impl Snapshot {
@@ -454,6 +456,7 @@ impl Snapshot {
             pools: list(Kind::Pool)?,
             pods: list(Kind::Pod)?,
             services: store.resource(&Kind::Service.key()).map(|_| list(Kind::Service)).transpose()?,
+            pod_type: store.resource(&Kind::Pod.key()),
         })
     }
 }

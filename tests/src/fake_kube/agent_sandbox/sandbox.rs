@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use super::super::status::ApiError;
+use super::super::store::ResourceType;
+
 use super::{
     ANNOTATION_POD_NAME, ANNOTATION_PROPAGATED_LABELS, Action, CLUSTER_DOMAIN, Clock, EXTENSIONS_GROUP, Kind,
     LABEL_CLAIM_UID, LABEL_CREATED_BY, LABEL_SANDBOX_NAME_HASH, LABEL_TEMPLATE_REF_HASH, LABEL_WARM_POOL,
@@ -86,6 +89,17 @@ fn pod_for(sandbox: &Value) -> Value {
         },
         "spec": template["spec"],
     })
+}
+
+/// Why the API server would refuse to create `pod` (its defaults and validation, as a create runs
+/// them): the real controller reports that error in the Sandbox's Ready condition.
+fn refused(pod: &Value, pods: &ResourceType) -> Option<String> {
+    let mut pod = pod.clone();
+    if let Some(defaulter) = pods.defaulter {
+        defaulter(&mut pod);
+    }
+    let causes = pods.validator.map(|validate| validate(&pod)).unwrap_or_default();
+    (!causes.is_empty()).then(|| ApiError::invalid(pods, name_of(&pod), causes).message)
 }
 
 /// The headless Service of a Sandbox with `spec.service: true`.
@@ -211,8 +225,13 @@ pub(super) fn plan(sandbox: &Value, snapshot: &Snapshot, clock: &Clock) -> (Vec<
         }
     } else if existing.is_none() {
         created = pod_for(sandbox);
-        actions.push(Action::Create(Kind::Pod, created.clone()));
-        pod = Some(&created);
+        match snapshot.pod_type.as_deref().and_then(|pods| refused(&created, pods)) {
+            Some(why) => failure = Some(format!("Error seen: {why}")),
+            None => {
+                actions.push(Action::Create(Kind::Pod, created.clone()));
+                pod = Some(&created);
+            }
+        }
     } else if !owned {
         failure = Some(format!(
             "Error seen: pod {:?} exists and is not owned by sandbox {name:?}",
