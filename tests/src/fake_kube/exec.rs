@@ -322,8 +322,11 @@ async fn session(shared: Arc<Shared>, ws: Ws, container: String, request: Reques
         async move {
             let mut input = Some(input);
             while let Some(Ok(message)) = source.next().await {
+                // Text frames carry the same channel bytes (the Python client sends stdin as text);
+                // the real server reads both kinds alike.
                 let data = match message {
                     Message::Binary(data) => data,
+                    Message::Text(text) => axum::body::Bytes::copy_from_slice(text.as_bytes()),
                     Message::Close(_) => break,
                     _ => continue,
                 };
