@@ -625,7 +625,8 @@ pub enum Need {
     DaytonaSdk,
     /// The official `modal` Python client: `$AGENTD_MODAL_PYTHON` names a python that imports it.
     ModalSdk,
-    /// The official `kubernetes` Python client: `$AGENTD_KUBE_PYTHON` names a python that imports it.
+    /// The official Kubernetes Python clients (`kubernetes`, `k8s-agent-sandbox`):
+    /// `$AGENTD_KUBE_PYTHON` names a python that imports them.
     KubeSdk,
     /// `kubectl` on the `PATH`.
     Kubectl,

@@ -16,6 +16,8 @@
 //! - [`kubeconfig`]: the kubeconfig file a client loads.
 //! - [`table`]: the `Table` answers `kubectl get` prints.
 //! - [`tls`]: HTTPS with a fresh CA, for clients that send a token only over TLS (`kubectl`).
+//! - [`agent_sandbox`]: kubernetes-sigs/agent-sandbox's custom resources and their controller, an
+//!   add-on as in a real cluster: [`agent_sandbox::install`].
 //!
 //! What it does not do (a real cluster does): `Table` rows in watches (`kubectl get -w`), OpenAPI documents (`kubectl apply` needs `--validate=false`), JSON patch (415),
 //! server-side apply's field ownership (an apply creates a missing object, else merges), strategic
@@ -28,6 +30,7 @@
 //! them all when dropped. Custom resources (agent-sandbox's) register their types with
 //! [`store::Store::register`] and run their controllers with [`FakeKube::spawn`].
 
+pub mod agent_sandbox;
 mod api;
 pub mod exec;
 pub mod kubeconfig;
