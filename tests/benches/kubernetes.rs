@@ -41,6 +41,7 @@ async fn run() {
         return;
     }
     let fake = FakeKube::start();
+    agentd_tests::fake_kube::agent_sandbox::install(&fake);
     let options = |mode| KubernetesOptions {
         mode,
         kubeconfig: Some(fake.kubeconfig_path().to_owned()),

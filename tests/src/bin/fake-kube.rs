@@ -3,7 +3,10 @@
 //! containers and volumes are removed (and the kubeconfig with its directory). `--listen ADDR`
 //! picks the address (default 127.0.0.1:0, a free port); `--tls` serves HTTPS with a fresh CA (in the
 //! kubeconfig), which `kubectl` needs: client-go sends a token only over TLS; `--agent-sandbox`
-//! installs kubernetes-sigs/agent-sandbox's resources and controller.
+//! installs kubernetes-sigs/agent-sandbox's resources and controller; `--warm-pool NAME=IMAGE:N`
+//! (implies `--agent-sandbox`, may repeat) also makes the `SandboxTemplate` and `SandboxWarmPool`
+//! NAME that `agentctl sandbox kube-template` makes: N warm Sandboxes of IMAGE, agentd copied in by
+//! an initContainer.
 
 use std::io::Write as _;
 
@@ -12,6 +15,7 @@ fn main() -> std::process::ExitCode {
     let mut listen = String::from("127.0.0.1:0");
     let mut tls = false;
     let mut agent_sandbox = false;
+    let mut pools = Vec::new();
     while let Some(arg) = args.next() {
         if arg == "--tls" {
             tls = true;
@@ -23,8 +27,20 @@ fn main() -> std::process::ExitCode {
         }
         match (arg.as_str(), args.next()) {
             ("--listen", Some(addr)) => listen = addr,
+            ("--warm-pool", Some(pool)) => match warm_pool(&pool) {
+                Some(pool) => {
+                    agent_sandbox = true;
+                    pools.push(pool);
+                }
+                None => {
+                    eprintln!("fake-kube: --warm-pool takes NAME=IMAGE:N, not {pool}");
+                    return std::process::ExitCode::from(2);
+                }
+            },
             _ => {
-                eprintln!("usage: fake-kube [--listen ADDR] [--tls] [--agent-sandbox]");
+                eprintln!(
+                    "usage: fake-kube [--listen ADDR] [--tls] [--agent-sandbox] [--warm-pool NAME=IMAGE:N]…"
+                );
                 return std::process::ExitCode::from(2);
             }
         }
@@ -46,6 +62,24 @@ fn main() -> std::process::ExitCode {
     if agent_sandbox {
         agentd_tests::fake_kube::agent_sandbox::install(&fake);
     }
+    for (name, image, replicas) in pools {
+        use agentd_host::adapters::kubernetes::manifests;
+        use agentd_tests::fake_kube::store::ResourceKey;
+        let group = "extensions.agents.x-k8s.io";
+        let made = [
+            (
+                ResourceKey::new(group, "sandboxtemplates"),
+                manifests::sandbox_template(&name, &image, manifests::AGENTD_IMAGE),
+            ),
+            (ResourceKey::new(group, "sandboxwarmpools"), manifests::warm_pool(&name, &name, replicas)),
+        ];
+        for (key, object) in made {
+            if let Err(err) = fake.store().create(&key, fake.namespace(), object) {
+                eprintln!("fake-kube: cannot make the warm pool {name}: {}", err.body());
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     let mut stdout = std::io::stdout();
     let _ = writeln!(stdout, "export KUBECONFIG={}", fake.kubeconfig_path().display());
     let _ = stdout.flush();
@@ -59,4 +93,11 @@ fn main() -> std::process::ExitCode {
     fake.block_on(agentd_tests::until_terminated());
     drop(fake);
     std::process::ExitCode::SUCCESS
+}
+
+/// `NAME=IMAGE:N` (the image may hold colons: N is after the last).
+fn warm_pool(text: &str) -> Option<(String, String, u32)> {
+    let (name, rest) = text.split_once('=')?;
+    let (image, replicas) = rest.rsplit_once(':')?;
+    Some((name.to_owned(), image.to_owned(), replicas.parse().ok()?))
 }

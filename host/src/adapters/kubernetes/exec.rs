@@ -72,6 +72,56 @@ fn exit_status(status: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::St
     ExitStatus::Code(code.unwrap_or(1))
 }
 
+/// Something that completes once the exec's stream is over.
+type Over = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// An exec's output that ends (EOF) once the stream is over and nothing is left in it. kube closes
+/// an output pipe only when the status came: when the stream breaks instead (the API server went
+/// away), the pipe stays open and its reader would wait forever.
+struct Ending<R> {
+    inner: R,
+    over: Option<Over>,
+}
+
+impl<R> Ending<R> {
+    fn new(inner: R, over: Over) -> Self {
+        Self { inner, over: Some(over) }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Ending<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            // Nothing buffered (the pipe says pending only then): over means the end.
+            Poll::Pending => {
+                let ended = match this.over.as_mut() {
+                    None => true,
+                    Some(over) => over.as_mut().poll(cx).is_ready(),
+                };
+                if ended {
+                    this.over = None;
+                    Poll::Ready(Ok(()))
+                } else {
+                    Poll::Pending
+                }
+            }
+            ready => ready,
+        }
+    }
+}
+
+/// A future that completes when `over` is set.
+fn over_when(mut over: tokio::sync::watch::Receiver<bool>) -> Over {
+    Box::pin(async move {
+        let _ = over.wait_for(|done| *done).await;
+    })
+}
+
 /// Reads `from` to its end, keeping at most `cap` bytes (the rest is read and dropped, so the
 /// stream is never held up).
 async fn read_capped(mut from: impl AsyncRead + Unpin, cap: u64) -> Vec<u8> {
@@ -103,6 +153,15 @@ impl ArgvExec for PodExec {
         else {
             return Err(SandboxError::Protocol("an exec stream without its stdio".to_owned()));
         };
+        // The status resolves when the stream ends, with or without one: the outputs end with it.
+        let (ended, over) = tokio::sync::watch::channel(false);
+        let status = tokio::spawn(async move {
+            let status = status.await;
+            let _ = ended.send(true);
+            status
+        });
+        let stdout = Ending::new(stdout, over_when(over.clone()));
+        let stderr = Ending::new(stderr, over_when(over));
         let bytes = stdin.unwrap_or_default().to_vec();
         // Dropping the writer after the bytes half-closes stdin (v5's close signal): the command
         // sees its end.
@@ -113,7 +172,7 @@ impl ArgvExec for PodExec {
         let run = async {
             let ((), out, err, status) =
                 tokio::join!(feed, read_capped(stdout, cap), read_capped(stderr, cap), status);
-            (out, err, exit_status(status))
+            (out, err, exit_status(status.ok().flatten()))
         };
         let (stdout, stderr, status) = match timeout {
             Some(limit) => match tokio::time::timeout(limit, run).await {
@@ -129,7 +188,7 @@ impl ArgvExec for PodExec {
 /// An exec's stdout and stdin as one byte stream; the exec stays open as long as this lives.
 struct ExecStream {
     io: tokio::io::Join<
-        tokio::io::ReadHalf<tokio::io::SimplexStream>,
+        Ending<tokio::io::ReadHalf<tokio::io::SimplexStream>>,
         tokio::io::WriteHalf<tokio::io::SimplexStream>,
     >,
     _process: AttachedProcess,
@@ -196,12 +255,20 @@ exec {agentd} bridge --unix "$s""#
     async fn try_connect(&self) -> Result<Link> {
         let args = ["sh".to_owned(), "-c".to_owned(), self.script()];
         let mut process = self.exec.start(&args, true).await?;
-        let (Some(stdin), Some(stdout), Some(stderr)) = (process.stdin(), process.stdout(), process.stderr())
+        let (Some(stdin), Some(stdout), Some(stderr), Some(status)) =
+            (process.stdin(), process.stdout(), process.stderr(), process.take_status())
         else {
             return Err(SandboxError::Protocol("an exec stream without its stdio".to_owned()));
         };
         // What the script or the bridge says on stderr, for the error if the link does not come up.
-        let said = tokio::spawn(read_capped(stderr, STDERR_KEPT as u64));
+        let (ended, over) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            drop(status.await);
+            let _ = ended.send(true);
+        });
+        let said =
+            tokio::spawn(read_capped(Ending::new(stderr, over_when(over.clone())), STDERR_KEPT as u64));
+        let stdout = Ending::new(stdout, over_when(over));
         let stream = ExecStream { io: tokio::io::join(stdout, stdin), _process: process };
         let label = format!("kubernetes exec {}/{}", self.exec.pods_namespace(), self.exec.pod);
         match Link::through(stream, &label).await {
