@@ -16,9 +16,11 @@ use std::future::Future;
 use std::sync::Arc;
 
 use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
+use agentd_host::adapters::kubernetes::{self, KubernetesMode, KubernetesOptions, KubernetesSandbox};
 use agentd_host::adapters::modal::{self, ModalConfig, ModalMode, ModalOptions, ModalSandbox};
 use agentd_host::{BaseSandbox, LocalSandbox};
 use agentd_tests::fake_daytona::FakeDaytona;
+use agentd_tests::fake_kube::FakeKube;
 use agentd_tests::fake_modal::FakeModal;
 use agentd_tests::{ExecOnly, ShellSandbox};
 use suite::{Suite, Target};
@@ -51,6 +53,9 @@ conformance! {
         daytona_toolbox,
         modal_link,
         modal_router,
+        kube_pod_baked,
+        kube_pod_injected,
+        kube_claim,
     ],
     cases: [
         golden_05_06_ls_one_level_links_and_errors,
@@ -271,6 +276,94 @@ async fn modal_sandbox(fake: &FakeModal, mode: ModalMode) -> ModalSandbox {
         .expect("create a Modal sandbox through the fake");
     eprintln!("modal create + inject ({mode:?}): {:?}", started.elapsed());
     sandbox
+}
+
+/// A Pod through the fake Kubernetes API from `agentd-debian` (agentd baked in) over the exec-stream
+/// link; derived: the same sandbox through `execute` over that link ([`ExecOnly`]).
+async fn kube_pod_baked() -> Option<Target> {
+    kube_pod("agentd-debian:latest").await
+}
+
+/// The same from `agentd-base-debian` (agentd injected through exec).
+async fn kube_pod_injected() -> Option<Target> {
+    kube_pod(DAYTONA_IMAGE).await
+}
+
+/// A fake Kubernetes API, a fresh workspace, and a Pod spec that mounts it (`hostPath`) at the same
+/// path and starts there (one per case, as [`daytona_fake`]). Skips without Docker or `image`.
+async fn kube_fake(
+    image: &str,
+) -> Option<(FakeKube, tempfile::TempDir, std::path::PathBuf, serde_json::Value)> {
+    if !agentd_tests::docker_available(image).await {
+        return None;
+    }
+    let workspace = tempfile::tempdir().expect("tempdir");
+    let ws = workspace.path().canonicalize().expect("canonical");
+    let path = ws.to_str().expect("a UTF-8 workspace");
+    let spec = serde_json::json!({
+        "containers": [{
+            "name": kubernetes::CONTAINER,
+            "workingDir": path,
+            "volumeMounts": [{ "name": "workspace", "mountPath": path }],
+        }],
+        "volumes": [{ "name": "workspace", "hostPath": { "path": path } }],
+    });
+    Some((FakeKube::start(), workspace, ws, spec))
+}
+
+fn kube_options(fake: &FakeKube) -> KubernetesOptions {
+    KubernetesOptions {
+        mode: KubernetesMode::Link,
+        kubeconfig: Some(fake.kubeconfig_path().to_owned()),
+        link_timeout: std::time::Duration::from_secs(20),
+        agentd_binary: None,
+        ..KubernetesOptions::default()
+    }
+}
+
+async fn kube_pod(image: &str) -> Option<Target> {
+    let (fake, workspace, ws, spec) = kube_fake(image).await?;
+    let mut options = kube_options(&fake);
+    options.pod_template = Some(serde_json::from_value(serde_json::json!({ "spec": spec })).expect("a Pod"));
+    let started = std::time::Instant::now();
+    let sandbox = KubernetesSandbox::create(image, &options).await.expect("a Pod through the fake");
+    eprintln!("kube:{image}: {:?}", started.elapsed());
+    let native: Arc<dyn BaseSandbox> = Arc::new(sandbox);
+    let derived = Box::new(ExecOnly(Arc::clone(&native)));
+    let keep = (Arc::clone(&native), fake, workspace);
+    Some(Target { native, derived, ws, keep: Box::new(keep) })
+}
+
+/// A Sandbox claimed from a warm pool of one, from the template `agentctl sandbox kube-template`
+/// makes (agentd copied in by an initContainer) with the workspace mounted.
+async fn kube_claim() -> Option<Target> {
+    use kubernetes::{Cluster, manifests};
+    if !agentd_tests::docker_available(manifests::AGENTD_IMAGE).await {
+        return None;
+    }
+    let (fake, workspace, ws, spec) = kube_fake(DAYTONA_IMAGE).await?;
+    agentd_tests::fake_kube::agent_sandbox::install(&fake);
+    let mut template = manifests::sandbox_template("conformance", DAYTONA_IMAGE, manifests::AGENTD_IMAGE);
+    let pod = &mut template["spec"]["podTemplate"]["spec"];
+    pod["volumes"].as_array_mut().expect("volumes").push(spec["volumes"][0].clone());
+    let container = &mut pod["containers"][0];
+    container["workingDir"] = spec["containers"][0]["workingDir"].clone();
+    container["volumeMounts"]
+        .as_array_mut()
+        .expect("mounts")
+        .push(spec["containers"][0]["volumeMounts"][0].clone());
+    let options = kube_options(&fake);
+    let cluster = Cluster::connect(&options).await.expect("the fake's cluster");
+    manifests::apply(&cluster, &[template, manifests::warm_pool("conformance", "conformance", 1)])
+        .await
+        .expect("the template and pool");
+    let started = std::time::Instant::now();
+    let sandbox = KubernetesSandbox::claim("conformance", &options).await.expect("a claim through the fake");
+    eprintln!("kube-claim: {:?}", started.elapsed());
+    let native: Arc<dyn BaseSandbox> = Arc::new(sandbox);
+    let derived = Box::new(ExecOnly(Arc::clone(&native)));
+    let keep = (Arc::clone(&native), fake, workspace);
+    Some(Target { native, derived, ws, keep: Box::new(keep) })
 }
 
 /// Runs `case` on what `factory` makes (nothing when it skipped).

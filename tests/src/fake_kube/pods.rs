@@ -4,7 +4,7 @@
 //! - Scheduling: a `nodeSelector` the node's labels ([`node_labels`]) do not satisfy, or a
 //!   `nodeName` of another node, leaves the Pod `Pending` with `PodScheduled=False`, reason
 //!   `Unschedulable` and the scheduler's message; otherwise `spec.nodeName` becomes [`NODE_NAME`].
-//! - Volumes: each `emptyDir` is a Docker volume (mounted `volume-nocopy`, so it starts empty),
+//! - Volumes: a `hostPath` is bind-mounted (the node is this machine); each `emptyDir` is a Docker volume (mounted `volume-nocopy`, so it starts empty),
 //!   shared by the Pod's init and main containers, removed with the Pod. Other volume types are
 //!   not mounted.
 //! - Images are never pulled (there is no registry): a missing one leaves the container `waiting`
@@ -39,6 +39,9 @@ use super::status::{ApiError, Cause};
 use super::store::{EventType, ResourceKey, now_rfc3339};
 use super::{CONTAINER_LABEL, NODE_NAME, Shared};
 use crate::containers::{docker, text};
+
+/// Marks a `hostPath` volume among the Docker volumes (what follows is the host's path).
+const HOST_PATH: &str = "host-path:";
 
 /// Every container's pids limit: a fork bomb in a Pod stays in it.
 pub const PIDS_LIMIT: &str = "4096";
@@ -610,7 +613,10 @@ fn run_args(
             continue;
         };
         if let Some(docker_volume) = volumes.get(volume) {
-            let mut option = format!("type=volume,src={docker_volume},dst={path},volume-nocopy");
+            let mut option = match docker_volume.strip_prefix(HOST_PATH) {
+                Some(host) => format!("type=bind,src={host},dst={path}"),
+                None => format!("type=volume,src={docker_volume},dst={path},volume-nocopy"),
+            };
             if mount.get("readOnly").and_then(Value::as_bool) == Some(true) {
                 option.push_str(",readonly");
             }
@@ -724,6 +730,11 @@ async fn run_pod(shared: Arc<Shared>, uid: String, namespace: String, name: Stri
     let mut volumes = BTreeMap::new();
     for volume in pod.pointer("/spec/volumes").and_then(Value::as_array).into_iter().flatten() {
         let Some(volume_name) = volume.get("name").and_then(Value::as_str) else { continue };
+        // A hostPath is the (only) node's directory, bind-mounted.
+        if let Some(path) = volume.pointer("/hostPath/path").and_then(Value::as_str) {
+            volumes.insert(volume_name.to_owned(), format!("{HOST_PATH}{path}"));
+            continue;
+        }
         if volume.get("emptyDir").is_none() {
             continue;
         }
