@@ -141,5 +141,11 @@ def _expected_failure(name: str, reason: str) -> Callable[..., Any]:
 
 for _name, _reason in CONTRADICT_THE_CONTRACT.items():
     setattr(TestLocalSandboxStandard, _name, _expected_failure(_name, _reason))
-    for _suite in (TestDockerSandboxStandard, TestDaytonaSandboxStandard, TestModalSandboxStandard):
+    for _suite in (
+        TestDockerSandboxStandard,
+        TestDaytonaSandboxStandard,
+        TestModalSandboxStandard,
+        TestKubernetesSandboxStandard,
+        TestKubernetesClaimStandard,
+    ):
         setattr(_suite, _name, _expected_failure(_name, _reason))
