@@ -147,9 +147,7 @@ pub const KINDS: [Row; 5] = [
         feature: Some("kubernetes"),
         built: cfg!(feature = "kubernetes"),
         short_id: None,
-        // The kubeconfig is looked for when used: in-cluster credentials cannot be told apart
-        // from none without reading them.
-        missing: nothing_missing,
+        missing: kube_missing,
         #[cfg(feature = "kubernetes")]
         provider: || Ok(Box::new(crate::adapters::kubernetes::KubernetesProvider::default())),
         #[cfg(not(feature = "kubernetes"))]
@@ -218,6 +216,19 @@ fn modal_missing(configured: bool) -> Option<String> {
             "modal sandboxes need a token: {MODAL_TOKENS} (or the active profile of ~/.modal.toml, \
              as Modal's own SDKs read them; MODAL_SERVER_URL for another control plane)"
         )
+    })
+}
+
+/// Why no cluster can be reached, when nothing `kubectl` would read is there: no `KUBECONFIG`, no
+/// `~/.kube/config`, not in a Pod (`KUBERNETES_SERVICE_HOST`).
+fn kube_missing() -> Option<String> {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    let home_config = std::env::var_os("HOME")
+        .is_some_and(|home| std::path::Path::new(&home).join(".kube/config").is_file());
+    (!set("KUBECONFIG") && !home_config && !set("KUBERNETES_SERVICE_HOST")).then(|| {
+        "kube sandboxes need a cluster as kubectl finds it: KUBECONFIG, ~/.kube/config, or in-cluster \
+         credentials"
+            .to_owned()
     })
 }
 
