@@ -147,6 +147,12 @@ impl FakeKube {
                     }
                 }
                 None => {
+                    // As the real API server (Go sets TCP_NODELAY): an exec stream's small frames
+                    // must not wait for the peer's delayed ACK.
+                    use axum::serve::ListenerExt as _;
+                    let listener = listener.tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    });
                     let _ = axum::serve(listener, app).await;
                 }
             }
