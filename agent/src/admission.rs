@@ -22,6 +22,7 @@ use std::time::Duration;
 use agentd_protocol::limits::{
     DEFAULT_MAX_CAPTURE_BYTES, MAX_INLINE_CAPTURE, MAX_KEEP_SECS, MAX_OFFLOAD_CAPTURE_BYTES,
 };
+use agentd_protocol::permission::PermissionMode;
 use agentd_protocol::profile::{Limits, Network, ProfileOverride, SandboxProfile};
 use agentd_protocol::{ErrorCode, ExecRequest, StdinMode, TerminalSize};
 use base64::Engine as _;
@@ -173,6 +174,8 @@ impl ServerProfile {
             profile.writable_roots.as_deref().map(|r| resolve_roots(r, "writable_roots")).transpose()?;
         let readable =
             profile.readable_roots.as_deref().map(|r| resolve_roots(r, "readable_roots")).transpose()?;
+        crate::permission::Permissions::new(&profile.permissions)
+            .map_err(|e| Refusal::Invalid(format!("permissions: {e}")))?;
         profile.writable_roots = writable.as_ref().map(|r| r.iter().map(CanonicalPath::to_text).collect());
         profile.readable_roots = readable.as_ref().map(|r| r.iter().map(CanonicalPath::to_text).collect());
         Ok(Self { profile, writable, readable, max_timeout })
@@ -224,6 +227,17 @@ pub fn tighten(base: &ServerProfile, over: Option<&ResolvedOverride>) -> Result<
     if let Some(roots) = &resolved.readable {
         within(roots, base.readable.as_deref(), "readable_roots").map_err(loosen)?;
         out.readable_roots = Some(roots.iter().map(CanonicalPath::to_text).collect());
+    }
+    if !over.permissions.is_empty() {
+        crate::permission::Permissions::new(&over.permissions)
+            .map_err(|e| Refusal::Invalid(format!("profile.permissions: {e}")))?;
+        if let Some(allow) = over.permissions.iter().find(|r| r.mode == PermissionMode::Allow) {
+            return Err(loosen(format!(
+                "permissions: a request may add only deny rules (they go first); `{allow}` could loosen \
+                 the profile's rules"
+            )));
+        }
+        out.permissions = over.permissions.iter().cloned().chain(out.permissions).collect();
     }
     match (over.network, base.profile.network) {
         (Some(Network::Allow), Network::Deny) => {
@@ -598,6 +612,49 @@ mod tests {
             ..ProfileOverride::default()
         };
         assert_eq!(tighten(&b, Some(&pure(same))).unwrap().limits.processes, Some(64));
+    }
+
+    fn rule(mode: PermissionMode, path: &str) -> agentd_protocol::permission::PermissionRule {
+        agentd_protocol::permission::PermissionRule {
+            operations: vec![agentd_protocol::permission::Operation::Write],
+            paths: vec![path.to_owned()],
+            mode,
+        }
+    }
+
+    #[test]
+    fn a_request_may_only_put_deny_rules_first() {
+        let mut profile = base().profile;
+        profile.permissions =
+            vec![rule(PermissionMode::Allow, "/w/gen/**"), rule(PermissionMode::Deny, "/w/**")];
+        let b = server(profile);
+        let deny = ProfileOverride {
+            permissions: vec![rule(PermissionMode::Deny, "/w/gen/secret/**")],
+            ..ProfileOverride::default()
+        };
+        let tightened = tighten(&b, Some(&pure(deny))).unwrap();
+        let paths: Vec<&str> = tightened.permissions.iter().map(|r| r.paths[0].as_str()).collect();
+        assert_eq!(paths, ["/w/gen/secret/**", "/w/gen/**", "/w/**"]);
+        // An allow first would undo the profile's deny of /w.
+        let allow = ProfileOverride {
+            permissions: vec![rule(PermissionMode::Allow, "/w/**")],
+            ..ProfileOverride::default()
+        };
+        let refused = tighten(&b, Some(&pure(allow)));
+        assert!(loosens(refused.clone()), "{refused:?}");
+        assert_eq!(refused.unwrap_err().code(), ErrorCode::ProfileViolation);
+        // A bad rule is invalid, not a loosening.
+        for bad in ["w/**", "/w/../etc", "/~/x"] {
+            let over = ProfileOverride {
+                permissions: vec![rule(PermissionMode::Deny, bad)],
+                ..ProfileOverride::default()
+            };
+            assert!(matches!(tighten(&b, Some(&pure(over))), Err(Refusal::Invalid(_))), "{bad}");
+        }
+        let mut bad = base().profile;
+        bad.permissions = vec![rule(PermissionMode::Deny, "relative/**")];
+        let err = ServerProfile::new(bad).unwrap_err();
+        assert!(err.to_string().contains("Permission path must start with '/'"), "{err}");
     }
 
     #[test]

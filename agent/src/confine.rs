@@ -48,6 +48,7 @@ mod child;
 mod files;
 mod identity;
 mod lease;
+mod permits;
 mod report;
 mod ruleset;
 mod seccomp;
@@ -68,6 +69,7 @@ use seccompiler::BpfProgram;
 use thiserror::Error;
 
 use crate::admission::ServerProfile;
+use crate::permission::Permissions;
 use cgroup::{CgroupParent, IdleCgroups, PidsCgroup};
 use report::{Intent, Machine, enforcement, intent, lower, overall, reasons};
 use ruleset::{build_ruleset, kernel_landlock_abi};
@@ -232,8 +234,22 @@ impl Confiner {
             Some(now) => self.links_ready(now)?,
         };
         let cgroups = self.cgroups_ready(build)?;
-        let report = self.report_with(profile, links, cgroups.is_some());
         let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
+        let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
+        let built = match (want.landlock, now) {
+            (false, _) => None,
+            (true, None) => match self.ruleset(profile, want) {
+                Ok(built) => Some(built),
+                Err(err) => return Some(Err(prepare(err))),
+            },
+            (true, Some(now)) => Some(self.ruleset_ready(profile, want, now?)?),
+        };
+        let mut report = self.report_with(profile, links, cgroups.is_some());
+        let (ruleset, short, programs) = match built {
+            Some(Built { ruleset, short, programs }) => (Some(ruleset), short, programs),
+            None => (None, Vec::new(), None),
+        };
+        report::add_rules(&mut report, profile, &short, programs.as_ref());
         let strict = report.mode == Mode::Strict;
         if strict && report.level != Level::Full && report.level != Level::NotRequested {
             return Some(Err(ConfineError::NotEnforceable {
@@ -241,15 +257,6 @@ impl Confiner {
                 notes: reasons(&report),
             }));
         }
-        let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
-        let ruleset = match (want.landlock, now) {
-            (false, _) => None,
-            (true, None) => match self.ruleset(profile, want) {
-                Ok(ruleset) => Some(ruleset),
-                Err(err) => return Some(Err(prepare(err))),
-            },
-            (true, Some(now)) => Some(self.ruleset_ready(profile, want, now?)?),
-        };
         let filter = if want.seccomp { self.network_filter.clone() } else { None };
         let mut rlimits = vec![(libc::RLIMIT_CORE, 0, 0)];
         let limits = &profile.limits;
@@ -393,46 +400,74 @@ impl Confiner {
     /// The landlock ruleset for `profile`: a copy of one built before when nothing it was built from
     /// changed (building lists the directories around withheld paths: tens of system calls), else a
     /// new one. Either way it is watched afterwards, for [`Confiner::ruleset_ready`].
-    fn ruleset(&self, profile: &SandboxProfile, want: Intent) -> Result<RulesetCreated, String> {
+    fn ruleset(&self, profile: &SandboxProfile, want: Intent) -> Result<Built, String> {
         let mut cache = self.rulesets.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let found = cache.iter().position(|c| c.key.is(profile, want));
         let at = match found {
-            Some(at) if self.fresh(cache[at].watched) || carve::unchanged(&cache[at].seen) => at,
+            Some(at)
+                if !cache[at].volatile
+                    && (self.fresh(cache[at].watched) || carve::unchanged(&cache[at].seen)) =>
+            {
+                at
+            }
             found => {
                 if let Some(at) = found {
                     cache.remove(at);
                 }
                 let mut seen = Vec::new();
-                let ruleset = build_ruleset(profile, &want, self.abi, &self.withheld, &mut seen)?;
+                let permissions = Permissions::new(&profile.permissions)?;
+                let permits = permits::plan_permissions(&permissions);
+                let programs = profile.allowed_commands.as_deref().map(|allowed| {
+                    permits::resolve_programs(allowed, &permits::command_path(profile, self.sandbox_path()))
+                });
+                let ruleset = build_ruleset(
+                    profile,
+                    &want,
+                    self.abi,
+                    &self.withheld,
+                    &permits,
+                    programs.as_ref(),
+                    &mut seen,
+                )?;
                 if cache.len() >= CACHED_RULESETS {
                     cache.remove(0);
                 }
                 let key = RulesetKey {
                     writable_roots: profile.writable_roots.clone(),
                     readable_roots: profile.readable_roots.clone(),
+                    permissions: profile.permissions.clone(),
+                    allowed_commands: profile.allowed_commands.clone(),
                     want,
                 };
-                cache.push(CachedRuleset { key, seen, ruleset, watched: None });
+                cache.push(CachedRuleset {
+                    key,
+                    seen,
+                    ruleset,
+                    watched: None,
+                    volatile: permits.volatile,
+                    short: permits.short,
+                    programs,
+                });
                 cache.len() - 1
             }
         };
         let cached = &mut cache[at];
-        if !self.fresh(cached.watched) {
+        if !cached.volatile && !self.fresh(cached.watched) {
             cached.watched = self.watch_ruleset(&cached.seen);
         }
         // A second descriptor of the same kernel ruleset; nothing adds rules to it any more.
-        cached.ruleset.try_clone().map_err(|e| e.to_string())
+        cached.built()
     }
 
     /// A copy of the cached ruleset for `profile`, if it is watched and nothing it was built from
     /// changed since (the watch is at generation `now`): no path looked up, no waiting for a lock.
-    fn ruleset_ready(&self, profile: &SandboxProfile, want: Intent, now: u64) -> Option<RulesetCreated> {
+    fn ruleset_ready(&self, profile: &SandboxProfile, want: Intent, now: u64) -> Option<Built> {
         let cache = self.rulesets.try_lock().ok()?;
         let cached = cache.iter().find(|c| c.key.is(profile, want))?;
-        if cached.watched != Some(now) {
+        if cached.volatile || cached.watched != Some(now) {
             return None;
         }
-        cached.ruleset.try_clone().ok()
+        cached.built().ok()
     }
 
     /// Watches what a ruleset was built from; the generation at which it is known unchanged, when
@@ -534,12 +569,20 @@ impl Confiner {
 
     /// Where file work for the sandbox runs: on [`FileWorkers`] that carry the server profile's
     /// user and landlock domain ([`files`]). Builds the ruleset: path work, at start.
+    ///
+    /// The domain leaves out `permissions` and `allowed_commands`: the verbs check the rules
+    /// themselves, by their text, on the paths they opened ([`crate::permission`]), so a write
+    /// beside a write-denied subtree works, which landlock's carve-out would refuse; file work
+    /// runs no program.
     pub fn file_workers(&self) -> Result<FileWorkers, ConfineError> {
-        let profile = &self.profile;
+        let mut profile = self.profile.clone();
+        profile.permissions.clear();
+        profile.allowed_commands = None;
+        let profile = &profile;
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
         let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
         let ruleset = match want.landlock {
-            true => Some(Option::<OwnedFd>::from(self.ruleset(profile, want).map_err(prepare)?)),
+            true => Some(Option::<OwnedFd>::from(self.ruleset(profile, want).map_err(prepare)?.ruleset)),
             false => None,
         };
         let steps = files::ThreadSteps {
@@ -606,6 +649,8 @@ const CACHED_RULESETS: usize = 8;
 struct RulesetKey {
     writable_roots: Option<Vec<String>>,
     readable_roots: Option<Vec<String>>,
+    permissions: Vec<agentd_protocol::permission::PermissionRule>,
+    allowed_commands: Option<Vec<String>>,
     want: Intent,
 }
 
@@ -613,6 +658,8 @@ impl RulesetKey {
     fn is(&self, profile: &SandboxProfile, want: Intent) -> bool {
         self.writable_roots == profile.writable_roots
             && self.readable_roots == profile.readable_roots
+            && self.permissions == profile.permissions
+            && self.allowed_commands == profile.allowed_commands
             && self.want == want
     }
 }
@@ -623,6 +670,30 @@ struct CachedRuleset {
     ruleset: RulesetCreated,
     /// The generation of [`Confiner::watch`] at which it was known unchanged; `None`: not watched.
     watched: Option<u64>,
+    /// Built from a look through the tree (a permission glob that is not a plain prefix): right
+    /// only for the command it was built for, never reused.
+    volatile: bool,
+    /// Per permission rule, why the kernel covers less of it ([`permits::PermitPlan::short`]).
+    short: Vec<Vec<String>>,
+    /// With `allowed_commands`: the files given the execute right.
+    programs: Option<permits::Programs>,
+}
+
+impl CachedRuleset {
+    fn built(&self) -> Result<Built, String> {
+        Ok(Built {
+            ruleset: self.ruleset.try_clone().map_err(|e| e.to_string())?,
+            short: self.short.clone(),
+            programs: self.programs.clone(),
+        })
+    }
+}
+
+/// A ruleset for one command, and what the report says of its permission rules and programs.
+struct Built {
+    ruleset: RulesetCreated,
+    short: Vec<Vec<String>>,
+    programs: Option<permits::Programs>,
 }
 /// One command's confinement: the report, what the child applies, and what the parent cleans up.
 pub struct Plan {

@@ -19,6 +19,8 @@
 //!   through any exec channel.
 //! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
 //!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
+//! - [`permission`]: path permission rules, pure: what the file verbs may do to a path, and the
+//!   subtrees landlock withholds from commands.
 //! - [`process`]: every exec by process id, across connections: kept processes (`keep`) that
 //!   outlive their connection, their journals, attachments and grace, stdin, and the bounds.
 //! - [`registry`]: every request in flight (all kinds) with its caps and cancellation, and the
@@ -55,6 +57,7 @@ mod leftovers;
 mod memory;
 mod oneshot;
 mod outbox;
+mod permission;
 mod process;
 mod registry;
 mod root;

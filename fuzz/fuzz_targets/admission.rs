@@ -1,16 +1,33 @@
 //! Exec admission (`agent/src/admission.rs`, included as is) on any decoded `exec` request, under a
 //! server profile and without one: it admits or refuses, never panics, and what it admits is no
-//! looser than the server's profile (timeouts within `max_timeout`, limits not above the server's).
+//! looser than the server's profile (timeouts within `max_timeout`, limits not above the server's,
+//! the server's permission rules kept as they are, after only deny rules).
 #![no_main]
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../../agent/src/admission.rs"]
 mod admission;
 
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../agent/src/permission.rs"]
+mod permission;
+
+/// What `permission` uses of the agent's glob matching, included as is.
+#[allow(dead_code, unreachable_pub)]
+mod fs {
+    pub mod glob {
+        #[path = "../../../agent/src/fs/glob/braces.rs"]
+        pub mod braces;
+        #[path = "../../../agent/src/fs/glob/fnmatch.rs"]
+        pub mod fnmatch;
+    }
+}
+
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use agentd_protocol::ClientMessage;
+use agentd_protocol::permission::{Operation, PermissionMode, PermissionRule};
 use agentd_protocol::profile::{Limits, SandboxProfile};
 use libfuzzer_sys::fuzz_target;
 
@@ -27,6 +44,7 @@ fn policies() -> &'static [ServerPolicy; 2] {
             default_timeout: Some(60.0),
             max_timeout: Some(120.0),
             limits: Limits { processes: Some(64), cpu_seconds: Some(100), ..Limits::default() },
+            permissions: server_rules(),
             ..SandboxProfile::default()
         };
         let profiled = ServerProfile::new(profile).expect("the fuzz profile is valid");
@@ -35,6 +53,21 @@ fn policies() -> &'static [ServerPolicy; 2] {
             ServerPolicy { profile: None, default_timeout: None },
         ]
     })
+}
+
+fn server_rules() -> Vec<PermissionRule> {
+    vec![
+        PermissionRule {
+            operations: vec![Operation::Write],
+            paths: vec!["/tmp/keep/**".to_owned()],
+            mode: PermissionMode::Allow,
+        },
+        PermissionRule {
+            operations: vec![Operation::Read, Operation::Write],
+            paths: vec!["/tmp/**".to_owned()],
+            mode: PermissionMode::Deny,
+        },
+    ]
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -54,6 +87,11 @@ fuzz_target!(|data: &[u8]| {
             for root in profile.writable_roots.iter().flatten() {
                 assert!(root == "/tmp" || root.starts_with("/tmp/"), "{root}");
             }
+            // The server's rules come last, unchanged; whatever a request put before them denies.
+            let rules = &profile.permissions;
+            let server = server_rules();
+            assert!(rules.len() >= server.len() && rules[rules.len() - server.len()..] == server[..]);
+            assert!(rules[..rules.len() - server.len()].iter().all(|r| r.mode == PermissionMode::Deny));
         }
     }
 });

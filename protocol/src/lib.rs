@@ -15,6 +15,7 @@
 //!   `FileUploadResponse`, …) and the per-file transfer error codes.
 //! - [`fs`]: the seven file verbs: [`FsRequest`] and the result types.
 //! - [`framing`]: a random quoted-heredoc delimiter that never occurs in the command it frames.
+//! - [`permission`]: path permission rules (deepagents' `FilesystemPermission` shape).
 //! - [`profile`]: sandbox profiles, per-request tightening, and the report of what was enforced.
 //! - [`process`]: processes that outlive their connection: `keep`, `attach` from a byte offset,
 //!   `processes`, `kill`, `wait`, `forget`, a stdin pipe and a terminal.
@@ -44,6 +45,7 @@ pub mod fs;
 pub mod limits;
 pub mod message;
 pub mod meta;
+pub mod permission;
 pub mod process;
 pub mod profile;
 

@@ -1,6 +1,6 @@
-//! Sandbox profiles: what a command may touch (`writable_roots`, `readable_roots`, `network`), see
-//! (`env_allowlist`, `env`), run (`allowed_commands`, advisory) and use (`limits`, timeouts), and the
-//! report of what agentd actually enforced.
+//! Sandbox profiles: what a command may touch (`writable_roots`, `readable_roots`, `permissions`,
+//! `network`), see (`env_allowlist`, `env`), run (`allowed_commands`) and use (`limits`, timeouts),
+//! and the report of what agentd actually enforced.
 //!
 //! A profile is loaded by `agentd serve --profile FILE` (TOML, the same field names). A request may
 //! carry a [`ProfileOverride`] that only tightens it; agentd refuses one that would loosen it.
@@ -8,6 +8,8 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::permission::PermissionRule;
 
 /// The rules for every command agentd runs.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -26,6 +28,10 @@ pub struct SandboxProfile {
     /// Directories commands may read beneath (writable roots are readable too). Absent: everything.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readable_roots: Option<Vec<String>>,
+    /// Path permissions, first match wins ([`PermissionRule`]): the file verbs check them, and
+    /// landlock enforces them for every command. Within the roots above.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub permissions: Vec<PermissionRule>,
     /// TCP `bind`/`connect`.
     #[serde(default)]
     pub network: Network,
@@ -41,8 +47,9 @@ pub struct SandboxProfile {
     /// Largest timeout a request may ask for (and no "no limit").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_timeout: Option<f64>,
-    /// First words a command may start with. Advisory: `sh -c` can run anything, so this is a
-    /// guard rail against mistakes, not a wall.
+    /// Programs commands may run: the first word is checked, and landlock grants the execute right
+    /// only to `/bin/sh`, the dynamic loader and these programs (names found on `PATH` when the
+    /// command starts, or absolute paths), so `sh -c 'curl …'` fails unless `curl` is listed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_commands: Option<Vec<String>>,
     #[serde(default)]
@@ -186,6 +193,10 @@ pub struct ProfileOverride {
     pub writable_roots: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readable_roots: Option<Vec<String>>,
+    /// Rules put before the profile's own: only `deny` rules (an `allow` placed first could
+    /// loosen a later deny).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub permissions: Vec<PermissionRule>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<Network>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -232,6 +243,14 @@ pub struct Enforcement {
     /// rules or `network = "deny"`. Absent from older agentd: not requested.
     #[serde(default = "not_requested")]
     pub signals: Level,
+    /// `allowed_commands`: the execute right granted only to the shell, the loader and the listed
+    /// programs (landlock). Absent from older agentd: not requested.
+    #[serde(default = "not_requested")]
+    pub programs: Level,
+    /// `permissions`, rule by rule in the order they apply (a request's rules first). Absent:
+    /// none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub permissions: Vec<RuleEnforcement>,
     /// `limits` (rlimits, pids cgroup).
     pub limits: Level,
     /// `user`: the command runs as a user other than root, without capabilities (`full`), or not
@@ -241,6 +260,21 @@ pub struct Enforcement {
     pub privileges: Level,
     /// For a person: why something is less than full, and what agentd withholds from every command
     /// (its token file, the cgroup tree: one note starting `withheld:`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// What was enforced of one permission rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleEnforcement {
+    /// The rule in its command-line form, e.g. `deny:write:/workspace/src/**`.
+    pub rule: String,
+    /// `full`: the kernel enforces all of it; `partial`: a glob that is not a plain prefix, resolved
+    /// against the tree when the command started (files matching it that appear later are not
+    /// covered), or a kernel without landlock's newer rights; `not_enforced`: no landlock (the
+    /// file verbs still check it).
+    pub level: Level,
+    /// Why less than full, and what it costs commands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
 }

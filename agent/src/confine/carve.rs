@@ -41,6 +41,9 @@ pub enum Keep {
     ReadsAndWrites,
     /// No writing beneath it; reading stays.
     Writes,
+    /// No reading (or executing) file content beneath it; listing and writing stay (a read-deny
+    /// permission rule).
+    Reads,
 }
 
 impl Withheld {
@@ -60,6 +63,7 @@ impl Withheld {
         match self.keep {
             Keep::ReadsAndWrites => AccessFs::from_write(abi) | AccessFs::ReadFile | AccessFs::Execute,
             Keep::Writes => AccessFs::from_write(abi),
+            Keep::Reads => super::permits::read_rights(),
         }
     }
 
@@ -68,6 +72,7 @@ impl Withheld {
         match self.keep {
             Keep::ReadsAndWrites => format!("{}: not readable or writable", self.path.display()),
             Keep::Writes => format!("{}: not writable", self.path.display()),
+            Keep::Reads => format!("{}: not readable", self.path.display()),
         }
     }
 }

@@ -2,10 +2,12 @@
 //! anything less than full ([`enforcement`]), and the correction with what the command's own process
 //! measured before its exec ([`record`]).
 
-use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, SandboxProfile};
+use agentd_protocol::permission::{Operation, PermissionMode};
+use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, RuleEnforcement, SandboxProfile};
 
 use super::Withheld;
 use super::child::{Applied, Expect, Measured};
+use super::permits::Programs;
 
 /// What the report depends on, besides the profile.
 #[derive(Debug, Clone, Copy)]
@@ -111,6 +113,8 @@ pub(super) fn enforcement(profile: &SandboxProfile, machine: &Machine, withheld:
         filesystem,
         network,
         signals,
+        programs: Level::NotRequested,
+        permissions: Vec::new(),
         limits,
         privileges: machine.privileges,
         notes,
@@ -119,17 +123,95 @@ pub(super) fn enforcement(profile: &SandboxProfile, machine: &Machine, withheld:
     report
 }
 
+/// Adds what the kernel makes of `permissions` and `allowed_commands`: `short[i]`, why rule `i`
+/// is covered less than its text says (from the plan, [`super::permits`]); `programs`, the files
+/// given the execute right (`None`: not resolved, e.g. in `hello`).
+pub(super) fn add_rules(
+    report: &mut Enforcement,
+    profile: &SandboxProfile,
+    short: &[Vec<String>],
+    programs: Option<&Programs>,
+) {
+    let abi = report.landlock_abi;
+    report.permissions = profile
+        .permissions
+        .iter()
+        .enumerate()
+        .map(|(i, rule)| {
+            let mut notes = short.get(i).cloned().unwrap_or_default();
+            let writes = rule.applies_to(Operation::Write);
+            let level = if abi == 0 {
+                notes.push(
+                    "no landlock: agentd's file verbs check it, commands are not held to it".to_owned(),
+                );
+                Level::NotEnforced
+            } else if !notes.is_empty() {
+                Level::Partial
+            } else if writes && abi < 3 {
+                notes.push(format!("truncate(2) is refused only from landlock ABI 3, the kernel has {abi}"));
+                Level::Partial
+            } else {
+                Level::Full
+            };
+            if abi > 0 && writes && rule.mode == PermissionMode::Deny {
+                notes.push(
+                    "landlock grants a directory's rights to everything beneath it, so the directories \
+                     between a writable root and these paths cannot get new entries or lose old ones either"
+                        .to_owned(),
+                );
+            }
+            RuleEnforcement { rule: rule.to_string(), level, notes }
+        })
+        .collect();
+    if let Some(allowed) = &profile.allowed_commands {
+        report.programs = if abi == 0 {
+            report.notes.push(
+                "allowed_commands: needs landlock; only the first word of each command is checked".to_owned(),
+            );
+            Level::NotEnforced
+        } else {
+            if let Some(programs) = programs {
+                for name in &programs.missing {
+                    report
+                        .notes
+                        .push(format!("allowed_commands: `{name}` was not found on PATH: it cannot run"));
+                }
+                let shown = |files: &[std::path::PathBuf]| {
+                    files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+                };
+                report.notes.push(format!(
+                    "allowed_commands: executable: {}; interpreters: {}",
+                    shown(&programs.files),
+                    shown(&programs.interpreters)
+                ));
+            }
+            report.notes.push(format!(
+                "allowed_commands ({}): an allowed interpreter runs whatever its language can, and the \
+                 dynamic loader, which every dynamic program needs, loads any program it is handed \
+                 (`ld.so /usr/bin/curl`)",
+                allowed.join(", ")
+            ));
+            Level::Full
+        };
+    }
+    report.level = overall(report);
+}
+
 /// The notes that say why something is less than full.
 pub(super) fn reasons(report: &Enforcement) -> String {
-    let reasons: Vec<&str> =
-        report.notes.iter().map(String::as_str).filter(|n| !n.starts_with("withheld:")).collect();
+    let mut reasons: Vec<String> =
+        report.notes.iter().filter(|n| !n.starts_with("withheld:")).cloned().collect();
+    for rule in report.permissions.iter().filter(|r| r.level != Level::Full) {
+        reasons.extend(rule.notes.iter().map(|note| format!("permission {}: {note}", rule.rule)));
+    }
     reasons.join("; ")
 }
 
 /// The weakest level among the rules asked for.
 pub(super) fn overall(report: &Enforcement) -> Level {
-    [report.filesystem, report.network, report.signals, report.limits, report.privileges]
+    [report.filesystem, report.network, report.signals, report.limits, report.privileges, report.programs]
         .into_iter()
+        .chain(report.permissions.iter().map(|rule| rule.level))
         .filter(|l| *l != Level::NotRequested)
         .min()
         .unwrap_or(Level::NotRequested)
@@ -139,6 +221,14 @@ pub(super) fn overall(report: &Enforcement) -> Level {
 pub(super) fn lower(level: &mut Level, to: Level) {
     if *level != Level::NotRequested && *level > to {
         *level = to;
+    }
+}
+
+/// Lowers what landlock enforces of `permissions` and `allowed_commands`.
+fn lower_rules(report: &mut Enforcement, to: Level) {
+    lower(&mut report.programs, to);
+    for rule in &mut report.permissions {
+        lower(&mut rule.level, to);
     }
 }
 
@@ -155,7 +245,7 @@ pub(super) struct Intent {
 
 pub(super) fn intent(profile: &SandboxProfile, abi: u32, filter: bool, withheld: bool) -> Intent {
     let deny = profile.network == Network::Deny;
-    let landlock = abi >= 1 && (has_fs_rules(profile) || deny || withheld);
+    let landlock = abi >= 1 && (has_fs_rules(profile) || deny || withheld || super::permits::wanted(profile));
     Intent {
         landlock,
         tcp: landlock && deny && abi >= 4,
@@ -176,6 +266,7 @@ pub(super) fn record(report: &mut Enforcement, expect: Expect, measured: Option<
             {
                 lower(level, Level::NotEnforced);
             }
+            lower_rules(report, Level::NotEnforced);
             report.notes.push("the command did not report its confinement".to_owned());
             report.level = overall(report);
         }
@@ -187,6 +278,7 @@ pub(super) fn record(report: &mut Enforcement, expect: Expect, measured: Option<
             failed => {
                 lower(&mut report.filesystem, Level::NotEnforced);
                 lower(&mut report.signals, Level::NotEnforced);
+                lower_rules(report, Level::NotEnforced);
                 let network =
                     if expect.seccomp && measured.seccomp { Level::Partial } else { Level::NotEnforced };
                 lower(&mut report.network, network);
@@ -215,6 +307,7 @@ pub(super) fn record(report: &mut Enforcement, expect: Expect, measured: Option<
         {
             lower(level, Level::Partial);
         }
+        lower_rules(report, Level::Partial);
         report.notes.push("no_new_privs is not set".to_owned());
     }
     report.level = overall(report);
@@ -226,7 +319,7 @@ pub(super) fn has_fs_rules(profile: &SandboxProfile) -> bool {
 
 /// The profile itself asks for landlock (what makes `strict` its default mode).
 pub(super) fn asks_for_landlock(profile: &SandboxProfile) -> bool {
-    has_fs_rules(profile) || profile.network == Network::Deny
+    has_fs_rules(profile) || profile.network == Network::Deny || super::permits::wanted(profile)
 }
 
 #[cfg(test)]

@@ -8,6 +8,10 @@ use landlock::{
     RulesetCreated, Scope,
 };
 
+use agentd_protocol::permission::Operation;
+
+use super::carve::Keep;
+use super::permits::{PermitPlan, Programs, rights};
 use super::report::{Intent, has_fs_rules};
 use super::{Withheld, carve};
 
@@ -17,11 +21,16 @@ const RULES_ABI: ABI = ABI::V5;
 /// The landlock ruleset of one command. It asks exactly what this kernel offers (up to the rules'
 /// ABI), so landlock reports "fully enforced" unless something failed; what an older ABI leaves
 /// uncovered is the report's business ([`enforcement`](super::report::enforcement)).
+///
+/// `permits`: the permission rules' subtrees ([`super::permits`]); `programs`: with
+/// `allowed_commands`, the only files given the execute right.
 pub(super) fn build_ruleset(
     profile: &SandboxProfile,
     want: &Intent,
     abi: u32,
     withheld: &[Withheld],
+    permits: &PermitPlan,
+    programs: Option<&Programs>,
     seen: &mut Vec<carve::Seen>,
 ) -> Result<RulesetCreated, String> {
     let error = |e: landlock::RulesetError| e.to_string();
@@ -46,37 +55,77 @@ pub(super) fn build_ruleset(
     let mut created = ruleset.create().map_err(error)?;
     // Handled, and granted nowhere: no command makes a device node, in its roots or anywhere (a
     // node of the disk or of a loop device reads and writes what no root covers).
-    let all = AccessFs::from_all(fs_abi) & !(AccessFs::MakeBlock | AccessFs::MakeChar);
+    let no_exec = if programs.is_some() { AccessFs::Execute.into() } else { landlock::BitFlags::empty() };
+    let all = AccessFs::from_all(fs_abi) & !(AccessFs::MakeBlock | AccessFs::MakeChar) & !no_exec;
+    let read = AccessFs::from_read(fs_abi) & !no_exec;
+    // The permission rules' denied subtrees are withheld like agentd's own paths.
+    let mut kept = withheld.to_vec();
+    kept.extend(permits.denied.iter().map(|(path, operation)| Withheld {
+        path: path.clone(),
+        keep: match operation {
+            Operation::Read => Keep::Reads,
+            Operation::Write => Keep::Writes,
+        },
+    }));
     if has_fs_rules(profile) {
         let readable = profile.readable_roots.clone().unwrap_or_else(|| vec!["/".to_owned()]);
         for root in &readable {
-            created = carve::add_root(
-                created,
-                Path::new(root),
-                AccessFs::from_read(fs_abi),
-                withheld,
-                fs_abi,
-                seen,
-            )?;
+            created = carve::add_root(created, Path::new(root), read, &kept, fs_abi, seen)?;
         }
         // Writable roots default to nothing when only readable roots are given.
         for root in profile.writable_roots.iter().flatten() {
-            created = carve::add_root(created, Path::new(root), all, withheld, fs_abi, seen)?;
+            created = carve::add_root(created, Path::new(root), all, &kept, fs_abi, seen)?;
         }
         // Every shell writes to /dev/null.
         created = carve::add_root(
             created,
             Path::new("/dev/null"),
-            AccessFs::from_file(fs_abi),
-            withheld,
+            AccessFs::from_file(fs_abi) & !no_exec,
+            &kept,
             fs_abi,
             seen,
         )?;
     } else {
-        // No filesystem rules: everything, less what is withheld.
-        created = carve::add_root(created, Path::new("/"), all, withheld, fs_abi, seen)?;
+        // No filesystem roots: everything, less what is withheld.
+        created = carve::add_root(created, Path::new("/"), all, &kept, fs_abi, seen)?;
+    }
+    // Allowed subtrees inside denied ones: the operation's rights where the roots grant them,
+    // carved around what is denied again beneath them.
+    for (node, operation) in &permits.allowed {
+        let granted = rights(*operation, fs_abi) & root_rights(profile, node, all, read) & !no_exec;
+        let mut beneath = withheld.to_vec();
+        beneath.extend(
+            kept[withheld.len()..].iter().filter(|w| w.path != *node && w.path.starts_with(node)).cloned(),
+        );
+        created = carve::add_root(created, node, granted, &beneath, fs_abi, seen)?;
+    }
+    // With `allowed_commands`, the execute right only on these files (not where they are withheld).
+    if let Some(programs) = programs {
+        for file in programs.files.iter().chain(&programs.interpreters) {
+            created = carve::add_root(created, file, AccessFs::Execute.into(), &kept, fs_abi, seen)?;
+        }
     }
     Ok(created)
+}
+
+/// What the profile's roots grant at `path` (`all` and `read` as the ruleset grants them).
+fn root_rights(
+    profile: &SandboxProfile,
+    path: &Path,
+    all: landlock::BitFlags<AccessFs>,
+    read: landlock::BitFlags<AccessFs>,
+) -> landlock::BitFlags<AccessFs> {
+    if !has_fs_rules(profile) {
+        return all;
+    }
+    let beneath = |roots: &[String]| roots.iter().any(|root| path.starts_with(root));
+    if profile.writable_roots.as_deref().is_some_and(beneath) {
+        all
+    } else if profile.readable_roots.as_deref().is_none_or(beneath) {
+        read
+    } else {
+        landlock::BitFlags::empty()
+    }
 }
 
 /// The kernel's landlock ABI: `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`.

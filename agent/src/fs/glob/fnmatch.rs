@@ -122,6 +122,11 @@ impl Pattern {
         Self { tokens, literal }
     }
 
+    /// Starts with a literal `.` (what matches a hidden name where wildcards may not).
+    pub(crate) fn starts_with_dot(&self) -> bool {
+        matches!(self.tokens.first(), Some(Token::Char('.')))
+    }
+
     /// Plain text, no wildcard or set.
     pub(crate) fn literal(&self) -> Option<&str> {
         self.literal.as_deref()

@@ -1,0 +1,428 @@
+//! Path permissions, decided once for the file verbs and for the kernel: the ordered rules of a
+//! profile ([`PermissionRule`], deepagents' `FilesystemPermission` shape), compiled ([`Permissions`])
+//! and asked, pure, whether an operation on a path is denied ([`Permissions::denial`]), and turned
+//! into the subtrees landlock must withhold or grant back ([`boundaries`]).
+//!
+//! Matching is deepagents' (`wcmatch.globmatch` with `BRACE | GLOBSTAR`): braces expand first; `*`,
+//! `?` and `[set]` match within one path segment; a `**` segment matches any number of segments,
+//! none included (so `/ws/src/**` matches beneath `/ws/src`, not `/ws/src` itself); wildcards do not
+//! match a name that starts with `.`. One deliberate difference: for a **deny** rule wildcards do
+//! match dot names. deepagents' `deny /ws/src/**` leaves `/ws/src/.env` writable; the kernel cannot
+//! tell dot names apart, and a deny is never made looser than its text. Allow rules keep
+//! deepagents' reading, so agentd never allows what deepagents' own check would deny.
+//!
+//! ```
+//! # // The module is private to the binary; the example is its unit test below.
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use agentd_protocol::permission::{Operation, PermissionMode, PermissionRule};
+
+use crate::fs::glob::braces::expand_braces;
+use crate::fs::glob::fnmatch::{Dialect, Pattern};
+
+/// wcmatch's glob: `[!…]` and `[^…]` negate, `\x` is a literal `x`.
+const WCMATCH: Dialect = Dialect { caret_negates: true, escapes: true };
+
+/// More brace expansions than this in one rule path refuse the profile.
+pub const MAX_EXPANSIONS: usize = 1000;
+
+/// The compiled rules, in the order they apply.
+#[derive(Debug, Clone, Default)]
+pub struct Permissions {
+    rules: Vec<Compiled>,
+}
+
+#[derive(Debug, Clone)]
+struct Compiled {
+    rule: PermissionRule,
+    /// One per pattern per brace expansion, with the pattern it came from.
+    globs: Vec<(usize, Glob)>,
+}
+
+/// One brace-free absolute glob, by segment.
+#[derive(Debug, Clone)]
+struct Glob {
+    segments: Vec<Segment>,
+}
+
+#[derive(Debug, Clone)]
+enum Segment {
+    /// `**`.
+    Any,
+    Name(Pattern),
+}
+
+/// Why an operation is denied: the rule (its place in the list) and its pattern that matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub rule: usize,
+    pub pattern: String,
+}
+
+/// What a glob covers, for the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Shape {
+    /// A plain path, or a plain path and `/**`: the subtree at this path (for `/p/**`, `/p` itself
+    /// is included: its entries are what the rule is about).
+    Prefix(PathBuf),
+    /// Anything else: what matches must be looked for beneath `anchor`, its wildcard-free start.
+    Pattern { anchor: PathBuf },
+}
+
+impl Permissions {
+    /// Compiles validated rules (see [`PermissionRule::validate`]); a path with more than
+    /// [`MAX_EXPANSIONS`] brace expansions is refused.
+    pub fn new(rules: &[PermissionRule]) -> Result<Self, String> {
+        let mut compiled = Vec::with_capacity(rules.len());
+        for rule in rules {
+            rule.validate()?;
+            let mut globs = Vec::new();
+            for (at, path) in rule.paths.iter().enumerate() {
+                let expanded = expand_braces(path, MAX_EXPANSIONS).ok_or_else(|| {
+                    format!("permission path `{path}` expands to more than {MAX_EXPANSIONS} paths")
+                })?;
+                globs.extend(expanded.iter().map(|one| (at, Glob::new(one))));
+            }
+            compiled.push(Compiled { rule: rule.clone(), globs });
+        }
+        Ok(Self { rules: compiled })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The rules, in order.
+    pub fn rules(&self) -> impl Iterator<Item = &PermissionRule> {
+        self.rules.iter().map(|c| &c.rule)
+    }
+
+    /// The first rule about `operation` matching `path` (absolute, normalized: no `.`, `..` or
+    /// doubled `/`) decides; `Some` when it denies. No rule matching: allowed.
+    pub fn denial(&self, operation: Operation, path: &str) -> Option<Denial> {
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        for (index, compiled) in self.rules.iter().enumerate() {
+            if !compiled.rule.applies_to(operation) {
+                continue;
+            }
+            let dots = compiled.rule.mode == PermissionMode::Deny;
+            if let Some((at, _)) = compiled.globs.iter().find(|(_, glob)| glob.matches(&segments, dots)) {
+                return match compiled.rule.mode {
+                    PermissionMode::Allow => None,
+                    PermissionMode::Deny => {
+                        Some(Denial { rule: index, pattern: compiled.rule.paths[*at].clone() })
+                    }
+                };
+            }
+        }
+        None
+    }
+
+    pub fn denies(&self, operation: Operation, path: &str) -> bool {
+        self.denial(operation, path).is_some()
+    }
+
+    /// Whether a deny rule about `operation` could match `path` or anything beneath it (a
+    /// recursive delete removes all of it; deepagents refuses it the same way, whatever the order).
+    pub fn denies_within(&self, operation: Operation, path: &str) -> Option<Denial> {
+        let base = Path::new(path);
+        for (index, compiled) in self.rules.iter().enumerate() {
+            if compiled.rule.mode != PermissionMode::Deny || !compiled.rule.applies_to(operation) {
+                continue;
+            }
+            for (at, glob) in &compiled.globs {
+                let overlaps = match glob.shape() {
+                    Shape::Prefix(p) => p.starts_with(base) || base.starts_with(&p),
+                    Shape::Pattern { anchor } => anchor.starts_with(base) || base.starts_with(&anchor),
+                };
+                if overlaps {
+                    return Some(Denial { rule: index, pattern: compiled.rule.paths[*at].clone() });
+                }
+            }
+        }
+        None
+    }
+
+    /// Each rule's globs' shapes, by rule.
+    pub fn shapes(&self) -> Vec<Vec<Shape>> {
+        self.rules.iter().map(|c| c.globs.iter().map(|(_, g)| g.shape()).collect()).collect()
+    }
+
+    /// Whether `path` (absolute, normalized) matches a glob of rule `index`, as the kernel plan reads
+    /// it (dot names matched for deny rules).
+    pub fn rule_matches(&self, index: usize, path: &str) -> bool {
+        let Some(compiled) = self.rules.get(index) else { return false };
+        let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let dots = compiled.rule.mode == PermissionMode::Deny;
+        compiled.globs.iter().any(|(_, glob)| glob.matches(&segments, dots))
+    }
+}
+
+impl Glob {
+    fn new(path: &str) -> Self {
+        let segments = path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(|s| if s == "**" { Segment::Any } else { Segment::Name(Pattern::new(s, WCMATCH)) })
+            .collect();
+        Self { segments }
+    }
+
+    /// Whether the path's `names` match; `dots`: wildcards match names starting with `.`.
+    fn matches(&self, names: &[&str], dots: bool) -> bool {
+        // reach[j]: the first i segments can match the first j names.
+        let mut reach = vec![false; names.len() + 1];
+        reach[0] = true;
+        let last = self.segments.len().saturating_sub(1);
+        for (i, segment) in self.segments.iter().enumerate() {
+            let mut next = vec![false; names.len() + 1];
+            match segment {
+                Segment::Any => {
+                    // A final `**` needs a name to match (`/ws/src/**` is not `/ws/src`); inside,
+                    // it may match none (`/ws/**/*.env` is `/ws/x.env` too).
+                    let at_least_one = i == last;
+                    // `on`: some earlier start reaches `j` through names `**` may cross (not
+                    // hidden ones, unless `dots`).
+                    let mut on = false;
+                    for j in 0..=names.len() {
+                        next[j] = on || (reach[j] && !at_least_one);
+                        if j < names.len() {
+                            on = (on || reach[j]) && (dots || !names[j].starts_with('.'));
+                        }
+                    }
+                }
+                Segment::Name(pattern) => {
+                    for j in 0..names.len() {
+                        if reach[j] && name_matches(pattern, names[j], dots) {
+                            next[j + 1] = true;
+                        }
+                    }
+                }
+            }
+            reach = next;
+        }
+        reach[names.len()]
+    }
+
+    fn shape(&self) -> Shape {
+        let mut prefix = PathBuf::from("/");
+        for (i, segment) in self.segments.iter().enumerate() {
+            match segment {
+                Segment::Name(pattern) => match pattern.literal() {
+                    Some(name) => prefix.push(name),
+                    None => return Shape::Pattern { anchor: prefix },
+                },
+                Segment::Any if i + 1 == self.segments.len() => return Shape::Prefix(prefix),
+                Segment::Any => return Shape::Pattern { anchor: prefix },
+            }
+        }
+        Shape::Prefix(prefix)
+    }
+}
+
+fn name_matches(pattern: &Pattern, name: &str, dots: bool) -> bool {
+    if !dots && name.starts_with('.') && pattern.literal().is_none_or(|l| !l.starts_with('.')) {
+        // A hidden name is matched only by a pattern that starts with a literal `.`.
+        return pattern.starts_with_dot() && pattern.is_match(name);
+    }
+    pattern.is_match(name)
+}
+
+/// Where, for one operation, what the rules decide changes: the subtrees landlock withholds
+/// (`false`) or grants back inside a withheld one (`true`), shallowest first.
+///
+/// `targets[i]`: the subtrees rule `i` covers for the kernel (its prefixes, or the paths its
+/// patterns matched when the command started), with the rule's mode and whether it is about the
+/// operation. A subtree's decision is the first rule covering it (its own path or an ancestor);
+/// no rule: allowed. A boundary is a subtree whose decision differs from the nearest covered
+/// ancestor's.
+pub fn boundaries(targets: &[(PermissionMode, bool, Vec<PathBuf>)]) -> Vec<(PathBuf, bool)> {
+    let mut nodes: Vec<&PathBuf> =
+        targets.iter().filter(|(_, applies, _)| *applies).flat_map(|(_, _, paths)| paths).collect();
+    nodes.sort_by_key(|p| (p.components().count(), p.as_os_str().to_owned()));
+    nodes.dedup();
+    let decide = |node: &Path| {
+        targets
+            .iter()
+            .filter(|(_, applies, _)| *applies)
+            .find(|(_, _, paths)| paths.iter().any(|p| node.starts_with(p)))
+            .is_none_or(|(mode, _, _)| *mode == PermissionMode::Allow)
+    };
+    let mut out: Vec<(PathBuf, bool)> = Vec::new();
+    for node in nodes {
+        let allowed = decide(node);
+        let parent = node
+            .ancestors()
+            .skip(1)
+            .find_map(|a| {
+                targets.iter().any(|(_, ap, ps)| *ap && ps.iter().any(|p| p == a)).then(|| decide(a))
+            })
+            .unwrap_or(true);
+        if allowed != parent {
+            out.push((node.clone(), allowed));
+        }
+    }
+    out
+}
+
+/// `path` made absolute against `cwd` and normalized by its text (`.`, `..`, doubled `/`), as
+/// deepagents' `validate_path` does; what the rules are matched against, with the real path.
+pub fn lexical(path: &str, cwd: &Path) -> String {
+    let joined = if path.starts_with('/') { PathBuf::from(path) } else { cwd.join(path) };
+    let mut out: Vec<&str> = Vec::new();
+    let text = joined.to_string_lossy().into_owned();
+    for part in text.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            part => out.push(part),
+        }
+    }
+    let mut normal = String::with_capacity(text.len());
+    for part in out {
+        normal.push('/');
+        normal.push_str(part);
+    }
+    if normal.is_empty() { "/".to_owned() } else { normal }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(mode: PermissionMode, ops: &[Operation], paths: &[&str]) -> PermissionRule {
+        PermissionRule {
+            operations: ops.to_vec(),
+            paths: paths.iter().map(|p| (*p).to_owned()).collect(),
+            mode,
+        }
+    }
+
+    use Operation::{Read, Write};
+    use PermissionMode::{Allow, Deny};
+
+    /// The cases were checked against wcmatch 10 (`globmatch(path, pattern, flags=BRACE|GLOBSTAR)`),
+    /// for an allow rule; deny rules differ only on dot names.
+    #[test]
+    fn globs_match_as_deepagents_matches_them() {
+        let cases = [
+            ("/ws/src", "/ws/src/**", false),
+            ("/ws/src/a", "/ws/src/**", true),
+            ("/ws/src/a/b/c", "/ws/src/**", true),
+            ("/ws/src/.env", "/ws/src/**", false),
+            ("/ws/.git/x", "/ws/**", false),
+            ("/ws/a/.env", "/ws/**/*.env", false),
+            ("/ws/a/x.env", "/ws/**/*.env", true),
+            ("/ws/x.env", "/ws/**/*.env", true),
+            ("/ws/src", "/ws/src", true),
+            ("/ws/src/a", "/ws/src", false),
+            ("/ws/a.py", "/ws/*.{py,txt}", true),
+            ("/ws/a.txt", "/ws/*.{py,txt}", true),
+            ("/ws", "/ws/**", false),
+            ("/x", "/**", true),
+            ("/.x", "/**", false),
+            ("/.x", "/.*", true),
+            ("/a/b", "/*/b", true),
+            ("/ws/ab", "/ws/a?", true),
+            ("/ws/a/b", "/ws/a?b", false),
+            ("/ws/ac", "/ws/a[!b]", true),
+            ("/ws/ac", "/ws/a[^c]", false),
+        ];
+        for (path, pattern, allowed_match) in cases {
+            let allow = Permissions::new(&[rule(Allow, &[Read], &[pattern])]).unwrap();
+            let globs = &allow.rules[0].globs;
+            assert_eq!(
+                globs
+                    .iter()
+                    .any(|(_, g)| g
+                        .matches(&path.split('/').filter(|s| !s.is_empty()).collect::<Vec<_>>(), false)),
+                allowed_match,
+                "{path} ~ {pattern}"
+            );
+        }
+        // A deny rule reaches dot names too.
+        let deny = Permissions::new(&[rule(Deny, &[Write], &["/ws/src/**"])]).unwrap();
+        assert!(deny.denies(Write, "/ws/src/.env"));
+        assert!(deny.denies(Write, "/ws/src/.git/config"));
+        assert!(!deny.denies(Read, "/ws/src/.env"));
+    }
+
+    #[test]
+    fn the_first_matching_rule_decides() {
+        let rules = Permissions::new(&[
+            rule(Allow, &[Write], &["/ws/src/gen/**"]),
+            rule(Deny, &[Write], &["/ws/src/**"]),
+            rule(Deny, &[Read, Write], &["/ws/**/*.env"]),
+        ])
+        .unwrap();
+        assert!(!rules.denies(Write, "/ws/src/gen/x.rs"));
+        assert_eq!(
+            rules.denial(Write, "/ws/src/x.rs"),
+            Some(Denial { rule: 1, pattern: "/ws/src/**".into() })
+        );
+        assert!(!rules.denies(Write, "/ws/other/x.rs"));
+        assert!(rules.denies(Read, "/ws/a/.env") || rules.denies(Read, "/ws/a/b.env"));
+        assert!(rules.denies(Read, "/ws/a/b.env"));
+        // An earlier allow wins over a later deny, even for the deny's own files.
+        assert!(!rules.denies(Write, "/ws/src/gen/b.env"));
+    }
+
+    #[test]
+    fn shapes_tell_prefixes_from_patterns() {
+        let rules = Permissions::new(&[rule(
+            Deny,
+            &[Write],
+            &["/ws/src/**", "/ws/.env", "/ws/**/*.env", "/a/{b,c}/**", "/x/*/y"],
+        )])
+        .unwrap();
+        assert_eq!(
+            rules.shapes()[0],
+            vec![
+                Shape::Prefix("/ws/src".into()),
+                Shape::Prefix("/ws/.env".into()),
+                Shape::Pattern { anchor: "/ws".into() },
+                Shape::Prefix("/a/b".into()),
+                Shape::Prefix("/a/c".into()),
+                Shape::Pattern { anchor: "/x".into() },
+            ]
+        );
+        assert!(rules.denies_within(Write, "/ws").is_some(), "deleting /ws deletes /ws/src");
+        assert!(rules.denies_within(Write, "/elsewhere").is_none());
+    }
+
+    #[test]
+    fn boundaries_are_where_the_decision_changes() {
+        let p = |s: &str| PathBuf::from(s);
+        // allow /ws/src/gen, deny /ws/src, deny /ws/src/gen/secret (shadowed by the allow).
+        let targets = vec![
+            (Allow, true, vec![p("/ws/src/gen")]),
+            (Deny, true, vec![p("/ws/src")]),
+            (Deny, true, vec![p("/ws/src/gen/secret")]),
+            (Deny, false, vec![p("/ws/other")]),
+        ];
+        assert_eq!(boundaries(&targets), vec![(p("/ws/src"), false), (p("/ws/src/gen"), true)]);
+        // A deny beneath an earlier allow that covers it never applies.
+        let shadowed = vec![(Allow, true, vec![p("/ws")]), (Deny, true, vec![p("/ws/src")])];
+        assert_eq!(boundaries(&shadowed), vec![]);
+        // deny /ws/secret first, allow /ws, deny /: everything but /ws is denied, and /ws/secret.
+        let nested = vec![
+            (Deny, true, vec![p("/ws/secret")]),
+            (Allow, true, vec![p("/ws")]),
+            (Deny, true, vec![p("/")]),
+        ];
+        assert_eq!(boundaries(&nested), vec![(p("/"), false), (p("/ws"), true), (p("/ws/secret"), false)]);
+    }
+
+    #[test]
+    fn paths_are_normalized_by_their_text() {
+        let cwd = Path::new("/ws");
+        assert_eq!(lexical("a/../b/./c", cwd), "/ws/b/c");
+        assert_eq!(lexical("/x//y/", cwd), "/x/y");
+        assert_eq!(lexical("../../..", cwd), "/");
+        assert_eq!(lexical(".", cwd), "/ws");
+    }
+}
