@@ -1,0 +1,281 @@
+//! Path permissions and allowed programs, attacked through both doors: the file verbs and
+//! `execute`. One rule list; the verbs check it by its text, the kernel (landlock) holds every
+//! command to it.
+//!
+//! Needs landlock (ABI ≥ 4, as the profile tests); without it each test prints one `skipped:` line
+//! ([`agentd_tests::skip`]) unless `AGENTD_REQUIRE_LANDLOCK=1`.
+
+// Test helpers outside #[test] functions: a failed step aborts the test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use agentd_host::AgentdSandbox;
+use agentd_protocol::permission::{Operation, PermissionMode, PermissionRule};
+use agentd_protocol::profile::{Level, ProfileOverride};
+use agentd_protocol::{ErrorCode, ExecRequest, ExecResult};
+use agentd_tests::{Daemon, Need, skip};
+
+/// A daemon in a workspace holding `files` (path → content), running `profile` (TOML, `{W}`
+/// replaced by the workspace), and a link to it.
+async fn profiled(
+    profile: &str,
+    files: &[(&str, &str)],
+) -> Option<(Daemon, AgentdSandbox, tempfile::TempDir)> {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let w = workspace.path().canonicalize().unwrap();
+    for (path, content) in files {
+        let path = w.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+    let path = dir.path().join("profile.toml");
+    std::fs::write(&path, profile.replace("{W}", w.to_str().unwrap())).unwrap();
+    let daemon = Daemon::start_in(workspace, &["--profile", path.to_str().unwrap()]);
+    let sandbox = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let abi = sandbox.link().await.unwrap().hello().landlock_abi;
+    if abi < 4 {
+        skip(Need::Landlock, format!("this kernel's landlock ABI is {abi}; permission tests need 4"));
+        return None;
+    }
+    Some((daemon, sandbox, dir))
+}
+
+async fn run(sandbox: &AgentdSandbox, command: &str) -> ExecResult {
+    let request = ExecRequest { command: command.to_owned(), timeout: Some(20.0), ..ExecRequest::default() };
+    sandbox.exec(request, None).await.unwrap()
+}
+
+fn w(daemon: &Daemon) -> PathBuf {
+    daemon.workspace.path().canonicalize().unwrap()
+}
+
+/// Every file beneath `dir` with its content, sorted.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                out.push((path.display().to_string() + "/", Vec::new()));
+                stack.push(path);
+            } else if kind.is_symlink() {
+                out.push((
+                    path.display().to_string(),
+                    std::fs::read_link(&path).unwrap().into_os_string().into_encoded_bytes(),
+                ));
+            } else {
+                out.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+const SRC_DENIED: &str = r#"
+name = "src-read-only"
+writable_roots = ["{W}"]
+
+[[permissions]]
+operations = ["write"]
+paths = ["{W}/src/gen/**"]
+mode = "allow"
+
+[[permissions]]
+operations = ["write"]
+paths = ["{W}/src/**"]
+mode = "deny"
+
+[[permissions]]
+operations = ["read"]
+paths = ["{W}/secret/**"]
+mode = "deny"
+"#;
+
+const FILES: &[(&str, &str)] = &[
+    ("src/x.py", "original\n"),
+    ("src/lib/y.py", "library\n"),
+    ("src/gen/out.txt", "generated\n"),
+    ("other/z.txt", "other\n"),
+    ("secret/key", "TOPSECRET-4711\n"),
+    ("secret/deep/more", "TOPSECRET-4711 again\n"),
+];
+
+/// Every way a command could write into a write-denied subtree, or move it, fails, and leaves the
+/// subtree as it was; writes beside it and in an allowed subtree inside it work.
+#[tokio::test]
+async fn a_write_denied_subtree_holds_against_every_command() {
+    let Some((daemon, sb, _dir)) = profiled(SRC_DENIED, FILES).await else { return };
+    let w = w(&daemon);
+    let src = w.join("src");
+    let before = tree(&src);
+    let attacks = [
+        "echo pwn > src/x.py",
+        "echo pwn >> src/x.py",
+        "sed -i s/original/pwn/ src/x.py",
+        "truncate -s 0 src/x.py",
+        "cp other/z.txt src/x.py",
+        "cp other/z.txt src/new.py",
+        "touch src/new.py",
+        "mkdir src/newdir",
+        "rm src/x.py",
+        "rm -rf src/lib",
+        "mv src/x.py other/",
+        "mv other/z.txt src/",
+        "mv src src2",
+        "mv src other/src",
+        "mv src/lib other/lib",
+        "ln src/x.py other/hard && echo pwn > other/hard",
+        "ln -s ../src/x.py other/link && echo pwn > other/link",
+        "ln -s ../src other/dirlink && echo pwn > other/dirlink/new.py",
+        "python3 -c 'import os; os.rename(\"src/x.py\", \"src/y.py\")'",
+        "python3 -c 'open(\"src/lib/y.py\", \"w\").write(\"pwn\")'",
+        "chmod 777 src/x.py",
+        "mkfifo src/fifo",
+    ];
+    for attack in attacks {
+        let r = run(&sb, &format!("{attack}; echo \"exit=$?\"")).await;
+        let output = r.output.unwrap_or_default();
+        assert!(!output.ends_with("exit=0\n") || attack.contains("chmod"), "`{attack}` succeeded: {output}");
+        assert_eq!(tree(&src), before, "`{attack}` changed the denied subtree: {output}");
+    }
+    // chmod is not a write right landlock knows: the content stays, which is what the rule is about.
+    // Beside it, and in the allowed subtree inside it, writes work.
+    let r = run(&sb, "echo ok > other/new.txt && echo gen > src/gen/new.txt && echo done").await;
+    assert_eq!(r.output.as_deref(), Some("done\n"), "{r:?}");
+    assert_eq!(std::fs::read_to_string(src.join("gen/new.txt")).unwrap(), "gen\n");
+    let report = r.enforcement.unwrap();
+    assert_eq!(report.level, Level::Full, "{report:?}");
+    assert_eq!(
+        report.permissions.iter().map(|r| (r.rule.as_str(), r.level)).collect::<Vec<_>>(),
+        vec![
+            (format!("allow:write:{}/src/gen/**", w.display()).as_str(), Level::Full),
+            (format!("deny:write:{}/src/**", w.display()).as_str(), Level::Full),
+            (format!("deny:read:{}/secret/**", w.display()).as_str(), Level::Full),
+        ]
+    );
+    // What landlock's model costs is said: new entries directly in the workspace are refused too.
+    let deny_write = &report.permissions[1];
+    assert!(deny_write.notes.iter().any(|n| n.contains("cannot get new entries")), "{deny_write:?}");
+    let r = run(&sb, "touch new-at-top; echo \"exit=$?\"").await;
+    assert!(r.output.unwrap().ends_with("exit=1\n"));
+}
+
+/// A read-denied file's content never appears in a command's output, however it is read.
+#[tokio::test]
+async fn a_read_denied_subtree_never_reaches_command_output() {
+    let Some((_daemon, sb, _dir)) = profiled(SRC_DENIED, FILES).await else { return };
+    let attacks = [
+        "cat secret/key",
+        "grep -r TOPSECRET .",
+        "tar cf - . | strings",
+        "cp secret/key other/copy; cat other/copy",
+        "ln secret/key other/hard; cat other/hard",
+        "ln -s ../secret/key other/link; cat other/link",
+        "python3 -c 'print(open(\"secret/deep/more\").read())'",
+        "head -c 100 secret/deep/more",
+        "dd if=secret/key 2>/dev/null",
+        "mv secret/key other/moved; cat other/moved",
+        "mv secret other/s; cat other/s/key",
+    ];
+    for attack in attacks {
+        let r = run(&sb, attack).await;
+        let output = r.output.unwrap_or_default();
+        assert!(!output.contains("TOPSECRET"), "`{attack}` printed the secret: {output}");
+    }
+    // Names still list (only content is withheld), and what is not denied reads.
+    let r = run(&sb, "ls secret; cat other/z.txt").await;
+    assert_eq!(r.output.as_deref(), Some("deep\nkey\nother\n"));
+}
+
+/// `allowed_commands`: the listed programs run; nothing else can be executed, however it is
+/// reached.
+#[tokio::test]
+async fn only_the_allowed_programs_can_be_executed() {
+    let profile = r#"
+name = "git-and-python"
+writable_roots = ["{W}"]
+allowed_commands = ["git", "python3"]
+"#;
+    let Some((_daemon, sb, _dir)) = profiled(profile, &[("a.txt", "a\n")]).await else { return };
+    let r = run(&sb, "git --version && git init -q repo && git -C repo status --short && echo git-ok").await;
+    let output = r.output.clone().unwrap();
+    assert!(output.starts_with("git version") && output.ends_with("git-ok\n"), "{output}");
+    let r = run(&sb, "python3 -c 'print(6*7)'").await;
+    assert_eq!(r.output.as_deref(), Some("42\n"));
+    assert_eq!(r.enforcement.as_ref().map(|e| e.programs), Some(Level::Full));
+    // The first word is checked before anything runs...
+    let refused =
+        sb.exec(ExecRequest { command: "curl --version".into(), ..ExecRequest::default() }, None).await;
+    assert!(refused.is_err() || refused.as_ref().is_ok_and(|r| r.exit_code != 0), "{refused:?}");
+    // ...and the kernel refuses every other way in.
+    let attacks = [
+        "git --version >/dev/null && curl --version",
+        "git --version >/dev/null && /usr/bin/env curl --version",
+        "git --version >/dev/null && cp /bin/ls ./x && ./x",
+        "git --version >/dev/null && ls",
+        "git --version >/dev/null && /bin/ls",
+        "python3 -c 'import os; os.execv(\"/bin/ls\", [\"ls\"])'",
+        "python3 -c 'import subprocess; print(subprocess.run([\"curl\", \"--version\"]).returncode)'",
+        "git --version >/dev/null && bash -c 'echo escaped'",
+    ];
+    for attack in attacks {
+        let r = run(&sb, attack).await;
+        let output = r.output.clone().unwrap_or_default();
+        assert!(
+            !output.contains("curl ") && !output.contains("a.txt") && !output.contains("escaped"),
+            "`{attack}` ran: {output}"
+        );
+        assert!(
+            output.contains("Permission denied") || output.contains("PermissionError"),
+            "`{attack}`: {output}"
+        );
+    }
+}
+
+/// A request may add deny rules in front of the profile's; an allow rule could loosen it and is
+/// refused with `profile_violation`; its deny holds in the kernel.
+#[tokio::test]
+async fn per_exec_rules_only_tighten() {
+    let Some((daemon, sb, _dir)) = profiled(SRC_DENIED, FILES).await else { return };
+    let w = w(&daemon);
+    let rule = |mode, path: &str| PermissionRule {
+        operations: vec![Operation::Write],
+        paths: vec![format!("{}/{path}", w.display())],
+        mode,
+    };
+    let loosen = ExecRequest {
+        command: "echo pwn > src/x.py".into(),
+        profile: Some(Box::new(ProfileOverride {
+            permissions: vec![rule(PermissionMode::Allow, "src/**")],
+            ..ProfileOverride::default()
+        })),
+        ..ExecRequest::default()
+    };
+    let err = sb.exec(loosen, None).await.unwrap_err();
+    assert!(
+        matches!(&err, agentd_host::SandboxError::Refused { code: ErrorCode::ProfileViolation, .. }),
+        "{err:?}"
+    );
+    assert_eq!(std::fs::read_to_string(w.join("src/x.py")).unwrap(), "original\n");
+    let tighten = ExecRequest {
+        command: "echo pwn > other/z.txt; echo \"exit=$?\"".into(),
+        timeout: Some(20.0),
+        profile: Some(Box::new(ProfileOverride {
+            permissions: vec![rule(PermissionMode::Deny, "other/**")],
+            ..ProfileOverride::default()
+        })),
+        ..ExecRequest::default()
+    };
+    let r = sb.exec(tighten, None).await.unwrap();
+    let output = r.output.clone().unwrap();
+    assert!(output.contains("Permission denied") && !output.ends_with("exit=0\n"), "{r:?}");
+    assert_eq!(std::fs::read_to_string(w.join("other/z.txt")).unwrap(), "other\n");
+    // The next command without it writes there again.
+    let r = run(&sb, "echo new > other/z.txt && echo ok").await;
+    assert_eq!(r.output.as_deref(), Some("ok\n"));
+}
