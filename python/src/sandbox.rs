@@ -166,6 +166,7 @@ impl Sandbox {
             confined,
             writable_roots: writable_roots.unwrap_or_default(),
             deadlines: Some(deadlines),
+            ..LocalOptions::default()
         };
         // Started on a runtime worker, not on the calling thread: agentd gets SIGTERM when the thread
         // that forked it ends (`PR_SET_PDEATHSIG` follows the thread), and a Python thread (a thread

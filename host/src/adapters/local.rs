@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agentd_protocol::permission::PermissionRule;
 use agentd_protocol::profile::{Limits, Mode, SandboxProfile};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
@@ -79,11 +80,16 @@ pub struct DefaultProfile {
 
 impl DefaultProfile {
     pub fn create(workspace: &Path) -> Result<Self> {
-        Self::create_with(workspace, &[])
+        Self::create_with(workspace, &[], &[])
     }
 
-    /// The default profile with `extra_roots` also writable (each must exist).
-    pub fn create_with(workspace: &Path, extra_roots: &[PathBuf]) -> Result<Self> {
+    /// The default profile with `extra_roots` also writable (each must exist), and `permissions`
+    /// (path rules the file verbs check and landlock enforces for every command).
+    pub fn create_with(
+        workspace: &Path,
+        extra_roots: &[PathBuf],
+        permissions: &[PermissionRule],
+    ) -> Result<Self> {
         let tmp = tempfile::Builder::new().prefix("agentd-tmp-").tempdir()?;
         let config = tempfile::Builder::new().prefix("agentd-profile-").tempdir()?;
         let profile = SandboxProfile {
@@ -98,6 +104,7 @@ impl DefaultProfile {
             ),
             env: [("TMPDIR".to_owned(), tmp.path().to_string_lossy().into_owned())].into(),
             limits: Limits { processes: Some(DEFAULT_PROCESSES), ..Limits::default() },
+            permissions: permissions.to_vec(),
             ..SandboxProfile::default()
         };
         let text = serde_json::to_string_pretty(&profile).map_err(|e| SandboxError::Start(e.to_string()))?;
@@ -145,11 +152,14 @@ pub struct LocalOptions {
     pub writable_roots: Vec<PathBuf>,
     /// The link's deadlines (`None`: [`Deadlines::from_env`]).
     pub deadlines: Option<Deadlines>,
+    /// Path permissions, first match wins (deepagents' `FilesystemPermission` shape): the file
+    /// verbs check them and landlock holds every command to them. Refused when not `confined`.
+    pub permissions: Vec<PermissionRule>,
 }
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        Self { confined: true, writable_roots: Vec::new(), deadlines: None }
+        Self { confined: true, writable_roots: Vec::new(), deadlines: None, permissions: Vec::new() }
     }
 }
 
@@ -166,6 +176,11 @@ impl LocalSandbox {
 
     /// Starts agentd as `options` say.
     pub async fn start_with(options: &LocalOptions) -> Result<Self> {
+        if !options.confined && !options.permissions.is_empty() {
+            return Err(SandboxError::Start(
+                "permissions need a confined sandbox: agentd enforces them through its profile".to_owned(),
+            ));
+        }
         let workspace = tempfile::Builder::new().prefix("agentd-workspace-").tempdir()?;
         let confinement = if options.confined {
             let mut roots = Vec::with_capacity(options.writable_roots.len());
@@ -175,7 +190,7 @@ impl LocalSandbox {
                 // Landlock rules name inodes: resolve links so the rule covers what the path means.
                 roots.push(std::fs::canonicalize(root)?);
             }
-            Some(DefaultProfile::create_with(workspace.path(), &roots)?)
+            Some(DefaultProfile::create_with(workspace.path(), &roots, &options.permissions)?)
         } else {
             None
         };
