@@ -77,6 +77,7 @@ use crate::auth::Token;
 use crate::confine::{Confiner, FileWork};
 use crate::exec::Executor;
 use crate::exec::reaper::Reaper;
+use crate::permission::Permissions;
 use crate::registry::Connections;
 use crate::root::Workspace;
 use crate::server::{Listener, Shared};
@@ -275,6 +276,15 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     } else {
         Workspace::open(workspace.clone())
     };
+    let profile = args.profile.as_deref().map(Confiner::load).transpose()?;
+    // The file verbs and transfers check the profile's permission rules on every path.
+    let files = match &profile {
+        Some(profile) => files.with_permissions(
+            Permissions::new(&profile.profile().permissions)
+                .map_err(|e| format!("profile: permissions: {e}"))?,
+        ),
+        None => files,
+    };
     // Temp files of replacements a killed agentd left in this workspace (uploads, write, edit).
     let sweep_ws = files.clone();
     tokio::task::spawn_blocking(move || transfer::sweep_recorded(&sweep_ws));
@@ -293,7 +303,6 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     let reaper = Reaper::start()?;
     let shutdown = cancel::Cancel::default();
     let executor = Executor::new(reaper, files.clone(), scratch.clone(), grace, shutdown.clone());
-    let profile = args.profile.as_deref().map(Confiner::load).transpose()?;
     let reported = match &profile {
         Some(profile) => profile.profile().clone(),
         None => SandboxProfile { name: "none".to_owned(), ..SandboxProfile::default() },

@@ -54,11 +54,11 @@ enum Segment {
     Name(Pattern),
 }
 
-/// Why an operation is denied: the rule (its place in the list) and its pattern that matched.
+/// Why an operation is denied: the rule (its place in the list) and its patterns that matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denial {
     pub rule: usize,
-    pub pattern: String,
+    pub patterns: Vec<String>,
 }
 
 /// What a glob covers, for the kernel.
@@ -108,12 +108,17 @@ impl Permissions {
                 continue;
             }
             let dots = compiled.rule.mode == PermissionMode::Deny;
-            if let Some((at, _)) = compiled.globs.iter().find(|(_, glob)| glob.matches(&segments, dots)) {
+            let mut matched: Vec<String> = Vec::new();
+            for (at, glob) in &compiled.globs {
+                let pattern = &compiled.rule.paths[*at];
+                if !matched.contains(pattern) && glob.matches(&segments, dots) {
+                    matched.push(pattern.clone());
+                }
+            }
+            if !matched.is_empty() {
                 return match compiled.rule.mode {
                     PermissionMode::Allow => None,
-                    PermissionMode::Deny => {
-                        Some(Denial { rule: index, pattern: compiled.rule.paths[*at].clone() })
-                    }
+                    PermissionMode::Deny => Some(Denial { rule: index, patterns: matched }),
                 };
             }
         }
@@ -124,25 +129,28 @@ impl Permissions {
         self.denial(operation, path).is_some()
     }
 
-    /// Whether a deny rule about `operation` could match `path` or anything beneath it (a
-    /// recursive delete removes all of it; deepagents refuses it the same way, whatever the order).
-    pub fn denies_within(&self, operation: Operation, path: &str) -> Option<Denial> {
+    /// The patterns of deny rules about `operation` that could match `path` or anything beneath
+    /// it, whatever the order of the rules (a recursive delete removes all of it; deepagents refuses
+    /// it the same way): a pattern whose wildcard-free start lies beneath `path` or above it.
+    pub fn denied_within(&self, operation: Operation, path: &str) -> Vec<String> {
         let base = Path::new(path);
-        for (index, compiled) in self.rules.iter().enumerate() {
+        let mut out: Vec<String> = Vec::new();
+        for compiled in &self.rules {
             if compiled.rule.mode != PermissionMode::Deny || !compiled.rule.applies_to(operation) {
                 continue;
             }
             for (at, glob) in &compiled.globs {
-                let overlaps = match glob.shape() {
-                    Shape::Prefix(p) => p.starts_with(base) || base.starts_with(&p),
-                    Shape::Pattern { anchor } => anchor.starts_with(base) || base.starts_with(&anchor),
+                let start = match glob.shape() {
+                    Shape::Prefix(p) => p,
+                    Shape::Pattern { anchor } => anchor,
                 };
-                if overlaps {
-                    return Some(Denial { rule: index, pattern: compiled.rule.paths[*at].clone() });
+                let pattern = &compiled.rule.paths[*at];
+                if (start.starts_with(base) || base.starts_with(&start)) && !out.contains(pattern) {
+                    out.push(pattern.clone());
                 }
             }
         }
-        None
+        out
     }
 
     /// Each rule's globs' shapes, by rule.
@@ -362,7 +370,7 @@ mod tests {
         assert!(!rules.denies(Write, "/ws/src/gen/x.rs"));
         assert_eq!(
             rules.denial(Write, "/ws/src/x.rs"),
-            Some(Denial { rule: 1, pattern: "/ws/src/**".into() })
+            Some(Denial { rule: 1, patterns: vec!["/ws/src/**".into()] })
         );
         assert!(!rules.denies(Write, "/ws/other/x.rs"));
         assert!(rules.denies(Read, "/ws/a/.env") || rules.denies(Read, "/ws/a/b.env"));
@@ -390,8 +398,13 @@ mod tests {
                 Shape::Pattern { anchor: "/x".into() },
             ]
         );
-        assert!(rules.denies_within(Write, "/ws").is_some(), "deleting /ws deletes /ws/src");
-        assert!(rules.denies_within(Write, "/elsewhere").is_none());
+        assert_eq!(
+            rules.denied_within(Write, "/ws"),
+            ["/ws/src/**", "/ws/.env", "/ws/**/*.env"],
+            "deleting /ws deletes what they match"
+        );
+        assert!(rules.denied_within(Write, "/elsewhere").is_empty());
+        assert_eq!(rules.denied_within(Write, "/ws/src/a"), ["/ws/src/**", "/ws/**/*.env"]);
     }
 
     #[test]

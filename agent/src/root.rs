@@ -43,6 +43,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 use thiserror::Error;
 
+use crate::permission::Permissions;
+
 /// Links followed in one resolution before it fails with `ELOOP` (the kernel's limit).
 pub const MAX_LINKS: u32 = 40;
 
@@ -78,6 +80,9 @@ pub struct Workspace {
     dir: PathBuf,
     /// Confined: the root, opened once (`O_PATH`), so even a rename of its path changes nothing.
     root: Option<Arc<OwnedFd>>,
+    /// The profile's path permissions, which the file verbs and transfers check
+    /// ([`crate::fs::guard`]); empty without a profile.
+    permissions: Arc<Permissions>,
 }
 
 /// A directory reached by a walk: its fd (`O_PATH`) and its real location below the top (the root,
@@ -318,7 +323,17 @@ fn components(path: &[u8]) -> Vec<Vec<u8>> {
 impl Workspace {
     /// An unconfined workspace at `dir`.
     pub fn open(dir: PathBuf) -> Self {
-        Self { dir, root: None }
+        Self { dir, root: None, permissions: Arc::default() }
+    }
+
+    /// The same workspace, its verbs held to `permissions`.
+    pub fn with_permissions(self, permissions: Permissions) -> Self {
+        Self { permissions: Arc::new(permissions), ..self }
+    }
+
+    /// The path permissions the verbs check.
+    pub fn permissions(&self) -> &Permissions {
+        &self.permissions
     }
 
     /// A confined workspace: `dir` must be canonical (no symlinks in it); it is opened now.
@@ -328,7 +343,7 @@ impl Workspace {
             OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
             Mode::empty(),
         )?;
-        Ok(Self { dir, root: Some(Arc::new(fd)) })
+        Ok(Self { dir, root: Some(Arc::new(fd)), permissions: Arc::default() })
     }
 
     /// The workspace directory (the root's real path with `--root`).

@@ -18,6 +18,7 @@ use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use agentd_protocol::limits::CHUNK_SIZE;
+use agentd_protocol::permission::Operation;
 use agentd_protocol::{DownloadResult, DownloadStart, ServerMessage, TransferError, chunk};
 use nix::fcntl::{OFlag, renameat};
 use nix::sys::stat::{FileStat, Mode, fchmod};
@@ -133,13 +134,25 @@ async fn blocking(work: &FileWork, job: impl FnOnce() + Send + 'static) {
 pub struct Destination {
     workspace: Workspace,
     path: String,
+    operation: Operation,
 }
 
 /// The contract's first check of a transfer's path (absolute, no NUL), without IO; the workspace
-/// resolves it later (with `--root`, an escape is `invalid_path` too).
-pub fn destination(workspace: &Workspace, path: &str) -> Result<Destination, String> {
+/// resolves it later (with `--root`, an escape is `invalid_path` too), and the permission rules are
+/// checked then for `operation` (writing for an upload, reading for a download).
+pub fn destination(workspace: &Workspace, path: &str, operation: Operation) -> Result<Destination, String> {
     TransferError::check_path(path).map_err(|e| e.as_str().to_owned())?;
-    Ok(Destination { workspace: workspace.clone(), path: path.to_owned() })
+    Ok(Destination { workspace: workspace.clone(), path: path.to_owned(), operation })
+}
+
+impl Destination {
+    /// The permission rules allow the transfer, else `permission_denied` (file IO: a path walk).
+    fn permitted(&self) -> Result<(), String> {
+        match crate::fs::guard::refusal(&self.workspace, self.operation, &self.path) {
+            Some(_) => Err(TransferError::PermissionDenied.as_str().to_owned()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The contract's text for a failed resolution.
@@ -191,6 +204,7 @@ impl UploadTarget {
     /// directories made are removed again.
     pub fn open(dest: &Destination, mode: Option<u32>) -> Result<Self, String> {
         let ws = &dest.workspace;
+        dest.permitted()?;
         let (entry, made) = ws.entry_making(&dest.path).map_err(|e| resolve_text(&e))?;
         let existing = match ws.lookup(&entry, true) {
             Ok(Some(node)) if node.is_dir() => Err(TransferError::IsDirectory.as_str().to_owned()),
@@ -401,6 +415,7 @@ pub const NOT_A_FILE: &str = "not a regular file";
 
 /// The file to send, opened through the workspace (the very inode the resolution found).
 fn open_for_download(source: &Destination) -> Result<std::fs::File, String> {
+    source.permitted()?;
     let node = match source.workspace.node(&source.path, true) {
         Ok(Some(node)) => node,
         Ok(None) => return Err(TransferError::FileNotFound.as_str().to_owned()),
@@ -444,7 +459,7 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o6751)).unwrap();
         // Another owner, where this test may give one (as root).
         let chowned = std::os::unix::fs::chown(&path, Some(4321), Some(4322)).is_ok();
-        let dest = destination(&ws, path.to_str().unwrap()).unwrap();
+        let dest = destination(&ws, path.to_str().unwrap(), Operation::Write).unwrap();
         write_whole(&dest, b"new").unwrap();
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!((std::fs::read(&path).unwrap(), meta.mode() & 0o7777), (b"new".to_vec(), 0o751));
@@ -462,7 +477,7 @@ mod tests {
         let base = dir.path().to_str().unwrap();
         std::fs::create_dir(dir.path().join("kept")).unwrap();
         for (parent, left) in [("new", None), ("kept", Some("kept"))] {
-            let dest = destination(&ws, &format!("{base}/{parent}/b/c/f")).unwrap();
+            let dest = destination(&ws, &format!("{base}/{parent}/b/c/f"), Operation::Write).unwrap();
             let mut target = UploadTarget::open(&dest, None).unwrap();
             target.write(b"partial").unwrap();
             assert!(dir.path().join(parent).join("b/c").is_dir());
@@ -474,14 +489,14 @@ mod tests {
             assert_eq!(std::fs::read_dir(dir.path().join("kept")).unwrap().count(), 0);
         }
         // A directory that something else filled meanwhile stays, with its parents.
-        let dest = destination(&ws, &format!("{base}/x/y/f")).unwrap();
+        let dest = destination(&ws, &format!("{base}/x/y/f"), Operation::Write).unwrap();
         let target = UploadTarget::open(&dest, None).unwrap();
         std::fs::write(dir.path().join("x/other"), "mine").unwrap();
         target.remove();
         assert!(dir.path().join("x/other").is_file());
         assert!(!dir.path().join("x/y").exists());
         // A failure at commit (the name is too long for the file system) undoes the parents too.
-        let dest = destination(&ws, &format!("{base}/z/{}", "n".repeat(256))).unwrap();
+        let dest = destination(&ws, &format!("{base}/z/{}", "n".repeat(256)), Operation::Write).unwrap();
         assert!(write_whole(&dest, b"x").is_err());
         assert!(!dir.path().join("z").exists());
     }

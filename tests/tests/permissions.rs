@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentd_host::AgentdSandbox;
+use agentd_host::{AgentdSandbox, BaseSandbox};
 use agentd_protocol::permission::{Operation, PermissionMode, PermissionRule};
 use agentd_protocol::profile::{Level, ProfileOverride};
 use agentd_protocol::{ErrorCode, ExecRequest, ExecResult};
@@ -278,4 +278,74 @@ async fn per_exec_rules_only_tighten() {
     // The next command without it writes there again.
     let r = run(&sb, "echo new > other/z.txt && echo ok").await;
     assert_eq!(r.output.as_deref(), Some("ok\n"));
+}
+
+/// The same rules through the file verbs and transfers: deepagents' middleware strings for what is
+/// refused, and read-denied paths left out of listings and matches.
+#[tokio::test]
+async fn the_file_verbs_obey_the_same_rules() {
+    let Some((daemon, sb, _dir)) = profiled(SRC_DENIED, FILES).await else { return };
+    let w = w(&daemon);
+    let p = |rel: &str| format!("{}/{rel}", w.display());
+    let src = w.join("src");
+    let before = tree(&src);
+    let x = p("src/x.py");
+    let write = sb.write(&x, "pwn").await.unwrap();
+    assert_eq!(write.error.as_deref(), Some(format!("Error: permission denied for write on {x}").as_str()));
+    let edit = sb.edit(&x, "original", "pwn", false).await.unwrap();
+    assert_eq!(edit.error.as_deref(), Some(format!("Error: permission denied for write on {x}").as_str()));
+    let delete = sb.delete(&x).await.unwrap();
+    assert_eq!(
+        delete.error.as_deref(),
+        Some(
+            format!(
+                "Error: permission denied for write on {x} (matches deny rule(s): {}/src/**)",
+                w.display()
+            )
+            .as_str()
+        )
+    );
+    // Deleting the directory above deletes the denied tree: refused whatever the rule order.
+    let whole = sb.delete(&p("src")).await.unwrap();
+    assert!(whole.error.is_some_and(|e| e.contains("matches deny rule(s)")));
+    let relative = sb.write("src/lib/new.py", "pwn").await.unwrap();
+    assert_eq!(relative.error.as_deref(), Some("Error: permission denied for write on src/lib/new.py"));
+    let uploaded = sb.upload_files(&[(p("src/up.py"), b"pwn".to_vec())]).await.unwrap();
+    assert_eq!(uploaded[0].error.as_deref(), Some("permission_denied"));
+    assert_eq!(tree(&src), before, "a verb changed the denied subtree");
+    // Allowed inside the denied tree, and beside it (file work is not held to landlock's carve-out).
+    for (path, content) in [("src/gen/new.txt", "gen"), ("new-at-top.txt", "top")] {
+        let written = sb.write(&p(path), content).await.unwrap();
+        assert_eq!(written.error, None, "{path}");
+    }
+
+    // Reads: the secret's content never comes back.
+    let key = p("secret/key");
+    let read = sb.read(&key, 0, 100).await.unwrap();
+    assert_eq!(read.error.as_deref(), Some(format!("Error: permission denied for read on {key}").as_str()));
+    assert!(read.file_data.is_none());
+    std::os::unix::fs::symlink(w.join("secret/key"), w.join("other/door")).unwrap();
+    let through = sb.read(&p("other/door"), 0, 100).await.unwrap();
+    assert_eq!(
+        through.error.as_deref(),
+        Some(
+            format!("Error: permission denied for read on {} (resolves to {key})", p("other/door")).as_str()
+        )
+    );
+    let downloaded = sb.download_files(&[key.clone(), p("other/door")]).await.unwrap();
+    assert!(downloaded.iter().all(|d| d.error.as_deref() == Some("permission_denied")), "{downloaded:?}");
+    let listed = sb.ls(&p("secret")).await.unwrap();
+    assert_eq!(listed.entries, Some(vec![]), "{listed:?}");
+    let top = sb.ls(&w.display().to_string()).await.unwrap().entries.unwrap();
+    assert!(top.iter().any(|e| e.path.ends_with("/secret")), "the directory itself is not denied: {top:?}");
+    let globbed = sb.glob("**/*", Some(&w.display().to_string())).await.unwrap().matches.unwrap();
+    assert!(
+        !globbed.is_empty()
+            && globbed.iter().all(|m| !m.path.contains("/secret/") && !m.path.ends_with("/door")),
+        "{globbed:?}"
+    );
+    let grepped = sb.grep("TOPSECRET", Some(&w.display().to_string()), None, None).await.unwrap();
+    assert_eq!(grepped.matches, Some(vec![]), "{grepped:?}");
+    let other = sb.grep("other", Some(&w.display().to_string()), None, None).await.unwrap().matches.unwrap();
+    assert!(other.iter().any(|m| m.path.ends_with("other/z.txt")), "what is not denied is found: {other:?}");
 }

@@ -208,7 +208,7 @@ pub fn elf_interp(head: &[u8]) -> Option<String> {
     let wide = *head.get(4)? == 2;
     let little = *head.get(5)? == 1;
     let num = |at: usize, len: usize| -> Option<u64> {
-        let bytes = head.get(at..at + len)?;
+        let bytes = head.get(at..at.checked_add(len)?)?;
         let mut value = 0u64;
         for (i, b) in bytes.iter().enumerate() {
             let shift = if little { i } else { len - 1 - i };
@@ -227,8 +227,11 @@ pub fn elf_interp(head: &[u8]) -> Option<String> {
         if num(at, 4)? != PT_INTERP {
             continue;
         }
-        let (offset, size) =
-            if wide { (num(at + 8, 8)?, num(at + 0x20, 8)?) } else { (num(at + 4, 4)?, num(at + 0x10, 4)?) };
+        let (offset, size) = if wide {
+            (num(at.checked_add(8)?, 8)?, num(at.checked_add(0x20)?, 8)?)
+        } else {
+            (num(at.checked_add(4)?, 4)?, num(at.checked_add(0x10)?, 4)?)
+        };
         let start = usize::try_from(offset).ok()?;
         let bytes = head.get(start..start.checked_add(usize::try_from(size).ok()?)?)?;
         let text = bytes.split(|b| *b == 0).next()?;

@@ -11,12 +11,15 @@
 //!
 //! - [`ls`], [`read`], [`write`](mod@write), [`edit`], [`delete`]: one file or directory.
 //! - [`glob`], [`grep`]: tree walks with the contract's matching rules.
+//! - [`guard`]: the profile's permission rules on every verb (and transfer), with deepagents'
+//!   middleware's messages; read-denied paths are left out of listings and matches.
 
 pub mod budget;
 pub mod delete;
 pub mod edit;
 pub mod glob;
 pub mod grep;
+pub mod guard;
 pub mod ls;
 pub mod read;
 pub mod write;
@@ -28,10 +31,14 @@ use agentd_protocol::fs::{FsRequest, FsResponse};
 use crate::cancel::Cancel;
 use crate::root::Workspace;
 
-/// Runs one verb. Blocking: call it off the async runtime. The verbs that walk or read poll
+/// Runs one verb, held to the workspace's permission rules ([`guard`]). Blocking: call it off the
+/// async runtime. The verbs that walk or read poll
 /// `cancel` at each step; `write` and `delete` are short and never interrupted once started.
 pub fn run(request: FsRequest, base: &Workspace, cancel: &Cancel) -> FsResponse {
-    match request {
+    if let Some(refused) = guard::refuse(&request, base) {
+        return refused;
+    }
+    let response = match request {
         FsRequest::Ls { path } => FsResponse::Ls(ls::ls(&path, base, cancel)),
         FsRequest::Read { path, offset, limit } => {
             FsResponse::Read(read::read(&path, offset, limit, base, cancel))
@@ -47,7 +54,8 @@ pub fn run(request: FsRequest, base: &Workspace, cancel: &Cancel) -> FsResponse 
             FsResponse::Grep(grep::grep(&pattern, path.as_deref(), glob.as_deref(), max_count, base, cancel))
         }
         FsRequest::Delete { path } => FsResponse::Delete(delete::delete(&path, base)),
-    }
+    };
+    guard::filter(response, base)
 }
 
 /// The errno of an IO error, when it has one.

@@ -5,6 +5,8 @@
 
 use agentd_protocol::fs::WriteResult;
 
+use agentd_protocol::permission::Operation;
+
 use crate::root::{ResolveError, Workspace};
 use crate::transfer;
 
@@ -20,7 +22,9 @@ pub fn write(path: &str, content: &str, ws: &Workspace) -> WriteResult {
             return fail(format!("Failed to write file '{path}': cannot create directory '{parent}': {err}"));
         }
     };
-    match transfer::destination(ws, path).and_then(|dest| transfer::write_whole(&dest, content.as_bytes())) {
+    match transfer::destination(ws, path, Operation::Write)
+        .and_then(|dest| transfer::write_whole(&dest, content.as_bytes()))
+    {
         Ok(()) => WriteResult { error: None, path: Some(path.to_owned()) },
         Err(code) => {
             made.undo();

@@ -29,6 +29,7 @@ use agentd_protocol::limits::{
     HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_TEXT_MESSAGE,
     MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
 };
+use agentd_protocol::permission::Operation;
 use agentd_protocol::process::{ProcessDone, ProcessesResult};
 use agentd_protocol::{
     CancelResult, ClientMessage, DecodeError, DownloadResult, ErrorCode, ErrorReply, ExecRequest,
@@ -394,7 +395,7 @@ impl Session {
                     .await;
             }
             ClientMessage::Upload(request) => {
-                let dest = transfer::destination(&self.shared.workspace, &request.path);
+                let dest = transfer::destination(&self.shared.workspace, &request.path, Operation::Write);
                 let (events, rx) = mpsc::channel(UPLOAD_QUEUE);
                 let Some(slot) = self.register(id, Handle::Upload(events)).await else { return };
                 let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
@@ -417,7 +418,7 @@ impl Session {
                 }
             },
             ClientMessage::Download(request) => {
-                let source = transfer::destination(&self.shared.workspace, &request.path);
+                let source = transfer::destination(&self.shared.workspace, &request.path, Operation::Read);
                 let cancel = Cancel::default();
                 let Some(slot) = self.register(id, Handle::Work(cancel.clone())).await else {
                     return;

@@ -1,0 +1,201 @@
+//! The profile's permission rules ([`crate::permission`]) on the file verbs and transfers, as
+//! deepagents' filesystem middleware applies them: a path is matched as written (made absolute and
+//! normalized by its text) and as it resolves (links followed); a deny on either refuses it.
+//! `ls`, `glob` and `grep` leave read-denied paths out of their results; the other verbs answer
+//! with the middleware's strings:
+//! - `Error: permission denied for {operation} on {path}`,
+//! - `… on {path} (resolves to {real})` when only the resolved path is denied,
+//! - `Error: permission denied for write on {path} (matches deny rule(s): {patterns})` for
+//!   `delete`.
+
+use std::path::Path;
+
+use agentd_protocol::fs::{
+    DeleteResult, EditResult, FsRequest, FsResponse, GlobResult, GrepResult, LsResult, ReadResult,
+    WriteResult,
+};
+use agentd_protocol::permission::Operation;
+
+use crate::permission::lexical;
+use crate::root::Workspace;
+
+/// The verb's answer when the rules refuse `request` outright (`None`: it may run).
+pub fn refuse(request: &FsRequest, ws: &Workspace) -> Option<FsResponse> {
+    if ws.permissions().is_empty() {
+        return None;
+    }
+    let error = Some;
+    Some(match request {
+        FsRequest::Ls { path } => {
+            FsResponse::Ls(LsResult { error: error(refusal(ws, Operation::Read, path)?), entries: None })
+        }
+        FsRequest::Read { path, .. } => FsResponse::Read(ReadResult {
+            error: error(refusal(ws, Operation::Read, path)?),
+            ..ReadResult::default()
+        }),
+        FsRequest::Write { path, .. } => {
+            FsResponse::Write(WriteResult { error: error(refusal(ws, Operation::Write, path)?), path: None })
+        }
+        // An edit that succeeds or not tells what the file holds: it needs both.
+        FsRequest::Edit { path, .. } => FsResponse::Edit(EditResult {
+            error: error(refusal(ws, Operation::Write, path).or_else(|| refusal(ws, Operation::Read, path))?),
+            ..EditResult::default()
+        }),
+        FsRequest::Glob { path, .. } => FsResponse::Glob(GlobResult {
+            error: error(refusal(ws, Operation::Read, path.as_deref().unwrap_or("/"))?),
+            ..GlobResult::default()
+        }),
+        FsRequest::Grep { path, .. } => FsResponse::Grep(GrepResult {
+            error: error(refusal(ws, Operation::Read, path.as_deref().unwrap_or("."))?),
+            ..GrepResult::default()
+        }),
+        FsRequest::Delete { path } => {
+            // Links are removed, not followed: what the name is decides.
+            let is_dir = matches!(ws.node(path, false), Ok(Some(node)) if node.is_dir());
+            FsResponse::Delete(DeleteResult { error: error(delete_refusal(ws, path, is_dir)?), path: None })
+        }
+    })
+}
+
+/// `response` without what the rules do not let its caller read: listings and matches lose the
+/// read-denied paths.
+pub fn filter(response: FsResponse, ws: &Workspace) -> FsResponse {
+    if ws.permissions().is_empty() {
+        return response;
+    }
+    match response {
+        FsResponse::Ls(mut result) => {
+            if let Some(entries) = &mut result.entries {
+                entries.retain(|e| !hidden(ws, &e.path));
+            }
+            FsResponse::Ls(result)
+        }
+        FsResponse::Glob(mut result) => {
+            if let Some(matches) = &mut result.matches {
+                matches.retain(|m| !hidden(ws, &m.path));
+            }
+            FsResponse::Glob(result)
+        }
+        FsResponse::Grep(mut result) => {
+            if let Some(matches) = &mut result.matches {
+                matches.retain(|m| !hidden(ws, &m.path));
+            }
+            FsResponse::Grep(result)
+        }
+        other => other,
+    }
+}
+
+/// Why `operation` on `path` is refused: `None` when the rules allow it (or there are none).
+/// The message is deepagents' middleware's.
+pub fn refusal(ws: &Workspace, operation: Operation, path: &str) -> Option<String> {
+    let rules = ws.permissions();
+    if rules.is_empty() {
+        return None;
+    }
+    let written = written(ws, path);
+    let op = operation.as_str();
+    if rules.denies(operation, &written) {
+        return Some(format!("Error: permission denied for {op} on {path}"));
+    }
+    let real = real(ws, path)?;
+    (real != written && rules.denies(operation, &real))
+        .then(|| format!("Error: permission denied for {op} on {path} (resolves to {real})"))
+}
+
+/// Whether reading `path` is denied (for results left out of listings and matches).
+pub fn hidden(ws: &Workspace, path: &str) -> bool {
+    let rules = ws.permissions();
+    if rules.is_empty() {
+        return false;
+    }
+    rules.denies(Operation::Read, &written(ws, path))
+        || real(ws, path).is_some_and(|real| rules.denies(Operation::Read, &real))
+}
+
+/// Why deleting `path` is refused. A directory goes with everything beneath it, so any deny-write
+/// pattern that could match in it refuses it, whatever the order (deepagents' rule); a file is
+/// decided by the first matching rule.
+pub fn delete_refusal(ws: &Workspace, path: &str, is_dir: bool) -> Option<String> {
+    let rules = ws.permissions();
+    if rules.is_empty() {
+        return None;
+    }
+    let patterns = |at: &str| {
+        if is_dir {
+            rules.denied_within(Operation::Write, at)
+        } else {
+            rules.denial(Operation::Write, at).map(|d| d.patterns).unwrap_or_default()
+        }
+    };
+    let written = written(ws, path);
+    let found = patterns(&written);
+    if !found.is_empty() {
+        return Some(format!(
+            "Error: permission denied for write on {path} (matches deny rule(s): {})",
+            found.join(", ")
+        ));
+    }
+    let real = real(ws, path)?;
+    (real != written && !patterns(&real).is_empty())
+        .then(|| format!("Error: permission denied for write on {path} (resolves to {real})"))
+}
+
+/// `path` as written, absolute on the machine, normalized by its text.
+fn written(ws: &Workspace, path: &str) -> String {
+    let shown = lexical(&ws.shown(path).to_string_lossy(), Path::new("/"));
+    if ws.is_confined() { lexical(shown.trim_start_matches('/'), ws.dir()) } else { shown }
+}
+
+/// `path` with every link followed, on the machine; a missing last component is its parent's real
+/// path and its name. `None` when it cannot be resolved (nothing there to protect).
+fn real(ws: &Workspace, path: &str) -> Option<String> {
+    if let Ok(Some(node)) = ws.node(path, true) {
+        return Some(ws.real_path(node.location()).to_string_lossy().into_owned());
+    }
+    let entry = ws.entry(path, false).ok()?;
+    let dir = ws.real_path(entry.dir_location());
+    let name = entry.name().map(|n| String::from_utf8_lossy(n.to_bytes()).into_owned());
+    Some(lexical(
+        &name.map_or(dir.to_string_lossy().into_owned(), |n| dir.join(n).to_string_lossy().into_owned()),
+        Path::new("/"),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::permission::Permissions;
+    use agentd_protocol::permission::{PermissionMode, PermissionRule};
+
+    #[test]
+    fn a_link_into_a_denied_tree_is_denied_as_it_resolves() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(w.join("secret")).unwrap();
+        std::fs::write(w.join("secret/key"), "k").unwrap();
+        std::os::unix::fs::symlink(w.join("secret"), w.join("door")).unwrap();
+        let rules = Permissions::new(&[PermissionRule {
+            operations: vec![Operation::Read],
+            paths: vec![format!("{}/secret/**", w.display())],
+            mode: PermissionMode::Deny,
+        }])
+        .unwrap();
+        let ws = Workspace::open(w.clone()).with_permissions(rules);
+        assert_eq!(
+            refusal(&ws, Operation::Read, "secret/key").unwrap(),
+            "Error: permission denied for read on secret/key"
+        );
+        let through = refusal(&ws, Operation::Read, "door/key").unwrap();
+        assert_eq!(
+            through,
+            format!("Error: permission denied for read on door/key (resolves to {}/secret/key)", w.display())
+        );
+        assert!(refusal(&ws, Operation::Write, "door/key").is_none());
+        assert!(hidden(&ws, "./door/../secret/key") && !hidden(&ws, "door"));
+        assert!(
+            refusal(&ws, Operation::Read, "door/missing").is_some(),
+            "a missing file is denied where it would be"
+        );
+    }
+}
