@@ -349,3 +349,54 @@ async fn the_file_verbs_obey_the_same_rules() {
     let other = sb.grep("other", Some(&w.display().to_string()), None, None).await.unwrap().matches.unwrap();
     assert!(other.iter().any(|m| m.path.ends_with("other/z.txt")), "what is not denied is found: {other:?}");
 }
+
+const ENV_FILES: &str = r#"
+name = "env-files"
+MODE
+writable_roots = ["{W}"]
+
+[[permissions]]
+operations = ["read", "write"]
+paths = ["{W}/**/*.env"]
+mode = "deny"
+"#;
+
+/// A glob that is not a plain prefix is looked for when the command starts: what matches then is
+/// withheld, what the command creates later is not, and the report says so (`partial`, naming the
+/// rule); a strict profile refuses to run anything under it.
+#[tokio::test]
+async fn a_pattern_rule_is_partial_and_a_strict_profile_refuses_it() {
+    let files = [
+        ("a/prod.env", "SECRET=one\n"),
+        ("b/c/.env", "SECRET=two\n"),
+        ("readme.md", "hello\n"),
+        ("docs/x", "x"),
+    ];
+    let best_effort = ENV_FILES.replace("MODE", "mode = \"best_effort\"");
+    let Some((_daemon, sb, _dir)) = profiled(&best_effort, &files).await else { return };
+    let r = run(&sb, "cat a/prod.env b/c/.env readme.md; echo later > docs/new.env; cat docs/new.env").await;
+    let output = r.output.clone().unwrap();
+    assert!(!output.contains("SECRET"), "{output}");
+    assert!(output.contains("hello\n"), "{output}");
+    // The honest gap: a file created after the start is not covered by the kernel...
+    assert!(output.ends_with("later\n"), "{output}");
+    let report = r.enforcement.unwrap();
+    let rule = &report.permissions[0];
+    assert_eq!((rule.level, report.level), (Level::Partial, Level::Partial), "{report:?}");
+    assert!(
+        rule.notes.iter().any(|n| n.contains("not a plain prefix") && n.contains("2 path(s)")),
+        "{rule:?}"
+    );
+    // ...but the verbs, which match by the text, refuse it.
+    let read = sb.read("docs/new.env", 0, 10).await.unwrap();
+    assert_eq!(read.error.as_deref(), Some("Error: permission denied for read on docs/new.env"));
+
+    let strict = ENV_FILES.replace("MODE", "");
+    let Some((_daemon, sb, _dir)) = profiled(&strict, &files).await else { return };
+    match sb.exec(ExecRequest { command: "cat readme.md".into(), ..ExecRequest::default() }, None).await {
+        Err(agentd_host::SandboxError::Refused { code: ErrorCode::NotEnforceable, message }) => {
+            assert!(message.contains("not a plain prefix") && message.contains("**/*.env"), "{message}");
+        }
+        other => panic!("a strict profile ran a partial rule: {other:?}"),
+    }
+}

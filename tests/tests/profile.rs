@@ -276,7 +276,7 @@ async fn the_embedded_default_is_confined_to_its_workspace_and_private_tmp() {
 
 #[tokio::test]
 async fn timeouts_under_a_profile_still_kill_escaped_descendants() {
-    let profile = "name = \"tree\"\nwritable_roots = [\"{W}\"]\nallowed_commands = [\"sh\", \"echo\"]\n[limits]\nprocesses = 32\n";
+    let profile = "name = \"tree\"\nwritable_roots = [\"{W}\"]\nallowed_commands = [\"sh\", \"sleep\", \"setsid\"]\n[limits]\nprocesses = 32\n";
     let Some((_daemon, sb, _dir)) = profiled(profile).await else { return };
     let request = ExecRequest {
         command: "sh -c 'sleep 1009 & setsid sleep 1009 & sleep 1009'".into(),
@@ -286,7 +286,7 @@ async fn timeouts_under_a_profile_still_kill_escaped_descendants() {
     let r = sb.exec(request, None).await.unwrap();
     assert!(r.timed_out);
     assert!(agentd_tests::processes_named("sleep 1009").is_empty());
-    // `allowed_commands` (advisory) refuses other first words.
+    // `allowed_commands` refuses other first words before anything runs.
     let other = ExecRequest { command: "ls /".into(), ..ExecRequest::default() };
     match sb.exec(other, None).await {
         Err(SandboxError::Refused { code: ErrorCode::ProfileViolation, message }) => {
