@@ -36,6 +36,7 @@
 //! - [`report`]: the enforcement report, pure rules over the profile and the machine;
 //! - [`child`]: the child's steps and what it measured;
 //! - [`ruleset`]: the landlock ruleset and the kernel's ABI; [`carve`]: the withheld paths;
+//!   [`permits`]: the profile's `permissions` and `allowed_commands` as landlock rules;
 //!   [`watch`]: knowing a cached ruleset is still right; [`seccomp`]: `network = "deny"`'s filter;
 //! - [`cgroup`]: the per-command pids cgroups' lifecycle and the commands' task budget;
 //! - [`identity`]: who a command (and the file work) becomes, the profile's `user`; [`lease`]: the
@@ -444,7 +445,8 @@ impl Confiner {
                     seen,
                     ruleset,
                     watched: None,
-                    volatile: permits.volatile,
+                    // A listed program not found yet is looked for again at the next command.
+                    volatile: permits.volatile || programs.as_ref().is_some_and(|p| !p.missing.is_empty()),
                     short: permits.short,
                     programs,
                 });
