@@ -4,16 +4,13 @@
 //! into the subtrees landlock must withhold or grant back ([`boundaries`]).
 //!
 //! Matching is deepagents' (`wcmatch.globmatch` with `BRACE | GLOBSTAR`): braces expand first; `*`,
-//! `?` and `[set]` match within one path segment; a `**` segment matches any number of segments,
-//! none included (so `/ws/src/**` matches beneath `/ws/src`, not `/ws/src` itself); wildcards do not
+//! `?` and `[set]` match within one path segment; a `**` segment matches any number of segments
+//! (inside a glob none too, `/ws/**/*.env` matching `/ws/x.env`; at its end at least one, so
+//! `/ws/src/**` matches beneath `/ws/src`, not `/ws/src` itself); wildcards do not
 //! match a name that starts with `.`. One deliberate difference: for a **deny** rule wildcards do
 //! match dot names. deepagents' `deny /ws/src/**` leaves `/ws/src/.env` writable; the kernel cannot
 //! tell dot names apart, and a deny is never made looser than its text. Allow rules keep
 //! deepagents' reading, so agentd never allows what deepagents' own check would deny.
-//!
-//! ```
-//! # // The module is private to the binary; the example is its unit test below.
-//! ```
 
 use std::path::{Path, PathBuf};
 
