@@ -470,3 +470,44 @@ fn shell_runs_an_interactive_terminal_and_passes_its_exit_code() {
     assert_eq!(out.status.code(), Some(3), "{text}");
     up.down();
 }
+
+/// `--permission` on a session agentctl starts: the rule is in its profile, so `write` and `exec`
+/// both obey it, `status` shows it per rule; on an attached sandbox only `exec` takes rules.
+#[test]
+fn permissions_hold_in_a_session_and_status_reports_them() {
+    let state = tempfile::tempdir().unwrap();
+    let session = state.path().join("s.json");
+    let workspace = tempfile::tempdir().unwrap();
+    let w = workspace.path().canonicalize().unwrap();
+    std::fs::create_dir(w.join("src")).unwrap();
+    std::fs::write(w.join("src/x.py"), "original\n").unwrap();
+    let rule = format!("deny:write:{}/src/**", w.display());
+    succeed(agentctl(&session).args(["--permission", &rule, "up", "--workspace"]).arg(&w));
+    let up = Up(Some(session.clone()));
+    let out = agentctl(&session).args(["exec", "--", "echo pwn > src/x.py"]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Permission denied"), "{out:?}");
+    let out =
+        agentctl(&session).args(["write", "src/x.py"]).stdin(std::process::Stdio::null()).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("permission denied for write on src/x.py"),
+        "{out:?}"
+    );
+    assert_eq!(std::fs::read_to_string(w.join("src/x.py")).unwrap(), "original\n");
+    let status = String::from_utf8(succeed(agentctl(&session).arg("status")).stdout).unwrap();
+    assert!(status.contains(&format!("permission {rule}: full")), "{status}");
+    // An attached sandbox's verbs follow its own profile: agentctl says so rather than ignore it.
+    let out = agentctl(&session).args(["--permission", &rule, "ls", "."]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only `exec` takes rules"), "{out:?}");
+    // ...and an exec carries deny rules for itself.
+    let other = format!("deny:write:{}/**", w.display());
+    let out =
+        agentctl(&session).args(["--permission", &other, "exec", "--", "echo x > new.txt"]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(!w.join("new.txt").exists());
+    let allow = format!("allow:write:{}/src/**", w.display());
+    let out = agentctl(&session).args(["--permission", &allow, "exec", "--", "true"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("may add only deny rules"), "{out:?}");
+    up.down();
+}

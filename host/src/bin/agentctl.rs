@@ -18,13 +18,15 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentd_host::adapters::local::{
-    DefaultProfile, Lifetime, Started, TokenSource, socket_dir, spawn_agentd,
+    DefaultProfile, Lifetime, LocalOptions, Started, TokenSource, socket_dir, spawn_agentd,
 };
 use agentd_host::derived::shell_quote;
 use agentd_host::download::download_to_path;
 use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
 use agentd_host::{AgentdSandbox, BaseSandbox, Deadlines, LocalSandbox, SandboxError, escape_controls};
 use agentd_protocol::cli::FsCommand;
+use agentd_protocol::permission::PermissionRule;
+use agentd_protocol::profile::{Enforcement, Level, Mode, ProfileOverride};
 use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -73,6 +75,12 @@ struct Cli {
     /// Seconds a file verb's reply, or a transfer's next part, may take [default: 120].
     #[arg(long, global = true, value_name = "SECS", env = "AGENTD_SILENCE_DEADLINE", value_parser = deadline)]
     silence_deadline: Option<Duration>,
+    /// A path permission, MODE:OPERATIONS:PATH (e.g. deny:write:/workspace/src/**), repeatable, first
+    /// match wins. A sandbox agentctl starts (the private one, `up`) gets them in its profile: the
+    /// file verbs and every command obey them. On another sandbox, `exec` sends them with the
+    /// command (deny rules only: they tighten its profile for that command).
+    #[arg(long = "permission", global = true, value_name = "MODE:OPS:PATH")]
+    permissions: Vec<PermissionRule>,
     #[command(subcommand)]
     command: Cmd,
 }
@@ -346,7 +354,8 @@ async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
         };
         return Ok(Target::Remote(AgentdSandbox::connect(&session.url, token.as_deref()).await?));
     }
-    Ok(Target::Private(LocalSandbox::start().await?))
+    let options = LocalOptions { permissions: cli.permissions.clone(), ..LocalOptions::default() };
+    Ok(Target::Private(LocalSandbox::start_with(&options).await?))
 }
 
 async fn run(cli: Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
@@ -408,6 +417,13 @@ async fn in_sandbox(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         | Cmd::Sandbox(_)
         | Cmd::Gc => None,
     };
+    // Rules a sandbox agentctl does not start can only reach it with a command.
+    let own = cli.sandbox.is_none() && cli.url.is_none() && read_session()?.is_none();
+    if !cli.permissions.is_empty() && !own && !matches!(cli.command, Cmd::Exec(_)) {
+        return Err("--permission: this sandbox's file verbs follow its own profile; with a sandbox \
+                    agentctl does not start, only `exec` takes rules"
+            .into());
+    }
     let mut stop = Stop::catch()?;
     let opening = tokio::select! {
         opened = target(cli) => opened.map_err(Err),
@@ -541,10 +557,56 @@ async fn status(target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>>
                 shown(&hello.workspace),
                 shown(&hello.agentd_version)
             );
+            if let Some(report) = &hello.profile {
+                print!("{}", enforcement_text(report));
+            }
         }
         None => println!("{kind}: {} (no agentd link: the contract through its exec)", shown(sandbox.id())),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a profile's report says, for a person: the whole, each rule, then the notes (escaped: it
+/// comes from the sandbox).
+fn enforcement_text(report: &Enforcement) -> String {
+    let level = |l: Level| match l {
+        Level::Full => "full",
+        Level::Partial => "partial",
+        Level::NotEnforced => "not enforced",
+        Level::NotRequested => "not requested",
+    };
+    let mode = match report.mode {
+        Mode::Strict => "strict",
+        Mode::BestEffort => "best effort",
+    };
+    let mut out = format!(
+        "profile {}: {} ({mode}, landlock ABI {})\n",
+        shown(&report.profile),
+        level(report.level),
+        report.landlock_abi
+    );
+    for (what, l) in [
+        ("filesystem", report.filesystem),
+        ("network", report.network),
+        ("signals", report.signals),
+        ("programs", report.programs),
+        ("limits", report.limits),
+        ("privileges", report.privileges),
+    ] {
+        if l != Level::NotRequested {
+            out.push_str(&format!("  {what}: {}\n", level(l)));
+        }
+    }
+    for rule in &report.permissions {
+        out.push_str(&format!("  permission {}: {}\n", shown(&rule.rule), level(rule.level)));
+        for note in &rule.notes {
+            out.push_str(&format!("    {}\n", shown(note)));
+        }
+    }
+    for note in &report.notes {
+        out.push_str(&format!("  note: {}\n", shown(note)));
+    }
+    out
 }
 
 /// The sandbox's agentd link, which the process commands need.
@@ -562,9 +624,17 @@ fn exit_status(result: &agentd_protocol::ExecResult) -> ExitCode {
 }
 
 async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>> {
+    // The private sandbox has them in its own profile already.
+    let permissions = match target {
+        Target::Private(_) => Vec::new(),
+        _ => cli.permissions.clone(),
+    };
     let Some(agentd) = target.sandbox().agentd() else {
         if args.detach {
             return Err("--detach needs a sandbox with an agentd link".into());
+        }
+        if !permissions.is_empty() {
+            return Err("--permission needs a sandbox with an agentd link".into());
         }
         return exec_contract(cli, args, target.sandbox()).await;
     };
@@ -573,6 +643,8 @@ async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, B
         cwd: args.cwd.clone(),
         env: args.env.iter().cloned().collect(),
         timeout: args.timeout,
+        profile: (!permissions.is_empty())
+            .then(|| Box::new(ProfileOverride { permissions, ..ProfileOverride::default() })),
         ..ExecRequest::default()
     };
     if args.detach {
@@ -797,7 +869,7 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
     }
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
     // The same default profile as the embedded sandbox: writes only to the workspace and a private tmp.
-    let profile = DefaultProfile::create(&workspace)?;
+    let profile = DefaultProfile::create_with(&workspace, &[], &cli.permissions)?;
     let socket_dir = socket_dir()?;
     // Readable by this user only, in a directory only this user can enter.
     let token_file = socket_dir.path().join("token");
