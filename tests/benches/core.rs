@@ -73,19 +73,12 @@ fn millis(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn agentd_path() -> PathBuf {
-    let release = agentd_tests::binary("agentd");
-    let target = release.parent().and_then(|p| p.parent()).expect("target dir");
-    let static_bin = target.join("x86_64-unknown-linux-gnu/release/agentd");
-    if static_bin.is_file() { static_bin } else { release }
-}
-
 fn main() {
     if std::env::args().nth(1).as_deref() == Some(SPLICE_READER) {
         splice_stdin_to_null(&std::env::args().nth(2).unwrap_or_default());
         return;
     }
-    let agentd = agentd_path();
+    let agentd = agentd_tests::bench_agentd();
     // SAFETY: set before any thread starts.
     unsafe { std::env::set_var("AGENTD_BIN", &agentd) };
     // cargo passes `--bench`; every other argument names a part.

@@ -806,6 +806,15 @@ impl Drop for PidsCap {
     }
 }
 
+/// The agentd a benchmark runs: the static one (`target/x86_64-unknown-linux-gnu/release/agentd`)
+/// when it exists, else `target/release/agentd`.
+pub fn bench_agentd() -> PathBuf {
+    let release = binary("agentd");
+    let target = release.parent().and_then(|p| p.parent()).expect("target dir");
+    let static_bin = target.join("x86_64-unknown-linux-gnu/release/agentd");
+    if static_bin.is_file() { static_bin } else { release }
+}
+
 /// The static agentd built for injection (`images/build.sh` builds it).
 pub fn static_agentd() -> PathBuf {
     let release = binary("agentd");

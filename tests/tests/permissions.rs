@@ -400,3 +400,35 @@ async fn a_pattern_rule_is_partial_and_a_strict_profile_refuses_it() {
         other => panic!("a strict profile ran a partial rule: {other:?}"),
     }
 }
+
+/// A denied prefix that does not exist yet is not covered for the command that creates it (the
+/// report says so), and is covered from the next command on.
+#[tokio::test]
+async fn a_missing_prefix_is_covered_from_the_command_after_its_creation() {
+    let profile = r#"
+name = "later"
+mode = "best_effort"
+writable_roots = ["{W}"]
+
+[[permissions]]
+operations = ["write"]
+paths = ["{W}/build/**"]
+mode = "deny"
+"#;
+    let Some((daemon, sb, _dir)) = profiled(profile, &[("readme.md", "x")]).await else { return };
+    let w = w(&daemon);
+    // The verbs check the text, so they refuse it before it exists.
+    let write = sb.write(&format!("{}/build/x", w.display()), "v").await.unwrap();
+    assert!(write.error.is_some_and(|e| e.starts_with("Error: permission denied for write")));
+    // A command creating it is not held (the honest gap), and says so.
+    let r = run(&sb, "mkdir build && echo first > build/x && echo made").await;
+    assert_eq!(r.output.as_deref(), Some("made\n"), "{r:?}");
+    let rule = &r.enforcement.unwrap().permissions[0];
+    assert_eq!(rule.level, Level::Partial);
+    assert!(rule.notes.iter().any(|n| n.contains("does not exist now")), "{rule:?}");
+    // The next command is.
+    let r = run(&sb, "echo second > build/x; echo \"exit=$?\"").await;
+    assert!(!r.output.clone().unwrap().ends_with("exit=0\n"), "{r:?}");
+    assert_eq!(std::fs::read_to_string(w.join("build/x")).unwrap(), "first\n");
+    assert_eq!(r.enforcement.unwrap().permissions[0].level, Level::Full);
+}

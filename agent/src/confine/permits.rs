@@ -43,7 +43,8 @@ pub struct PermitPlan {
     pub allowed: Vec<(PathBuf, Operation)>,
     /// Per rule: why the kernel covers less than its text says (empty: all of it).
     pub short: Vec<Vec<String>>,
-    /// A rule's globs were looked for in the tree: the plan is only right for now.
+    /// A rule's globs were looked for in the tree, or a prefix is missing: the plan is only right
+    /// for now.
     pub volatile: bool,
 }
 
@@ -58,10 +59,15 @@ pub fn plan_permissions(permissions: &Permissions) -> PermitPlan {
             match shape {
                 Shape::Prefix(path) => match real(&path) {
                     Some(real) => paths.push(real),
-                    None => short[index].push(format!(
-                        "{} does not exist now: if a command creates it, the kernel does not cover it",
-                        path.display()
-                    )),
+                    None => {
+                        // Looked for again before the next command, which then covers it.
+                        volatile = true;
+                        short[index].push(format!(
+                            "{} does not exist now: if a command creates it, the kernel does not cover it \
+                             for that command",
+                            path.display()
+                        ));
+                    }
                 },
                 Shape::Pattern { anchor } => {
                     volatile = true;
