@@ -85,7 +85,7 @@ fn twenty_rules(root: &Path) -> Vec<PermissionRule> {
     }
     rules.push(rule(Deny, &[Write], r("src/**")));
     rules.push(rule(Deny, &[Read, Write], r("secret/**")));
-    for d in 0..8 {
+    for d in 0..7 {
         rules.push(rule(Deny, &[Write], r(&format!("deps/p{d:03}/**"))));
     }
     for d in 10..15 {

@@ -8,7 +8,8 @@
 //! - `Error: permission denied for write on {path} (matches deny rule(s): {patterns})` for
 //!   `delete`.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use agentd_protocol::fs::{
     DeleteResult, EditResult, FsRequest, FsResponse, GlobResult, GrepResult, LsResult, ReadResult,
@@ -63,26 +64,62 @@ pub fn filter(response: FsResponse, ws: &Workspace) -> FsResponse {
     if ws.permissions().is_empty() {
         return response;
     }
+    let mut seen = Results { ws, dirs: HashMap::new(), paths: HashMap::new() };
     match response {
         FsResponse::Ls(mut result) => {
             if let Some(entries) = &mut result.entries {
-                entries.retain(|e| !hidden(ws, &e.path));
+                entries.retain(|e| !seen.hidden(&e.path));
             }
             FsResponse::Ls(result)
         }
         FsResponse::Glob(mut result) => {
             if let Some(matches) = &mut result.matches {
-                matches.retain(|m| !hidden(ws, &m.path));
+                matches.retain(|m| !seen.hidden(&m.path));
             }
             FsResponse::Glob(result)
         }
         FsResponse::Grep(mut result) => {
             if let Some(matches) = &mut result.matches {
-                matches.retain(|m| !hidden(ws, &m.path));
+                matches.retain(|m| !seen.hidden(&m.path));
             }
             FsResponse::Grep(result)
         }
         other => other,
+    }
+}
+
+/// Which results reading is denied for (matched as written and as they resolve), over many
+/// results, most of them in few directories: each directory's real path is resolved once, and an entry that is not a link is that path and its name (one `lstat`, not a
+/// walk of every component); each path is decided once (grep's matches repeat them).
+struct Results<'a> {
+    ws: &'a Workspace,
+    dirs: HashMap<String, Option<PathBuf>>,
+    paths: HashMap<String, bool>,
+}
+
+impl Results<'_> {
+    fn hidden(&mut self, path: &str) -> bool {
+        if let Some(hidden) = self.paths.get(path) {
+            return *hidden;
+        }
+        let rules = self.ws.permissions();
+        let hidden = rules.denies(Operation::Read, &written(self.ws, path))
+            || self.real(path).is_some_and(|real| rules.denies(Operation::Read, &real));
+        self.paths.insert(path.to_owned(), hidden);
+        hidden
+    }
+
+    fn real(&mut self, path: &str) -> Option<String> {
+        let split = path.rsplit_once('/').filter(|(_, name)| !matches!(*name, "" | "." | ".."));
+        let Some((parent, name)) = split else { return real(self.ws, path) };
+        let parent = if parent.is_empty() { "/" } else { parent };
+        let ws = self.ws;
+        let dir = self.dirs.entry(parent.to_owned()).or_insert_with(|| real(ws, parent).map(PathBuf::from));
+        let candidate = dir.as_ref()?.join(name);
+        match std::fs::symlink_metadata(&candidate) {
+            Ok(meta) if !meta.file_type().is_symlink() => Some(candidate.to_string_lossy().into_owned()),
+            _ => real(self.ws, path),
+        }
     }
 }
 
@@ -101,16 +138,6 @@ pub fn refusal(ws: &Workspace, operation: Operation, path: &str) -> Option<Strin
     let real = real(ws, path)?;
     (real != written && rules.denies(operation, &real))
         .then(|| format!("Error: permission denied for {op} on {path} (resolves to {real})"))
-}
-
-/// Whether reading `path` is denied (for results left out of listings and matches).
-pub fn hidden(ws: &Workspace, path: &str) -> bool {
-    let rules = ws.permissions();
-    if rules.is_empty() {
-        return false;
-    }
-    rules.denies(Operation::Read, &written(ws, path))
-        || real(ws, path).is_some_and(|real| rules.denies(Operation::Read, &real))
 }
 
 /// Why deleting `path` is refused. A directory goes with everything beneath it, so any deny-write
@@ -192,7 +219,10 @@ mod tests {
             format!("Error: permission denied for read on door/key (resolves to {}/secret/key)", w.display())
         );
         assert!(refusal(&ws, Operation::Write, "door/key").is_none());
-        assert!(hidden(&ws, "./door/../secret/key") && !hidden(&ws, "door"));
+        let mut results = Results { ws: &ws, dirs: HashMap::new(), paths: HashMap::new() };
+        assert!(results.hidden("./door/../secret/key") && !results.hidden("door"));
+        assert!(results.hidden("door/key"), "a link on the way is resolved");
+        assert!(results.hidden(&format!("{}/door/key", w.display())));
         assert!(
             refusal(&ws, Operation::Read, "door/missing").is_some(),
             "a missing file is denied where it would be"
