@@ -585,8 +585,9 @@ class LocalSandbox(Sandbox):
     deepagents' middleware errors (``Error: permission denied for write on /ws/src/x``) and leave
     read-denied paths out of ``ls``, ``glob`` and ``grep``; landlock holds every command to them
     (:meth:`enforcement` says how fully, rule by rule). They need ``confined=True``. Their globs name
-    this machine's paths (the workspace is :attr:`workspace`); a directory a rule names should
-    exist before the sandbox starts, else the rule is only partly enforced for commands.
+    this machine's paths (the workspace is :attr:`workspace`). A denied directory that does not exist
+    yet is covered from the first command after it appears, not for the command that makes it (the
+    report says ``partial`` meanwhile).
     """
 
     def __init__(
