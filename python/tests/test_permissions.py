@@ -281,3 +281,17 @@ def test_composite_backend_with_an_agentd_default_and_a_state_route(
     assert not (tree / "src" / "z").exists()
     assert "/state/" in seen["root"]
     assert (tree / "other" / "a.txt").read_text() == "ALPHA\nbeta needle\n"
+
+
+def test_deepagents_leaves_a_sandboxs_rules_to_agentd(tree: Path, guarded: agentd.LocalSandbox) -> None:
+    """What the docs say of deepagents 0.7.32: its middleware refuses rules for a backend that runs
+    commands, unless each falls under a ``CompositeBackend`` route; the sandbox's rules are agentd's
+    to enforce. (If this starts failing, deepagents changed and the docs need another look.)"""
+    from deepagents.middleware.filesystem import FilesystemMiddleware  # noqa: PLC0415
+
+    sandbox_rules = [FilesystemPermission(operations=["write"], paths=[f"{tree}/src/**"], mode="deny")]
+    with pytest.raises(NotImplementedError, match="SandboxBackendProtocol"):
+        FilesystemMiddleware(backend=guarded, permissions=sandbox_rules)
+    composite = CompositeBackend(default=guarded, routes={"/state/": StateBackend()})
+    route_rules = [FilesystemPermission(operations=["write"], paths=["/state/locked/**"], mode="deny")]
+    FilesystemMiddleware(backend=composite, permissions=route_rules)
