@@ -23,6 +23,24 @@ passed to an agent as its backend::
         sandbox.write(notes, "one\\ntwo\\n")
         assert sandbox.read(notes, offset=1).file_data["content"] == "two"
 
+Path permissions: deepagents' ``FilesystemPermission`` rules (what ``create_deep_agent(permissions=…)``
+takes) given to ``LocalSandbox(permissions=…)`` hold agentd's file verbs (refused with deepagents'
+middleware strings; read-denied paths left out of ``ls``, ``glob``, ``grep``) and, through landlock,
+every command; :func:`permission_rules` (module :mod:`agentd.permissions`) turns such a list into
+agentd's rules::
+
+    from deepagents import FilesystemPermission
+
+    rules = [FilesystemPermission(operations=["write"], paths=["/srv/proj/src/**"], mode="deny")]
+    with agentd.LocalSandbox(writable_roots=["/srv/proj"], permissions=rules) as sandbox:
+        assert sandbox.execute("echo x > /srv/proj/src/main.py").exit_code != 0
+        assert sandbox.write("/srv/proj/src/main.py", "x").error == (
+            "Error: permission denied for write on /srv/proj/src/main.py")
+
+deepagents' own middleware (0.7.32) refuses rules for a backend that runs commands unless they all
+fall under a ``CompositeBackend`` route: agentd is what holds the sandbox, ``execute`` included; give
+the agent the rules about its routes.
+
 Processes that outlive a call: :meth:`Sandbox.spawn` starts a command kept by agentd and gives a
 :class:`Process` (its id, ``wait``, ``output``, ``kill``, ``write_stdin``, ``close_stdin``,
 ``resize``); :meth:`Sandbox.attach` finds one again by id, from this process or another one::
@@ -60,6 +78,7 @@ from agentd.errors import (
     StartError,
     TimeoutError,  # noqa: A004
 )
+from agentd.permissions import permission_rules
 from agentd.types import (
     HAS_DEEPAGENTS,
     DeleteResult,
@@ -98,6 +117,7 @@ __all__ = [
     "TimeoutError",
     "errors",
     "open",
+    "permission_rules",
 ]
 
 __version__: str = _agentd.__version__
@@ -387,6 +407,17 @@ class Sandbox(_Base):  # type: ignore[misc,valid-type]
         """Coroutine twin of :meth:`close`."""
         await self._native.aclose()
 
+    def enforcement(self) -> dict[str, Any] | None:
+        """What the sandbox's agentd enforces of its profile, as its hello said (``None`` without
+        a profile): ``level`` (the weakest), ``filesystem``, ``network``, ``limits``, …,
+        ``permissions`` (one ``{"rule": "deny:write:/ws/src/**", "level": "full" | "partial" |
+        "not_enforced", "notes": […]}`` per path rule, in order) and ``notes``."""
+        return self._native.enforcement()
+
+    async def aenforcement(self) -> dict[str, Any] | None:
+        """Coroutine twin of :meth:`enforcement`."""
+        return await self._native.aenforcement()
+
     @property
     def closed(self) -> bool:
         """Whether :meth:`close` has run."""
@@ -546,6 +577,17 @@ class LocalSandbox(Sandbox):
     enforcement is reported by agentd): they may read everything and write only to the workspace,
     a private ``TMPDIR`` and ``writable_roots`` (created when missing). ``confined=False`` runs them
     with only the machine's limits.
+
+    ``permissions``: path rules, first match wins, in any form :func:`permission_rules` takes, such
+    as the ``deepagents.FilesystemPermission`` list given to ``create_deep_agent(permissions=…)``
+    (a rule with ``mode="interrupt"`` is a deny here; call :func:`permission_rules` with
+    ``interrupt="allow"`` for the other choice). The file verbs refuse what they deny with
+    deepagents' middleware errors (``Error: permission denied for write on /ws/src/x``) and leave
+    read-denied paths out of ``ls``, ``glob`` and ``grep``; landlock holds every command to them
+    (:meth:`enforcement` says how fully, rule by rule). They need ``confined=True``. Their globs name
+    this machine's paths (the workspace is :attr:`workspace`). A denied directory that does not exist
+    yet is covered from the first command after it appears, not for the command that makes it (the
+    report says ``partial`` meanwhile).
     """
 
     def __init__(
@@ -556,9 +598,11 @@ class LocalSandbox(Sandbox):
         connect_deadline: float | None = None,
         exec_margin: float | None = None,
         silence_deadline: float | None = None,
+        permissions: Iterable[Any] | None = None,
     ) -> None:
         roots = None if writable_roots is None else [os.fspath(root) for root in writable_roots]
-        native = _agentd.Sandbox.local(roots, confined, connect_deadline, exec_margin, silence_deadline)
+        rules = None if permissions is None else permission_rules(permissions)
+        native = _agentd.Sandbox.local(roots, confined, connect_deadline, exec_margin, silence_deadline, rules)
         super().__init__(native)
 
     @property

@@ -24,7 +24,11 @@ class Sandbox:
         connect_deadline: float | None = None,
         exec_margin: float | None = None,
         silence_deadline: float | None = None,
-    ) -> Sandbox: ...
+        permissions: list[dict[str, Any]] | None = None,
+    ) -> Sandbox:
+        """``permissions``: ``[{"operations": ["read" | "write", …], "paths": ["/abs/glob", …],
+        "mode": "allow" | "deny"}, …]`` (``agentd.permission_rules`` makes them), first match wins;
+        a malformed one raises ``ValueError``."""
     @staticmethod
     def connect(
         url: str,
@@ -77,6 +81,9 @@ class Sandbox:
     def fs(self, request: dict[str, Any]) -> dict[str, Any]:
         """One file verb (``{"verb": "read", "path": …}``); the dict of its result type."""
     def afs(self, request: dict[str, Any]) -> Awaitable[dict[str, Any]]: ...
+    def enforcement(self) -> dict[str, Any] | None:
+        """The hello's profile report (``None``: no profile); ``permissions`` rule by rule."""
+    def aenforcement(self) -> Awaitable[dict[str, Any] | None]: ...
     def close(self) -> None:
         """Ends the sandbox; in a forked child, does nothing to one the parent made."""
     def aclose(self) -> Awaitable[None]: ...

@@ -8,6 +8,8 @@ use agentd_host::{
     BaseSandbox, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
 };
 use agentd_protocol::fs::{FsRequest, FsResponse};
+use agentd_protocol::permission::PermissionRule;
+use agentd_protocol::profile::Enforcement;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -38,6 +40,8 @@ pub enum Call {
     Fs(FsRequest),
     /// A process verb, as `{"verb": "spawn", …}` ([`ProcessCall`]).
     Process(ProcessCall),
+    /// The profile's enforcement report from agentd's hello.
+    Enforcement,
 }
 
 /// A process verb from Python: `{"verb": "spawn" | "result" | …, …arguments}`.
@@ -104,6 +108,7 @@ impl Call {
             Call::Execute { .. } | Call::Offload { .. } => true,
             Call::Fs(request) => !matches!(request, FsRequest::Write { .. } | FsRequest::Edit { .. }),
             Call::Upload(_) | Call::Download(_) | Call::DownloadTo { .. } => false,
+            Call::Enforcement => true,
             Call::Process(call) => {
                 !matches!(call, ProcessCall::WriteStdin { .. } | ProcessCall::Output { .. })
             }
@@ -127,6 +132,8 @@ pub enum Answer {
     Bytes(Vec<u8>),
     Count(u32),
     Done,
+    /// The hello's report (`None`: agentd runs without a profile).
+    Enforcement(Option<Enforcement>),
 }
 
 /// A process verb's request from its dict.
@@ -227,6 +234,21 @@ pub fn fs_request(request: &Bound<'_, PyAny>) -> PyResult<FsRequest> {
     pythonize::depythonize(request).map_err(|e| PyValueError::new_err(format!("bad file verb request: {e}")))
 }
 
+/// Path permissions from `[{"operations": [...], "paths": [...], "mode": "allow" | "deny"}, …]`
+/// (the Python layer's `agentd.permission_rules` makes that from deepagents' objects), each
+/// checked as agentd checks a profile's; a bad one is a `ValueError` naming it by position.
+pub fn permission_rules(rules: &Bound<'_, PyAny>) -> PyResult<Vec<PermissionRule>> {
+    let mut out = Vec::new();
+    for (index, item) in rules.try_iter()?.enumerate() {
+        let item = item?;
+        let rule: PermissionRule = pythonize::depythonize(&item)
+            .map_err(|e| PyValueError::new_err(format!("permissions[{index}] {item}: {e}")))?;
+        rule.validate().map_err(|e| PyValueError::new_err(format!("permissions[{index}] {item}: {e}")))?;
+        out.push(rule);
+    }
+    Ok(out)
+}
+
 /// Files to upload from `[(path, bytes), …]`.
 pub fn uploads(files: &Bound<'_, PyAny>) -> PyResult<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
@@ -283,6 +305,13 @@ impl Call {
                 FsRequest::Delete { path } => FsResponse::Delete(sandbox.delete(&path).await?),
             }),
             Call::Process(call) => call.run(sandbox).await?,
+            Call::Enforcement => {
+                let agentd = sandbox.agentd().ok_or(agentd_host::SandboxError::Unsupported {
+                    kind: "this sandbox",
+                    feature: "the enforcement report",
+                })?;
+                Answer::Enforcement(agentd.link().await?.hello().profile.clone())
+            }
         })
     }
 }
@@ -320,6 +349,8 @@ impl Answer {
             Answer::Done => py.None().into_bound(py),
             Answer::Info(info) => pythonize::pythonize(py, &info)
                 .map_err(|e| errors::named(py, "ProtocolError", format!("cannot convert the result: {e}")))?,
+            Answer::Enforcement(report) => pythonize::pythonize(py, &report)
+                .map_err(|e| errors::named(py, "ProtocolError", format!("cannot convert the report: {e}")))?,
             Answer::Infos(infos) => pythonize::pythonize(py, &infos)
                 .map_err(|e| errors::named(py, "ProtocolError", format!("cannot convert the result: {e}")))?,
             Answer::Fs(response) => {

@@ -150,9 +150,10 @@ where
 impl Sandbox {
     /// Starts the embedded default: a private agentd on a Unix socket with a temporary workspace,
     /// confined by the default profile (`confined=False`: by the machine only) with
-    /// `writable_roots` also writable (created when missing).
+    /// `writable_roots` also writable (created when missing) and `permissions` (a list of
+    /// `{"operations", "paths", "mode"}` dicts, first match wins) in its profile.
     #[staticmethod]
-    #[pyo3(signature = (writable_roots = None, confined = true, connect_deadline = None, exec_margin = None, silence_deadline = None))]
+    #[pyo3(signature = (writable_roots = None, confined = true, connect_deadline = None, exec_margin = None, silence_deadline = None, permissions = None))]
     fn local(
         py: Python<'_>,
         writable_roots: Option<Vec<PathBuf>>,
@@ -160,13 +161,15 @@ impl Sandbox {
         connect_deadline: Option<f64>,
         exec_margin: Option<f64>,
         silence_deadline: Option<f64>,
+        permissions: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let deadlines = calls::deadlines(connect_deadline, exec_margin, silence_deadline)?;
+        let permissions = permissions.map(calls::permission_rules).transpose()?.unwrap_or_default();
         let options = LocalOptions {
             confined,
             writable_roots: writable_roots.unwrap_or_default(),
             deadlines: Some(deadlines),
-            ..LocalOptions::default()
+            permissions,
         };
         // Started on a runtime worker, not on the calling thread: agentd gets SIGTERM when the thread
         // that forked it ends (`PR_SET_PDEATHSIG` follows the thread), and a Python thread (a thread
@@ -357,6 +360,17 @@ impl Sandbox {
             closed.map_err(errors::to_py)?;
             Ok(py.None())
         })
+    }
+
+    /// What the sandbox's agentd said in its hello about its profile and what this kernel enforces
+    /// of it (a dict: `level`, `filesystem`, `permissions` rule by rule, `notes`, …); `None` when it
+    /// runs without a profile.
+    fn enforcement(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.blocking(py, Call::Enforcement)
+    }
+
+    fn aenforcement<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.spawn(py, Call::Enforcement)
     }
 
     /// Whether `close()` has run.
