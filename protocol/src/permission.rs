@@ -35,7 +35,7 @@ impl Operation {
 }
 
 /// What a matching rule decides. deepagents' third mode, `interrupt` (ask a person), has no
-/// meaning for a kernel rule: a converter decides what it becomes (`agentd.permissions_profile`).
+/// meaning for a kernel rule: a converter decides what it becomes (`agentd.permission_rules` in Python).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionMode {
