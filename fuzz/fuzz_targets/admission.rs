@@ -12,14 +12,18 @@ mod admission;
 #[path = "../../agent/src/permission.rs"]
 mod permission;
 
-/// What `permission` uses of the agent's glob matching, included as is.
 #[allow(dead_code, unreachable_pub)]
+#[path = "../../agent/src/fs/glob/braces.rs"]
+mod braces;
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../agent/src/fs/glob/fnmatch.rs"]
+mod fnmatch;
+
+/// Where `permission` finds the agent's glob matching.
 mod fs {
-    pub mod glob {
-        #[path = "../../../agent/src/fs/glob/braces.rs"]
-        pub mod braces;
-        #[path = "../../../agent/src/fs/glob/fnmatch.rs"]
-        pub mod fnmatch;
+    pub(crate) mod glob {
+        pub(crate) use crate::{braces, fnmatch};
     }
 }
 
