@@ -19,6 +19,8 @@
 //!   whose sandboxes carry a link it reaches through the provider (Daytona, Modal, Kubernetes)
 //!   implements `adapters::linked::Machine` and is a `Linked<Machine>`. [`BaseSandbox::agentd`]
 //!   hands the link to callers that want the protocol's extras.
+//! - [`composite`]: [`CompositeSandbox`], path prefixes routed to other sandboxes (deepagents'
+//!   `CompositeBackend`): `execute` on the default, `ls /`, `glob` and `grep` merged across routes.
 //! - [`provider`]: one shape for every kind: create from a `KIND:SPEC`, attach by id, list, remove
 //!   ([`Provider`]; [`provider::provider`] per kind, [`provider::open`] for a spec in one call).
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
@@ -53,6 +55,7 @@
 //! ```
 
 pub mod adapters;
+pub mod composite;
 pub mod deadlines;
 pub mod derived;
 pub mod download;
@@ -68,6 +71,7 @@ pub use adapters::local::{LocalOptions, LocalSandbox};
 pub use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 /// Re-exported so other crates can implement [`BaseSandbox`] with the same macro.
 pub use async_trait::async_trait;
+pub use composite::CompositeSandbox;
 pub use deadlines::Deadlines;
 pub use error::{Result, SandboxError};
 pub use link::Link;
