@@ -312,6 +312,11 @@ async fn the_file_verbs_obey_the_same_rules() {
     assert_eq!(relative.error.as_deref(), Some("Error: permission denied for write on src/lib/new.py"));
     let uploaded = sb.upload_files(&[(p("src/up.py"), b"pwn".to_vec())]).await.unwrap();
     assert_eq!(uploaded[0].error.as_deref(), Some("permission_denied"));
+    // An offload's capture file is agentd's write: refused there too, and nothing runs.
+    let offload = sb.execute_with_offload("echo ran > other/ran; seq 100000", &x, 10, None, None).await;
+    let refused = format!("{offload:?}");
+    assert!(refused.contains("permission denied for write"), "{refused}");
+    assert!(!w.join("other/ran").exists());
     assert_eq!(tree(&src), before, "a verb changed the denied subtree");
     // Allowed inside the denied tree, and beside it (file work is not held to landlock's carve-out).
     for (path, content) in [("src/gen/new.txt", "gen"), ("new-at-top.txt", "top")] {

@@ -577,6 +577,15 @@ impl Executor {
 /// a verb writes.
 pub fn offload_target(ws: &Workspace, path: &str) -> Result<CaptureTarget, ExecError> {
     let shown = ws.shown(path);
+    // The capture file is written by agentd, not by the command: the permission rules are checked
+    // here, as for any file a verb writes.
+    if let Some(refusal) = crate::fs::guard::refusal(ws, agentd_protocol::permission::Operation::Write, path)
+    {
+        return Err(ExecError::CapturePath {
+            path: shown,
+            source: io::Error::new(io::ErrorKind::PermissionDenied, refusal),
+        });
+    }
     let target = target_in(ws, path, shown.clone())?;
     target.made().map_err(|source| ExecError::CapturePath { path: shown, source })
 }
