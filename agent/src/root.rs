@@ -37,6 +37,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
+use agentd_protocol::permission::Operation;
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, FcntlArg, OFlag, fcntl, openat, readlinkat};
 use nix::sys::stat::{FileStat, Mode, SFlag, fstat, fstatat, mkdirat};
@@ -125,6 +126,14 @@ impl Entry {
     /// The real location of [`Entry::dir`] below the top (the root, or `/` without one).
     pub fn dir_location(&self) -> &Path {
         &self.dir.location
+    }
+
+    /// The real location of the last component below the top (the link itself when it is one).
+    pub fn location(&self) -> PathBuf {
+        match &self.last {
+            Some(name) => self.dir.location.join(OsStr::from_bytes(name.to_bytes())),
+            None => self.dir.location.clone(),
+        }
     }
 }
 
@@ -565,6 +574,12 @@ impl Workspace {
                     let cname = cstring(&name)?;
                     let fd = match open_path(cur.fd.as_fd(), &cname) {
                         Err(Errno::ENOENT) if made.is_some() => {
+                            // A directory is made where the walk is, whatever the path said: the
+                            // permission rules are checked there (a verb's own check comes later).
+                            let at = self.real_path(&cur.location.join(OsStr::from_bytes(&name)));
+                            if self.permissions.denies(Operation::Write, &at.to_string_lossy()) {
+                                return Err(Errno::EACCES.into());
+                            }
                             let mode = Mode::from_bits_truncate(0o777);
                             match mkdirat(cur.fd.as_fd(), cname.as_c_str(), mode) {
                                 Ok(()) => {

@@ -33,6 +33,7 @@ use crate::cancel::Cancel;
 use tokio_tungstenite::tungstenite::Bytes;
 
 use crate::confine::FileWork;
+use crate::fs::guard;
 use crate::root::{Made, ResolveError, Workspace};
 use temp::Temp;
 
@@ -146,9 +147,18 @@ pub fn destination(workspace: &Workspace, path: &str, operation: Operation) -> R
 }
 
 impl Destination {
-    /// The permission rules allow the transfer, else `permission_denied` (file IO: a path walk).
+    /// The permission rules allow the transfer of the path as written, else `permission_denied`
+    /// (no IO; where it resolves is checked on what the walk finds, [`Destination::permitted_at`]).
     fn permitted(&self) -> Result<(), String> {
-        match crate::fs::guard::refusal(&self.workspace, self.operation, &self.path) {
+        match guard::refusal_as_written(&self.workspace, self.operation, &self.path) {
+            Some(_) => Err(TransferError::PermissionDenied.as_str().to_owned()),
+            None => Ok(()),
+        }
+    }
+
+    /// The permission rules allow the transfer where the walk found the file (`location`, real).
+    fn permitted_at(&self, location: &Path) -> Result<(), String> {
+        match guard::refusal_at(&self.workspace, self.operation, &self.path, location) {
             Some(_) => Err(TransferError::PermissionDenied.as_str().to_owned()),
             None => Ok(()),
         }
@@ -206,12 +216,14 @@ impl UploadTarget {
         let ws = &dest.workspace;
         dest.permitted()?;
         let (entry, made) = ws.entry_making(&dest.path).map_err(|e| resolve_text(&e))?;
-        let existing = match ws.lookup(&entry, true) {
+        // The name is replaced where the walk found it; a link there is judged by where it leads
+        // too, as deepagents judges a path by where it resolves.
+        let existing = dest.permitted_at(&entry.location()).and_then(|()| match ws.lookup(&entry, true) {
             Ok(Some(node)) if node.is_dir() => Err(TransferError::IsDirectory.as_str().to_owned()),
-            Ok(Some(node)) => Ok(Some(*node.stat())),
+            Ok(Some(node)) => dest.permitted_at(node.location()).map(|()| Some(*node.stat())),
             Ok(None) => Ok(None),
             Err(err) => Err(resolve_text(&err)),
-        };
+        });
         // `/`, `.` or `..`: a directory.
         let name = entry.name().ok_or_else(|| TransferError::IsDirectory.as_str().to_owned());
         let opened = existing.and_then(|existing| {
@@ -421,6 +433,7 @@ fn open_for_download(source: &Destination) -> Result<std::fs::File, String> {
         Ok(None) => return Err(TransferError::FileNotFound.as_str().to_owned()),
         Err(err) => return Err(resolve_text(&err)),
     };
+    source.permitted_at(node.location())?;
     let file = node.open(OFlag::O_RDONLY).map_err(|e| error_text(&e))?;
     if node.is_dir() {
         return Err(TransferError::IsDirectory.as_str().to_owned());

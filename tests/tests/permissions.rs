@@ -315,7 +315,7 @@ async fn the_file_verbs_obey_the_same_rules() {
     // An offload's capture file is agentd's write: refused there too, and nothing runs.
     let offload = sb.execute_with_offload("echo ran > other/ran; seq 100000", &x, 10, None, None).await;
     let refused = format!("{offload:?}");
-    assert!(refused.contains("permission denied for write"), "{refused}");
+    assert!(refused.contains("SpawnFailed") && refused.contains("permission denied for write"), "{refused}");
     assert!(!w.join("other/ran").exists());
     assert_eq!(tree(&src), before, "a verb changed the denied subtree");
     // Allowed inside the denied tree, and beside it (file work is not held to landlock's carve-out).
@@ -436,4 +436,130 @@ mode = "deny"
     assert!(!r.output.clone().unwrap().ends_with("exit=0\n"), "{r:?}");
     assert_eq!(std::fs::read_to_string(w.join("build/x")).unwrap(), "first\n");
     assert_eq!(r.enforcement.unwrap().permissions[0].level, Level::Full);
+}
+
+const SECRET_DENIED: &str = r#"
+name = "secret"
+writable_roots = ["{W}"]
+
+[[permissions]]
+operations = ["read", "write"]
+paths = ["{W}/secret/**"]
+mode = "deny"
+"#;
+
+/// Swaps `a` and `b` (a directory and a link) as fast as it can until dropped: the race between
+/// a verb's check of a path and its use. Stopped and joined on drop, when a test fails too.
+struct Swapper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Swapper {
+    fn start(a: PathBuf, b: PathBuf) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut swaps = 0;
+            while !flag.load(Ordering::Relaxed) {
+                let flags = nix::fcntl::RenameFlags::RENAME_EXCHANGE;
+                nix::fcntl::renameat2(nix::fcntl::AT_FDCWD, &a, nix::fcntl::AT_FDCWD, &b, flags).unwrap();
+                swaps += 1;
+            }
+            swaps
+        });
+        Self { stop, thread: Some(thread) }
+    }
+
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Swapper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The race a command can run against the verbs: `door` is a directory one moment and a link to the
+/// denied `secret/` the next, swapped while each verb runs, so a check of the path and the walk that
+/// uses it can see different things. Every verb checks what its own walk opened: nothing of
+/// `secret/` is read, listed, matched, downloaded or written, however the swaps fall.
+#[tokio::test]
+async fn a_link_swapped_in_mid_request_leads_no_verb_into_the_denied_tree() {
+    let files = [
+        ("secret/key", "TOPSECRET-4711\n"),
+        ("secret/hidden-name.txt", "TOPSECRET-4711\n"),
+        ("secret/victim", "TOPSECRET-4711\n"),
+        ("door/key", "public\n"),
+        ("door/victim", "public\n"),
+    ];
+    let Some((daemon, sb, _dir)) = profiled(SECRET_DENIED, &files).await else { return };
+    let w = w(&daemon);
+    std::os::unix::fs::symlink(w.join("secret"), w.join("alt")).unwrap();
+    let secret_before = tree(&w.join("secret"));
+    let at = |rel: &str| format!("{}/{rel}", w.display());
+    let leaked = |text: &str| text.contains("TOPSECRET") || text.contains("hidden-name");
+    let (mut allowed, mut refused) = (0, 0);
+    let mut leaks = std::collections::BTreeMap::<&str, u32>::new();
+    let mut check = |verb, leak: bool| *leaks.entry(verb).or_default() += u32::from(leak);
+    let swapper = Swapper::start(w.join("door"), w.join("alt"));
+    for round in 0..1000 {
+        let read = sb.read(&at("door/key"), 0, 10).await.unwrap();
+        check("read", leaked(&format!("{read:?}")));
+        match read.error {
+            None => allowed += 1,
+            Some(e) if e.contains("permission denied") => refused += 1,
+            Some(_) => {}
+        }
+        for (verb, glob) in [("grep", None), ("grep --glob", Some("**/key"))] {
+            let grep = sb.grep("TOPSECRET", Some(&at("door")), glob, None).await.unwrap();
+            check(verb, !grep.matches.unwrap_or_default().is_empty());
+        }
+        let grep = sb.grep("TOPSECRET", Some(&at("door/key")), None, None).await.unwrap();
+        check("grep of a file", !grep.matches.unwrap_or_default().is_empty());
+        check("ls", leaked(&format!("{:?}", sb.ls(&at("door")).await.unwrap())));
+        check("glob", leaked(&format!("{:?}", sb.glob("*", Some(&at("door"))).await.unwrap())));
+        let downloaded = sb.download_files(&[at("door/key")]).await.unwrap();
+        check(
+            "download",
+            leaked(&String::from_utf8_lossy(downloaded[0].content.as_deref().unwrap_or_default())),
+        );
+        let secret = |name: &str| w.join("secret").join(name).exists();
+        sb.write(&at("door/w"), "pwn\n").await.unwrap();
+        check("write", secret("w"));
+        // A new directory each round: the walk makes it where it is.
+        sb.write(&at(&format!("door/d{round}/w")), "pwn\n").await.unwrap();
+        check("write making a directory", secret(&format!("d{round}")));
+        sb.upload_files(&[(at("door/u"), b"pwn\n".to_vec())]).await.unwrap();
+        check("upload", secret("u"));
+        sb.edit(&at("door/key"), "TOPSECRET", "pwned", false).await.unwrap();
+        check("edit", !std::fs::read_to_string(w.join("secret/key")).unwrap().contains("TOPSECRET"));
+        sb.delete(&at("door/victim")).await.unwrap();
+        check("delete", !secret("victim"));
+        let capture = at("door/c");
+        match sb.execute_with_offload("seq 100", &capture, 1, None, None).await {
+            Ok(_) => {}
+            // Refused before anything runs.
+            Err(agentd_host::SandboxError::Refused { code: ErrorCode::SpawnFailed, message })
+                if message.contains("permission denied for write") => {}
+            Err(err) => panic!("round {round}: {err:?}"),
+        }
+        check("offload capture", secret("c"));
+    }
+    let swaps = swapper.stop();
+    leaks.retain(|_, n| *n > 0);
+    assert!(leaks.is_empty(), "rounds that leaked or wrote into secret/, by verb: {leaks:?}");
+    assert_eq!(tree(&w.join("secret")), secret_before, "nothing in secret/ changed");
+    // The race ran: the same read was let through and refused as the swaps fell.
+    assert!(
+        swaps > 1000 && allowed > 0 && refused > 0,
+        "swaps {swaps}, allowed {allowed}, refused {refused}"
+    );
 }

@@ -35,8 +35,9 @@ use std::time::{Duration, Instant};
 use agentd_protocol::limits::{
     MAX_INLINE_CAPTURE, MAX_JOURNAL_BYTES, MAX_REPLY_BYTES, MIN_INLINE_CAPTURE_BYTES,
 };
+use agentd_protocol::permission::Operation;
 use agentd_protocol::profile::Limits;
-use agentd_protocol::{ExecResult, TerminalSize};
+use agentd_protocol::{ErrorCode, ExecResult, TerminalSize};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use thiserror::Error;
@@ -177,6 +178,15 @@ impl ExecError {
             Self::NotEnforceable(err)
         } else {
             Self::Shell(err)
+        }
+    }
+
+    /// The protocol's code for it.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::NotEnforceable(_) => ErrorCode::NotEnforceable,
+            _ if self.is_spawn_failure() => ErrorCode::SpawnFailed,
+            _ => ErrorCode::Internal,
         }
     }
 
@@ -579,8 +589,7 @@ pub fn offload_target(ws: &Workspace, path: &str) -> Result<CaptureTarget, ExecE
     let shown = ws.shown(path);
     // The capture file is written by agentd, not by the command: the permission rules are checked
     // here, as for any file a verb writes.
-    if let Some(refusal) = crate::fs::guard::refusal(ws, agentd_protocol::permission::Operation::Write, path)
-    {
+    if let Some(refusal) = crate::fs::guard::refusal(ws, Operation::Write, path) {
         return Err(ExecError::CapturePath {
             path: shown,
             source: io::Error::new(io::ErrorKind::PermissionDenied, refusal),
@@ -609,6 +618,10 @@ fn target_in(ws: &Workspace, path: &str, shown: PathBuf) -> Result<CaptureTarget
         Err(ResolveError::Io(source)) => return Err(fail(source)),
     }
     let Some(name) = entry.name() else { return Err(fail(Errno::EISDIR.into())) };
+    // Checked again where the walk found it: a link swapped in on the way after the first check.
+    if let Some(refusal) = crate::fs::guard::refusal_at(ws, Operation::Write, path, &entry.location()) {
+        return Err(fail(io::Error::new(io::ErrorKind::PermissionDenied, refusal)));
+    }
     let dir = entry.dir().try_clone_to_owned().map_err(fail)?;
     Ok(CaptureTarget::new(Arc::new(dir), name.to_owned(), shown))
 }

@@ -8,7 +8,7 @@ use agentd_protocol::fs::DeleteResult;
 use nix::errno::Errno;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use super::errno;
+use super::{errno, guard};
 use crate::root::{self, Kind, ResolveError, Workspace};
 
 pub fn delete(path: &str, ws: &Workspace) -> DeleteResult {
@@ -26,6 +26,9 @@ pub fn delete(path: &str, ws: &Workspace) -> DeleteResult {
     };
     if let Some(refusal) = refusal(path) {
         return fail(format!("Error deleting file '{path}': {refusal}"));
+    }
+    if let Some(refusal) = guard::delete_refusal_at(ws, path, node.location(), node.is_dir()) {
+        return fail(refusal);
     }
     let mut messages = Vec::new();
     match entry.name() {

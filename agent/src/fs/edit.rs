@@ -20,12 +20,14 @@ use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 
 use agentd_protocol::fs::EditResult;
+use agentd_protocol::permission::Operation;
 use memchr::memmem;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
 use super::errno;
 use crate::cancel::Cancel;
+use crate::fs::guard;
 use crate::root::{Node, ResolveError, Workspace};
 use crate::transfer::{UploadTarget, spool};
 
@@ -57,6 +59,10 @@ pub fn edit(
         Err(err) if matches!(err.errno(), Some(Errno::EACCES | Errno::EPERM)) => return denied(),
         Err(_) => return fail(format!("Error: File '{path}' not found")),
     };
+    let refusal = |operation| guard::refusal_at(ws, operation, path, node.location());
+    if let Some(refusal) = refusal(Operation::Write).or_else(|| refusal(Operation::Read)) {
+        return fail(refusal);
+    }
     if !node.is_file() {
         return fail(format!("Error: '{path}' is not a regular file"));
     }

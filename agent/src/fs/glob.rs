@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use agentd_protocol::fs::{FileInfo, GlobResult, TruncationReason};
+use agentd_protocol::permission::Operation;
 use nix::errno::Errno;
 
 use self::braces::expand_braces;
@@ -23,6 +24,7 @@ use agentd_protocol::limits::json_escaped_len;
 
 use crate::cancel::Cancel;
 use crate::fs::budget::LIST_BUDGET;
+use crate::fs::guard;
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
 /// The walk stops after this long.
@@ -67,6 +69,9 @@ fn glob_within(
         }
         Err(_) => return fail("path_not_found"),
     };
+    if let Some(refusal) = guard::refusal_at(ws, Operation::Read, path.unwrap_or("/"), node.location()) {
+        return GlobResult { error: Some(refusal), ..GlobResult::default() };
+    }
     if !node.is_dir() {
         return fail("not_a_directory");
     }
@@ -87,6 +92,7 @@ fn glob_within(
         cancel,
         skip_system_dirs: ws.real_path(node.location()) == Path::new("/"),
         root_location: node.location().to_owned(),
+        below: guard::Below::new(ws, node.location()),
         start: Instant::now(),
         found: Vec::new(),
         // Each match costs its JSON record: the prefix, `/` and its relative path.
@@ -232,6 +238,8 @@ struct Walk<'a> {
     cancel: &'a Cancel,
     /// Where the root really is: matched links must resolve below it.
     root_location: PathBuf,
+    /// What the permission rules hide below the root.
+    below: guard::Below<'a>,
     skip_system_dirs: bool,
     start: Instant,
     /// Matches as paths relative to the root.
@@ -307,7 +315,10 @@ impl Walk<'_> {
                     self.budget = true;
                     return;
                 }
-                if self.rule.matches(&child_rel, &name) && self.keeps(kind, target.as_ref()) {
+                if self.rule.matches(&child_rel, &name)
+                    && self.keeps(kind, target.as_ref())
+                    && !self.below.hides(&child_rel)
+                {
                     let cost = self.prefix_cost + json_escaped_len(&child_rel);
                     let Some(left) = self.bytes_left.checked_sub(cost) else {
                         // The reply would pass its budget: truncated like the match limit.

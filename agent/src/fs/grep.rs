@@ -28,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 
 use agentd_protocol::fs::{GrepMatch, GrepResult};
+use agentd_protocol::permission::Operation;
 use nix::fcntl::OFlag;
 
 use agentd_protocol::limits::json_escaped_len;
@@ -35,6 +36,7 @@ use agentd_protocol::limits::json_escaped_len;
 use crate::cancel::Cancel;
 use crate::fs::budget::{Budget, LIST_BUDGET, digits};
 use crate::fs::glob::fnmatch::{GREP_FILTER, Pattern};
+use crate::fs::guard;
 
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
@@ -134,6 +136,10 @@ fn grep_within(
         }
         Err(ResolveError::Io(_)) => None,
     };
+    let refusal = fs_root.as_ref().and_then(|n| guard::refusal_at(ws, Operation::Read, root, n.location()));
+    if let Some(refusal) = refusal {
+        return GrepResult { error: Some(refusal), matches: None, truncated: false };
+    }
     // A negative count is unspecified; it is read as 0, like `read`'s negative limit.
     let limit = max_count.map(|n| usize::try_from(n).unwrap_or(0));
     // Matches stop at the reply's budget. Both routes search files in parallel; when the budget ran
@@ -149,7 +155,7 @@ fn grep_within(
                     Err(error) => return GrepResult { error: Some(error), matches: None, truncated: false },
                 }
             }
-            filter => route_a(pattern, root, fs_root.as_ref(), filter, limit, &pass),
+            filter => route_a(pattern, root, fs_root.as_ref(), filter, limit, ws, &pass),
         };
         if !pass.budget.spent() || !pass.parallel.get() || cancel.is_cancelled() {
             break (matches, pass.budget.spent());
@@ -161,6 +167,12 @@ fn grep_within(
         matches.truncate(limit);
     }
     GrepResult { error: None, matches: Some(matches), truncated }
+}
+
+/// Whether the rules let `node` (found by following links) be read where it is.
+fn readable(ws: &Workspace, node: &Node) -> bool {
+    ws.permissions().is_empty()
+        || !ws.permissions().denies(Operation::Read, &ws.real_path(node.location()).to_string_lossy())
 }
 
 /// `root` + `/` + `rel`, without doubling a trailing `/` of the root.
@@ -196,6 +208,7 @@ fn route_a(
     fs_root: Option<&Node>,
     filter: Option<&str>,
     limit: Option<usize>,
+    ws: &Workspace,
     pass: &Pass<'_>,
 ) -> Vec<GrepMatch> {
     let (budget, parallel, cancel) = (&pass.budget, &pass.parallel, pass.cancel);
@@ -223,6 +236,7 @@ fn route_a(
         limit,
         budget,
         cancel,
+        below: guard::Below::new(ws, fs_root.location()),
         queue: Mutex::new(Queue {
             items: vec![Item::Dir(Arc::new(top), c".".to_owned(), String::new())],
             busy: 0,
@@ -273,6 +287,8 @@ struct Walker<'a> {
     budget: &'a Budget,
     /// The request's token, shared by every walker thread.
     cancel: &'a Cancel,
+    /// What the permission rules hide below the root.
+    below: guard::Below<'a>,
     queue: Mutex<Queue>,
     ready: Condvar,
     found: Mutex<Vec<GrepMatch>>,
@@ -345,6 +361,9 @@ impl Walker<'_> {
     }
 
     fn search(&self, parent: &OwnedFd, name: &CStr, rel: &str) {
+        if self.below.hides(rel) {
+            return;
+        }
         let Ok(file) = root::open_child_file(parent.as_fd(), name) else { return };
         let path = shown(self.root, rel);
         let Some(lines) = self.matcher.search_file(file, &Account::new(self.budget, &path), self.cancel)
@@ -405,6 +424,9 @@ fn route_b(
         })
         .filter_map(|hit| {
             let node = ws.node_in(fs_root, hit, true).ok()??;
+            if !readable(ws, &node) {
+                return None;
+            }
             let rel = node.location().strip_prefix(fs_root.location()).ok()?;
             let shown = shown(root, &rel.to_string_lossy());
             (!rel.as_os_str().is_empty() && node.is_file())
@@ -440,7 +462,8 @@ fn search_in_order(
         while !stop.load(Ordering::Relaxed) && !cancel.is_cancelled() {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some((rel, shown)) = files.get(i) else { break };
-            let node = ws.node_in(root, rel, true).ok().flatten().filter(Node::is_file);
+            // Resolved again (links followed): what is read is checked again.
+            let node = ws.node_in(root, rel, true).ok().flatten().filter(|n| n.is_file() && readable(ws, n));
             let file = node.and_then(|n| n.open(OFlag::O_RDONLY).ok());
             let account = Account::new(budget, shown);
             let found = file.and_then(|f| matcher.search_file(f, &account, cancel)).unwrap_or_default();

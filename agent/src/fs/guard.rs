@@ -131,13 +131,82 @@ pub fn refusal(ws: &Workspace, operation: Operation, path: &str) -> Option<Strin
         return None;
     }
     let written = written(ws, path);
-    let op = operation.as_str();
     if rules.denies(operation, &written) {
-        return Some(format!("Error: permission denied for {op} on {path}"));
+        return Some(denied_on(operation, path, &written, &written));
     }
     let real = real(ws, path)?;
-    (real != written && rules.denies(operation, &real))
-        .then(|| format!("Error: permission denied for {op} on {path} (resolves to {real})"))
+    rules.denies(operation, &real).then(|| denied_on(operation, path, &real, &written))
+}
+
+/// [`refusal`] of `path` as written only: no file IO. A caller that walks the path itself then
+/// checks what it found with [`refusal_at`].
+pub fn refusal_as_written(ws: &Workspace, operation: Operation, path: &str) -> Option<String> {
+    let rules = ws.permissions();
+    if rules.is_empty() {
+        return None;
+    }
+    let written = written(ws, path);
+    rules.denies(operation, &written).then(|| denied_on(operation, path, &written, &written))
+}
+
+/// Why `operation` on what a verb opened for `path` is refused: `location` is where the walk found
+/// it (a [`crate::root::Node`]'s or [`crate::root::Entry`]'s real location). [`refuse`] looked at
+/// the path before the verb walked it; a command can swap a component for a link into a denied tree
+/// in between, so each verb checks again what it is about to read or write, with no second walk.
+pub fn refusal_at(ws: &Workspace, operation: Operation, path: &str, location: &Path) -> Option<String> {
+    let rules = ws.permissions();
+    if rules.is_empty() {
+        return None;
+    }
+    let real = ws.real_path(location).to_string_lossy().into_owned();
+    rules.denies(operation, &real).then(|| denied_on(operation, path, &real, &written(ws, path)))
+}
+
+/// deepagents' refusal of `operation` on `path`, which resolves to `real`.
+fn denied_on(operation: Operation, path: &str, real: &str, written: &str) -> String {
+    let op = operation.as_str();
+    if real == written {
+        format!("Error: permission denied for {op} on {path}")
+    } else {
+        format!("Error: permission denied for {op} on {path} (resolves to {real})")
+    }
+}
+
+/// [`delete_refusal`] on what the walk found for `path` at `location` (see [`refusal_at`]).
+pub fn delete_refusal_at(ws: &Workspace, path: &str, location: &Path, is_dir: bool) -> Option<String> {
+    let rules = ws.permissions();
+    if rules.is_empty() {
+        return None;
+    }
+    let real = ws.real_path(location).to_string_lossy().into_owned();
+    let denied = if is_dir {
+        !rules.denied_within(Operation::Write, &real).is_empty()
+    } else {
+        rules.denies(Operation::Write, &real)
+    };
+    denied.then(|| denied_on(Operation::Write, path, &real, &written(ws, path)))
+}
+
+/// Read denials below a directory a walk holds open. A walk that never follows a link below it
+/// finds each entry at the directory's real location and the entry's relative path, so that is
+/// what is checked, with no second walk: a component swapped for a link after the walk looked
+/// changes nothing ([`filter`] then also checks each result as written and as it resolves).
+pub struct Below<'a> {
+    ws: &'a Workspace,
+    real: PathBuf,
+}
+
+impl<'a> Below<'a> {
+    /// Below `dir`, the real location of a directory the walk opened.
+    pub fn new(ws: &'a Workspace, dir: &Path) -> Self {
+        Self { ws, real: ws.real_path(dir) }
+    }
+
+    /// Whether reading `rel` (relative to the directory) is denied.
+    pub fn hides(&self, rel: &str) -> bool {
+        let rules = self.ws.permissions();
+        !rules.is_empty() && rules.denies(Operation::Read, &self.real.join(rel).to_string_lossy())
+    }
 }
 
 /// Why deleting `path` is refused. A directory goes with everything beneath it, so any deny-write
@@ -227,5 +296,43 @@ mod tests {
             refusal(&ws, Operation::Read, "door/missing").is_some(),
             "a missing file is denied where it would be"
         );
+    }
+
+    /// The checks on what a walk opened: by its real location, whatever the path said.
+    #[test]
+    fn what_a_walk_opened_is_checked_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(w.join("secret/sub")).unwrap();
+        std::fs::create_dir_all(w.join("open")).unwrap();
+        std::os::unix::fs::symlink(w.join("secret"), w.join("door")).unwrap();
+        let rules = Permissions::new(&[PermissionRule {
+            operations: vec![Operation::Read, Operation::Write],
+            paths: vec![format!("{}/secret/**", w.display())],
+            mode: PermissionMode::Deny,
+        }])
+        .unwrap();
+        let ws = Workspace::open(w.clone()).with_permissions(rules);
+        let node = ws.node("door/sub", true).unwrap().unwrap();
+        assert_eq!(
+            refusal_at(&ws, Operation::Read, "door/sub", node.location()).unwrap(),
+            format!("Error: permission denied for read on door/sub (resolves to {}/secret/sub)", w.display())
+        );
+        let open = ws.node("open", true).unwrap().unwrap();
+        assert_eq!(refusal_at(&ws, Operation::Write, "open", open.location()), None);
+        let secret = ws.node("door", true).unwrap().unwrap();
+        // Deleting a directory deletes what is beneath it.
+        assert!(delete_refusal_at(&ws, "door", secret.location(), true).is_some());
+        assert!(delete_refusal_at(&ws, "door", secret.location(), false).is_none(), "not itself matched");
+        assert!(delete_refusal_at(&ws, "open", open.location(), true).is_none());
+        // Below a directory the walk holds: its real location and the relative path.
+        let below = Below::new(&ws, secret.location());
+        assert!(below.hides("sub") && below.hides("sub/x"));
+        assert!(!Below::new(&ws, open.location()).hides("sub"));
+        // Directories are not made where the rules deny writing, whatever the path said.
+        let made = ws.entry_making("door/new/deeper/file");
+        assert_eq!(made.map(|_| ()).unwrap_err().errno(), Some(nix::errno::Errno::EACCES));
+        assert!(!w.join("secret/new").exists());
+        assert!(ws.entry_making("open/new/file").is_ok());
     }
 }

@@ -2,6 +2,7 @@
 //! the listed path.
 
 use agentd_protocol::fs::{FileInfo, LsResult};
+use agentd_protocol::permission::Operation;
 use nix::errno::Errno;
 
 use std::ops::ControlFlow;
@@ -9,7 +10,7 @@ use std::ops::ControlFlow;
 use agentd_protocol::limits::json_escaped_len;
 
 use super::budget::{Budget, LIST_BUDGET};
-use super::errno;
+use super::{errno, guard};
 use crate::cancel::Cancel;
 use crate::root::{self, Kind, ResolveError, Workspace};
 
@@ -37,6 +38,9 @@ fn ls_within(path: &str, ws: &Workspace, budget: usize, cancel: &Cancel) -> LsRe
         Err(ResolveError::Escape) => return fail("invalid_path"),
         Err(err) => return fail(code(err.errno())),
     };
+    if let Some(refusal) = guard::refusal_at(ws, Operation::Read, path, node.location()) {
+        return LsResult { error: Some(refusal), entries: None };
+    }
     if !node.is_dir() {
         return fail("not_a_directory");
     }
@@ -46,8 +50,12 @@ fn ls_within(path: &str, ws: &Workspace, budget: usize, cancel: &Cancel) -> LsRe
     let budget = Budget::new(budget);
     let prefix_cost = json_escaped_len(&prefix);
     let mut entries = Vec::new();
+    let below = guard::Below::new(ws, node.location());
     let listed = node.open_dir().and_then(|dir| {
         root::visit(&dir, |child| {
+            if below.hides(&child.name_lossy()) {
+                return ControlFlow::Continue(());
+            }
             let shown = format!("{prefix}{}", child.name_lossy());
             // `{"path":"…","is_dir":false},`
             let cost = 27 + prefix_cost + json_escaped_len(&shown[prefix.len()..]);

@@ -9,12 +9,14 @@ use std::io::{self, BufRead, BufReader, Read as _};
 
 use agentd_protocol::fs::{Encoding, FileData, ReadResult};
 use agentd_protocol::limits::MAX_READ_BASE64_BYTES;
+use agentd_protocol::permission::Operation;
 use base64::Engine as _;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 
 use super::errno;
 use crate::cancel::Cancel;
+use crate::fs::guard;
 use crate::root::{ResolveError, Workspace};
 
 /// Appended when the page hit the byte cap.
@@ -59,6 +61,9 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace, cancel: &Cancel
         }
         Err(_) => return fail("file_not_found"),
     };
+    if let Some(refusal) = guard::refusal_at(ws, Operation::Read, path, node.location()) {
+        return ReadResult::error(refusal);
+    }
     if !node.is_file() {
         return fail("not_a_file");
     }

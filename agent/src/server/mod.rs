@@ -49,7 +49,7 @@ use crate::admission::{self, ServerPolicy};
 use crate::auth::Token;
 use crate::cancel::Cancel;
 use crate::confine::{ConfineError, Confiner, FileWork};
-use crate::exec::{CaptureMode, Confined, ExecError, ExecSpec, Executor, Watchers, offload_target, tree};
+use crate::exec::{CaptureMode, Confined, ExecSpec, Executor, Watchers, offload_target, tree};
 use crate::inbound::{LargeMessages, Meter, Metered};
 use crate::outbox::{self, Outbox, Room};
 use crate::process::{ProcessError, Processes, Wanted};
@@ -580,11 +580,7 @@ impl Session {
                     (
                         ServerMessage::Error(ErrorReply {
                             id: Some(id),
-                            code: match err {
-                                ExecError::NotEnforceable(_) => ErrorCode::NotEnforceable,
-                                _ if err.is_spawn_failure() => ErrorCode::SpawnFailed,
-                                _ => ErrorCode::Internal,
-                            },
+                            code: err.code(),
                             message: err.to_string(),
                         }),
                         None,
@@ -656,8 +652,7 @@ impl Session {
             let (shared, path) = (Arc::clone(&self.shared), path.clone());
             let made = self.shared.files.run(move || offload_target(&shared.workspace, &path)).await;
             let made = made.map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e))?;
-            spec.offload =
-                Some(made.map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?);
+            spec.offload = Some(made.map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?);
         }
         Ok((spec, keep))
     }
