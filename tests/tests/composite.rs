@@ -195,6 +195,7 @@ async fn state_routes_keep_files_in_memory() {
         ])
         .await
         .unwrap();
+    #[allow(clippy::type_complexity)]
     let got: Vec<(&str, Option<&[u8]>, Option<&str>)> =
         down.iter().map(|d| (d.path.as_str(), d.content.as_deref(), d.error.as_deref())).collect();
     assert_eq!(
