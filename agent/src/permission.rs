@@ -16,14 +16,11 @@ use std::path::{Path, PathBuf};
 
 use agentd_protocol::permission::{Operation, PermissionMode, PermissionRule};
 
-use crate::fs::glob::braces::expand_braces;
-use crate::fs::glob::fnmatch::{Dialect, Pattern};
-
-/// wcmatch's glob: `[!…]` and `[^…]` negate, `\x` is a literal `x`.
-const WCMATCH: Dialect = Dialect { caret_negates: true, escapes: true };
+use agentd_protocol::glob::braces::expand_braces;
+use agentd_protocol::glob::{Glob, Segment};
 
 /// More brace expansions than this in one rule path refuse the profile.
-pub const MAX_EXPANSIONS: usize = 1000;
+pub use agentd_protocol::glob::MAX_EXPANSIONS;
 
 /// The compiled rules, in the order they apply.
 #[derive(Debug, Clone, Default)]
@@ -36,19 +33,6 @@ struct Compiled {
     rule: PermissionRule,
     /// One per pattern per brace expansion, with the pattern it came from.
     globs: Vec<(usize, Glob)>,
-}
-
-/// One brace-free absolute glob, by segment.
-#[derive(Debug, Clone)]
-struct Glob {
-    segments: Vec<Segment>,
-}
-
-#[derive(Debug, Clone)]
-enum Segment {
-    /// `**`.
-    Any,
-    Name(Pattern),
 }
 
 /// Why an operation is denied: the rule (its place in the list) and its patterns that matched.
@@ -137,7 +121,7 @@ impl Permissions {
                 continue;
             }
             for (at, glob) in &compiled.globs {
-                let start = match glob.shape() {
+                let start = match shape(glob) {
                     Shape::Prefix(p) => p,
                     Shape::Pattern { anchor } => anchor,
                 };
@@ -152,7 +136,7 @@ impl Permissions {
 
     /// Each rule's globs' shapes, by rule.
     pub fn shapes(&self) -> Vec<Vec<Shape>> {
-        self.rules.iter().map(|c| c.globs.iter().map(|(_, g)| g.shape()).collect()).collect()
+        self.rules.iter().map(|c| c.globs.iter().map(|(_, g)| shape(g)).collect()).collect()
     }
 
     /// Whether `path` (absolute, normalized) matches a glob of rule `index`, as the kernel plan reads
@@ -165,74 +149,20 @@ impl Permissions {
     }
 }
 
-impl Glob {
-    fn new(path: &str) -> Self {
-        let segments = path
-            .split('/')
-            .filter(|s| !s.is_empty())
-            .map(|s| if s == "**" { Segment::Any } else { Segment::Name(Pattern::new(s, WCMATCH)) })
-            .collect();
-        Self { segments }
-    }
-
-    /// Whether the path's `names` match; `dots`: wildcards match names starting with `.`.
-    fn matches(&self, names: &[&str], dots: bool) -> bool {
-        // reach[j]: the first i segments can match the first j names.
-        let mut reach = vec![false; names.len() + 1];
-        reach[0] = true;
-        let last = self.segments.len().saturating_sub(1);
-        for (i, segment) in self.segments.iter().enumerate() {
-            let mut next = vec![false; names.len() + 1];
-            match segment {
-                Segment::Any => {
-                    // A final `**` needs a name to match (`/ws/src/**` is not `/ws/src`); inside,
-                    // it may match none (`/ws/**/*.env` is `/ws/x.env` too).
-                    let at_least_one = i == last;
-                    // `on`: some earlier start reaches `j` through names `**` may cross (not
-                    // hidden ones, unless `dots`).
-                    let mut on = false;
-                    for j in 0..=names.len() {
-                        next[j] = on || (reach[j] && !at_least_one);
-                        if j < names.len() {
-                            on = (on || reach[j]) && (dots || !names[j].starts_with('.'));
-                        }
-                    }
-                }
-                Segment::Name(pattern) => {
-                    for j in 0..names.len() {
-                        if reach[j] && name_matches(pattern, names[j], dots) {
-                            next[j + 1] = true;
-                        }
-                    }
-                }
-            }
-            reach = next;
+/// What `glob` covers, for the kernel.
+fn shape(glob: &Glob) -> Shape {
+    let mut prefix = PathBuf::from("/");
+    for (i, segment) in glob.segments().iter().enumerate() {
+        match segment {
+            Segment::Name(pattern) => match pattern.literal() {
+                Some(name) => prefix.push(name),
+                None => return Shape::Pattern { anchor: prefix },
+            },
+            Segment::Any if i + 1 == glob.segments().len() => return Shape::Prefix(prefix),
+            Segment::Any => return Shape::Pattern { anchor: prefix },
         }
-        reach[names.len()]
     }
-
-    fn shape(&self) -> Shape {
-        let mut prefix = PathBuf::from("/");
-        for (i, segment) in self.segments.iter().enumerate() {
-            match segment {
-                Segment::Name(pattern) => match pattern.literal() {
-                    Some(name) => prefix.push(name),
-                    None => return Shape::Pattern { anchor: prefix },
-                },
-                Segment::Any if i + 1 == self.segments.len() => return Shape::Prefix(prefix),
-                Segment::Any => return Shape::Pattern { anchor: prefix },
-            }
-        }
-        Shape::Prefix(prefix)
-    }
-}
-
-fn name_matches(pattern: &Pattern, name: &str, dots: bool) -> bool {
-    if !dots && name.starts_with('.') && pattern.literal().is_none_or(|l| !l.starts_with('.')) {
-        // A hidden name is matched only by a pattern that starts with a literal `.`.
-        return pattern.starts_with_dot() && pattern.is_match(name);
-    }
-    pattern.is_match(name)
+    Shape::Prefix(prefix)
 }
 
 /// Where, for one operation, what the rules decide changes: the subtrees landlock withholds

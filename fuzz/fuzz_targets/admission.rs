@@ -12,21 +12,6 @@ mod admission;
 #[path = "../../agent/src/permission.rs"]
 mod permission;
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../agent/src/fs/glob/braces.rs"]
-mod braces;
-
-#[allow(dead_code, unreachable_pub)]
-#[path = "../../agent/src/fs/glob/fnmatch.rs"]
-mod fnmatch;
-
-/// Where `permission` finds the agent's glob matching.
-mod fs {
-    pub(crate) mod glob {
-        pub(crate) use crate::{braces, fnmatch};
-    }
-}
-
 use std::sync::OnceLock;
 use std::time::Duration;
 

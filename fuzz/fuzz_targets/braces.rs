@@ -1,10 +1,10 @@
-//! The glob verb's brace expander (`agent/src/fs/glob/braces.rs`, included as is): any pattern
+//! The glob verb's brace expander (`protocol/src/glob/braces.rs`, included as is): any pattern
 //! expands or is refused without panicking or overflowing the stack, never into more than the
 //! limit, and a pattern without `{` is its only expansion.
 #![no_main]
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../../agent/src/fs/glob/braces.rs"]
+#[path = "../../protocol/src/glob/braces.rs"]
 mod braces;
 
 use libfuzzer_sys::fuzz_target;

@@ -1,10 +1,10 @@
-//! The glob verb's and grep's name matcher (`agent/src/fs/glob/fnmatch.rs`, included as is): any
+//! The glob verb's and grep's name matcher (`protocol/src/glob/fnmatch.rs`, included as is): any
 //! pattern and name, in each dialect, without panicking or taking more than linear-ish time; a
 //! pattern without magic matches exactly itself.
 #![no_main]
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../../agent/src/fs/glob/fnmatch.rs"]
+#[path = "../../protocol/src/glob/fnmatch.rs"]
 mod fnmatch;
 
 use libfuzzer_sys::fuzz_target;

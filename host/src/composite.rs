@@ -13,7 +13,8 @@
 //!   file by file, one batch per sandbox, answered in input order with the paths as given.
 //!
 //! A routed sandbox sees paths from its own `/`: an agentd serving `--root DIR` (whose `/` is DIR)
-//! fits; the embedded default, whose `/` is the machine's, does not.
+//! fits, as does a [`StateSandbox`](crate::StateSandbox) (files in memory); the embedded default,
+//! whose `/` is the machine's, does not.
 //!
 //! ```no_run
 //! use std::sync::Arc;

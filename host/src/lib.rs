@@ -21,6 +21,8 @@
 //!   hands the link to callers that want the protocol's extras.
 //! - [`composite`]: [`CompositeSandbox`], path prefixes routed to other sandboxes (deepagents'
 //!   `CompositeBackend`): `execute` on the default, `ls /`, `glob` and `grep` merged across routes.
+//! - [`state`]: [`StateSandbox`], files in memory (deepagents' `StateBackend`): scratch space for a
+//!   composite route such as `/state/`; no shell.
 //! - [`provider`]: one shape for every kind: create from a `KIND:SPEC`, attach by id, list, remove
 //!   ([`Provider`]; [`provider::provider`] per kind, [`provider::open`] for a spec in one call).
 //! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
@@ -64,6 +66,7 @@ pub mod link;
 pub mod process;
 pub mod provider;
 pub mod sandbox;
+pub mod state;
 pub mod untrusted;
 
 pub use adapters::agentd::{AgentdSandbox, OverAgentd};
@@ -78,4 +81,5 @@ pub use link::Link;
 pub use process::Process;
 pub use provider::{Kind, Provider, SandboxInfo, SandboxSpec};
 pub use sandbox::BaseSandbox;
+pub use state::StateSandbox;
 pub use untrusted::{check_id, escape_controls};

@@ -10,6 +10,26 @@ use serde::{Deserialize, Serialize};
 /// Default `limit` of `read`.
 pub const DEFAULT_READ_LIMIT: i64 = 2000;
 
+/// Extensions (lowercased, with the dot) that `read` returns whole, not as lines: the images,
+/// audio, video and documents of deepagents' `_get_backend_read_file_type`.
+pub const BINARY_SUFFIXES: [&str; 26] = [
+    ".png", ".jpeg", ".jpg", ".webp", ".gif", ".heic", ".heif", ".mp4", ".mpeg", ".mov", ".avi", ".flv",
+    ".mpg", ".webm", ".wmv", ".3gpp", ".wav", ".mp3", ".aiff", ".aac", ".ogg", ".flac", ".pdf", ".ppt",
+    ".pptx", ".mkv",
+];
+
+/// The last suffix of the final component, Python's `PurePath.suffix` (`.png` alone has none),
+/// lower-cased, is one of the binary ones.
+pub fn has_binary_suffix(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match name.rfind('.') {
+        Some(dot) if dot > 0 && dot + 1 < name.len() => {
+            BINARY_SUFFIXES.contains(&name[dot..].to_ascii_lowercase().as_str())
+        }
+        _ => false,
+    }
+}
+
 /// A file verb with its arguments.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "verb", rename_all = "snake_case")]

@@ -14,6 +14,8 @@
 //! - [`contract`]: the model-facing result types of the `BaseSandbox` contract (`ExecuteResponse`,
 //!   `FileUploadResponse`, …) and the per-file transfer error codes.
 //! - [`fs`]: the seven file verbs: [`FsRequest`] and the result types.
+//! - [`glob`]: glob matching as deepagents does it (wcmatch's rules): the name matcher, brace
+//!   expansion, whole paths, and the include globs of `glob` and `grep`.
 //! - [`framing`]: a random quoted-heredoc delimiter that never occurs in the command it frames.
 //! - [`permission`]: path permission rules (deepagents' `FilesystemPermission` shape).
 //! - [`profile`]: sandbox profiles, per-request tightening, and the report of what was enforced.
@@ -42,6 +44,7 @@ pub mod cli;
 pub mod contract;
 pub mod framing;
 pub mod fs;
+pub mod glob;
 pub mod limits;
 pub mod message;
 pub mod meta;

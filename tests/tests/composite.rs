@@ -1,13 +1,14 @@
 //! `CompositeSandbox` over real agentds: the embedded default for commands and machine paths, and
 //! agentds serving `--root` (their `/` is a directory of their own) routed at `/scratch/` and
-//! `/scratch/deep/`, with deepagents' `CompositeBackend` semantics.
+//! `/scratch/deep/`, with deepagents' `CompositeBackend` semantics; and in-memory `StateSandbox`es
+//! routed at `/state/` and `/state/deep/` (deepagents' `StateBackend` as a route).
 
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
-use agentd_host::{AgentdSandbox, BaseSandbox, CompositeSandbox, LocalSandbox};
+use agentd_host::{AgentdSandbox, BaseSandbox, CompositeSandbox, LocalSandbox, StateSandbox};
 use agentd_tests::Daemon;
 
 /// An agentd whose `/` is its own new directory, and a link to it.
@@ -110,4 +111,109 @@ async fn routes_split_the_tree_and_merge_at_the_root() {
     let deleted = sb.delete("/scratch/notes.md").await.unwrap();
     assert_eq!((deleted.error, deleted.path.as_deref()), (None, Some("/scratch/notes.md")));
     assert!(!scratch_dir.path().join("notes.md").exists());
+}
+
+#[tokio::test]
+async fn state_routes_keep_files_in_memory() {
+    let default = Arc::new(LocalSandbox::start().await.unwrap());
+    let ws = default.workspace().canonicalize().unwrap().display().to_string();
+    let (state, deep) = (Arc::new(StateSandbox::new()), Arc::new(StateSandbox::new()));
+    let sb = CompositeSandbox::new(
+        default.clone(),
+        [
+            ("/state/", state.clone() as Arc<dyn BaseSandbox>),
+            ("/state/deep/", deep.clone() as Arc<dyn BaseSandbox>),
+        ],
+    );
+    // A needle no file of the machine holds, so the default's part of a merged search is known.
+    let needle = "needle-7f3a9c-state";
+
+    // Writes land in memory, under the route's own `/`; nothing reaches the machine.
+    let w = sb.write("/state/notes.md", &format!("{needle} one\n")).await.unwrap();
+    assert_eq!((w.error, w.path.as_deref()), (None, Some("/state/notes.md")));
+    assert_eq!(state.file("/notes.md").unwrap().data.content, format!("{needle} one\n"));
+    assert!(!std::path::Path::new("/state/notes.md").exists());
+    sb.write("/state/deep/x.md", &format!("{needle} deep\n")).await.unwrap();
+    assert!(deep.file("/x.md").is_some() && state.file("/deep/x.md").is_none(), "the longest prefix wins");
+    sb.write(&format!("{ws}/main.md"), &format!("{needle} default\n")).await.unwrap();
+
+    // Read, edit, and the reference's error strings, through the route.
+    let read = sb.read("/state/notes.md", 0, 10).await.unwrap();
+    assert_eq!(read.file_data.unwrap().content, format!("{needle} one\n"));
+    let missing = sb.read("/state/none.md", 0, 10).await.unwrap();
+    assert_eq!(missing.error.as_deref(), Some("File '/none.md' not found"));
+    let edit = sb.edit("/state/notes.md", "one", "two", false).await.unwrap();
+    assert_eq!((edit.path.as_deref(), edit.occurrences), (Some("/state/notes.md"), Some(1)));
+    assert_eq!(state.file("/notes.md").unwrap().data.content, format!("{needle} two\n"));
+
+    // ls: a route lists its keys under the prefix; `/` shows the routes beside the machine's `/`.
+    let listed = sb.ls("/state").await.unwrap().entries.unwrap();
+    let listed: Vec<(&str, bool)> = listed.iter().map(|e| (e.path.as_str(), e.is_dir)).collect();
+    assert_eq!(listed, [("/state/notes.md", false)]);
+    let top = sb.ls("/").await.unwrap().entries.unwrap();
+    for route in ["/state/", "/state/deep/"] {
+        assert!(top.iter().any(|e| e.path == route && e.is_dir), "{route} missing from ls /: {top:?}");
+    }
+    assert!(top.iter().any(|e| e.path == "/usr"), "the default's / is there too");
+
+    // glob and grep within a route, and merged from `/`.
+    let globbed = sb.glob("*.md", Some("/state")).await.unwrap().matches.unwrap();
+    assert_eq!(globbed.iter().map(|m| m.path.as_str()).collect::<Vec<_>>(), ["/state/notes.md"]);
+    let anchored = sb.glob("/state/*.md", None).await.unwrap().matches.unwrap();
+    assert_eq!(anchored.iter().map(|m| m.path.as_str()).collect::<Vec<_>>(), ["/state/notes.md"]);
+    let merged = sb.grep(needle, Some("/"), Some("*.md"), None).await.unwrap();
+    let mut found: Vec<&str> = merged.matches.as_ref().unwrap().iter().map(|m| m.path.as_str()).collect();
+    found.sort_unstable();
+    let main = format!("{ws}/main.md");
+    let mut expected = vec![main.as_str(), "/state/deep/x.md", "/state/notes.md"];
+    expected.sort_unstable();
+    assert_eq!(found, expected);
+    let routed = sb.grep(needle, Some("/state/deep"), None, None).await.unwrap().matches.unwrap();
+    assert_eq!((routed.len(), routed[0].path.as_str()), (1, "/state/deep/x.md"));
+
+    // execute still goes to the default.
+    let r = sb.execute("pwd", None).await.unwrap();
+    assert_eq!(r.output.trim(), ws);
+
+    // Uploads and downloads: binary kept as bytes, a batch across routes in order.
+    let up = sb
+        .upload_files(&[
+            ("/state/bin".to_owned(), b"\xff\x00".to_vec()),
+            (format!("{ws}/b"), b"2".to_vec()),
+            ("/state/deep/c".to_owned(), b"3".to_vec()),
+        ])
+        .await
+        .unwrap();
+    assert!(up.iter().all(|u| u.error.is_none()), "{up:?}");
+    assert_eq!(state.file("/bin").unwrap().data.content, "/wA=", "non-UTF-8 is stored as base64");
+    let down = sb
+        .download_files(&[
+            "/state/deep/c".to_owned(),
+            "/state/bin".to_owned(),
+            format!("{ws}/b"),
+            "/state/none".to_owned(),
+        ])
+        .await
+        .unwrap();
+    #[allow(clippy::type_complexity)]
+    let got: Vec<(&str, Option<&[u8]>, Option<&str>)> =
+        down.iter().map(|d| (d.path.as_str(), d.content.as_deref(), d.error.as_deref())).collect();
+    assert_eq!(
+        got,
+        [
+            ("/state/deep/c", Some(&b"3"[..]), None),
+            ("/state/bin", Some(&b"\xff\x00"[..]), None),
+            (format!("{ws}/b").as_str(), Some(&b"2"[..]), None),
+            ("/state/none", None, Some("file_not_found")),
+        ]
+    );
+
+    // delete: a key, then a whole route's tree.
+    let deleted = sb.delete("/state/notes.md").await.unwrap();
+    assert_eq!((deleted.error, deleted.path.as_deref()), (None, Some("/state/notes.md")));
+    assert!(state.file("/notes.md").is_none());
+    let gone = sb.delete("/state/notes.md").await.unwrap();
+    assert_eq!(gone.error.as_deref(), Some("Error: File '/notes.md' not found"));
+    assert_eq!(sb.delete("/state/deep").await.unwrap().path.as_deref(), Some("/state/deep"));
+    assert!(deep.ls("/").await.unwrap().entries.unwrap().is_empty());
 }

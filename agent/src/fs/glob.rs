@@ -4,8 +4,8 @@
 //! The walk is one thread, top-down, entries in name order: truncation keeps what the walk met first,
 //! and name order makes that reproducible (the match-limit quirk of §3.7 depends on it).
 
-pub(crate) mod braces;
-pub(crate) mod fnmatch;
+/// The matcher is the protocol crate's, shared with the permission rules and the host.
+pub(crate) use agentd_protocol::glob::{braces, fnmatch};
 
 use std::collections::HashSet;
 use std::ffi::CString;

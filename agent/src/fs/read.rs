@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read as _};
 
-use agentd_protocol::fs::{Encoding, FileData, ReadResult};
+use agentd_protocol::fs::{Encoding, FileData, ReadResult, has_binary_suffix};
 use agentd_protocol::limits::MAX_READ_BASE64_BYTES;
 use agentd_protocol::permission::Operation;
 use base64::Engine as _;
@@ -34,12 +34,6 @@ const SNIFF_BYTES: usize = 8192;
 const RECOUNT_MAX: u64 = 1_048_576;
 /// Content of a zero-byte file.
 const EMPTY_REMINDER: &str = "System reminder: File exists but has empty contents";
-
-const BINARY_SUFFIXES: [&str; 26] = [
-    ".png", ".jpeg", ".jpg", ".webp", ".gif", ".heic", ".heif", ".mp4", ".mpeg", ".mov", ".avi", ".flv",
-    ".mpg", ".webm", ".wmv", ".3gpp", ".wav", ".mp3", ".aiff", ".aac", ".ogg", ".flac", ".pdf", ".ppt",
-    ".pptx", ".mkv",
-];
 
 pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace, cancel: &Cancel) -> ReadResult {
     let fail = |what: &str| ReadResult::error(format!("File '{path}': {what}"));
@@ -144,18 +138,6 @@ fn read_at_most(file: File, size: u64, max: u64) -> io::Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(usize::try_from(size.min(max)).unwrap_or(0));
     file.take(max).read_to_end(&mut bytes)?;
     Ok(bytes)
-}
-
-/// The last suffix of the final component, Python's `PurePath.suffix` (`.png` alone has none),
-/// lower-cased, is one of the binary ones.
-fn has_binary_suffix(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    match name.rfind('.') {
-        Some(dot) if dot > 0 && dot + 1 < name.len() => {
-            BINARY_SUFFIXES.contains(&name[dot..].to_ascii_lowercase().as_str())
-        }
-        _ => false,
-    }
 }
 
 /// Whether the first 8192 bytes are UTF-8 (a sequence cut by the window's end is accepted).

@@ -7,7 +7,7 @@
 
 /// What differs between the three users of the matcher.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Dialect {
+pub struct Dialect {
     /// `[^…]` negates like `[!…]` (otherwise `^` is a member).
     pub caret_negates: bool,
     /// `\x` matches `x` literally outside sets (otherwise `\` is ordinary).
@@ -15,10 +15,10 @@ pub(crate) struct Dialect {
 }
 
 /// Python's `fnmatch` as `glob.glob` uses it (grep route B; the glob verb after [`rewrite_caret`]).
-pub(crate) const PYTHON: Dialect = Dialect { caret_negates: false, escapes: false };
+pub const PYTHON: Dialect = Dialect { caret_negates: false, escapes: false };
 
 /// grep's `--glob` basename filter (route A), as GNU grep's `--include` and ripgrep read it.
-pub(crate) const GREP_FILTER: Dialect = Dialect { caret_negates: true, escapes: true };
+pub const GREP_FILTER: Dialect = Dialect { caret_negates: true, escapes: true };
 
 #[derive(Debug, Clone)]
 enum Token {
@@ -45,20 +45,20 @@ impl Token {
 
 /// A compiled segment pattern.
 #[derive(Debug, Clone)]
-pub(crate) struct Pattern {
+pub struct Pattern {
     tokens: Vec<Token>,
     /// Set when the pattern is plain text: matching is then string equality.
     literal: Option<String>,
 }
 
 /// Whether `s` holds any of Python glob's magic characters (`*`, `?`, `[`).
-pub(crate) fn has_magic(s: &str) -> bool {
+pub fn has_magic(s: &str) -> bool {
     s.contains(['*', '?', '['])
 }
 
 /// The glob verb's `[^…]` → `[!…]` rewrite: applied when a `]` occurs anywhere from two characters
 /// after the `[`, so in `[^]…]` the `]` stays a member.
-pub(crate) fn rewrite_caret(pattern: &str) -> String {
+pub fn rewrite_caret(pattern: &str) -> String {
     let chars: Vec<char> = pattern.chars().collect();
     let mut out = String::with_capacity(pattern.len());
     for (i, &c) in chars.iter().enumerate() {
@@ -72,7 +72,7 @@ pub(crate) fn rewrite_caret(pattern: &str) -> String {
 }
 
 impl Pattern {
-    pub(crate) fn new(pattern: &str, dialect: Dialect) -> Self {
+    pub fn new(pattern: &str, dialect: Dialect) -> Self {
         let pat: Vec<char> = pattern.chars().collect();
         let n = pat.len();
         let mut tokens = Vec::new();
@@ -123,16 +123,16 @@ impl Pattern {
     }
 
     /// Starts with a literal `.` (what matches a hidden name where wildcards may not).
-    pub(crate) fn starts_with_dot(&self) -> bool {
+    pub fn starts_with_dot(&self) -> bool {
         matches!(self.tokens.first(), Some(Token::Char('.')))
     }
 
     /// Plain text, no wildcard or set.
-    pub(crate) fn literal(&self) -> Option<&str> {
+    pub fn literal(&self) -> Option<&str> {
         self.literal.as_deref()
     }
 
-    pub(crate) fn is_match(&self, name: &str) -> bool {
+    pub fn is_match(&self, name: &str) -> bool {
         if let Some(literal) = &self.literal {
             return literal == name;
         }

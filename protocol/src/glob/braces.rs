@@ -11,7 +11,7 @@
 /// Refusing depth does not refuse anything that fits: every level of the recursion is a group of at
 /// least two parts, each expanding to at least one string, so a pattern that recurses `limit` deep
 /// has more than `limit` expansions anyway.
-pub(crate) fn expand_braces(pattern: &str, limit: usize) -> Option<Vec<String>> {
+pub fn expand_braces(pattern: &str, limit: usize) -> Option<Vec<String>> {
     let mut out = Vec::new();
     expand_into(String::new(), pattern, &mut out, limit, 0)?;
     Some(out)
