@@ -14,33 +14,7 @@ use agentd_host::{AgentdSandbox, BaseSandbox};
 use agentd_protocol::permission::{Operation, PermissionMode, PermissionRule};
 use agentd_protocol::profile::{Level, ProfileOverride};
 use agentd_protocol::{ErrorCode, ExecRequest, ExecResult};
-use agentd_tests::{Daemon, Need, skip};
-
-/// A daemon in a workspace holding `files` (path → content), running `profile` (TOML, `{W}`
-/// replaced by the workspace), and a link to it.
-async fn profiled(
-    profile: &str,
-    files: &[(&str, &str)],
-) -> Option<(Daemon, AgentdSandbox, tempfile::TempDir)> {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = tempfile::tempdir().unwrap();
-    let w = workspace.path().canonicalize().unwrap();
-    for (path, content) in files {
-        let path = w.join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
-    }
-    let path = dir.path().join("profile.toml");
-    std::fs::write(&path, profile.replace("{W}", w.to_str().unwrap())).unwrap();
-    let daemon = Daemon::start_in(workspace, &["--profile", path.to_str().unwrap()]);
-    let sandbox = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
-    let abi = sandbox.link().await.unwrap().hello().landlock_abi;
-    if abi < 4 {
-        skip(Need::Landlock, format!("this kernel's landlock ABI is {abi}; permission tests need 4"));
-        return None;
-    }
-    Some((daemon, sandbox, dir))
-}
+use agentd_tests::{Daemon, profiled};
 
 async fn run(sandbox: &AgentdSandbox, command: &str) -> ExecResult {
     let request = ExecRequest { command: command.to_owned(), timeout: Some(20.0), ..ExecRequest::default() };

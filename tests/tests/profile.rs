@@ -16,24 +16,7 @@ use std::time::{Duration, Instant};
 use agentd_host::{AgentdSandbox, SandboxError};
 use agentd_protocol::profile::{Level, Limits, Network, ProfileOverride};
 use agentd_protocol::{ErrorCode, ExecRequest, ExecResult};
-use agentd_tests::{Daemon, Need, skip};
-
-/// A daemon running `profile` (TOML, `{W}` replaced by its workspace), and a link to it.
-async fn profiled(profile: &str) -> Option<(Daemon, AgentdSandbox, tempfile::TempDir)> {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = tempfile::tempdir().unwrap();
-    let w = workspace.path().canonicalize().unwrap();
-    let path = dir.path().join("profile.toml");
-    std::fs::write(&path, profile.replace("{W}", w.to_str().unwrap())).unwrap();
-    let daemon = Daemon::start_in(workspace, &["--profile", path.to_str().unwrap()]);
-    let sandbox = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
-    let abi = sandbox.link().await.unwrap().hello().landlock_abi;
-    if abi < 4 {
-        skip(Need::Landlock, format!("this kernel's landlock ABI is {abi}; profile tests need 4"));
-        return None;
-    }
-    Some((daemon, sandbox, dir))
-}
+use agentd_tests::{Daemon, Need, profiled, skip};
 
 async fn run(sandbox: &AgentdSandbox, command: &str) -> ExecResult {
     run_with(
@@ -58,7 +41,7 @@ writable_roots = ["{W}"]
 
 #[tokio::test]
 async fn writes_outside_the_writable_roots_are_denied_by_the_kernel() {
-    let Some((daemon, sb, _dir)) = profiled(WRITE_ONLY_WORKSPACE).await else { return };
+    let Some((daemon, sb, _dir)) = profiled(WRITE_ONLY_WORKSPACE, &[]).await else { return };
     let outside = tempfile::tempdir().unwrap();
     let target = outside.path().join("escape.txt");
     let r = run(&sb, &format!("echo in > inside.txt && echo ok; echo out > {}", target.display())).await;
@@ -84,7 +67,7 @@ name = "narrow-read"
 readable_roots = ["/bin", "/usr", "/lib", "/lib64", "/etc", "/dev", "/proc"]
 writable_roots = ["{W}"]
 "#;
-    let Some((_daemon, sb, _dir)) = profiled(profile).await else { return };
+    let Some((_daemon, sb, _dir)) = profiled(profile, &[]).await else { return };
     let r = run(
         &sb,
         &format!("cat {}/secret; echo rc=$?; echo mine > own && cat own", secret_dir.path().display()),
@@ -106,14 +89,14 @@ async fn network_deny_blocks_tcp_connect_and_allow_does_not() {
     let agentd = agentd_tests::binary("agentd");
     let connect = format!("{} health --listen 127.0.0.1:{port} && echo connected", agentd.display());
     let deny = "name = \"offline\"\nnetwork = \"deny\"\n";
-    let Some((_daemon, sb, _dir)) = profiled(deny).await else { return };
+    let Some((_daemon, sb, _dir)) = profiled(deny, &[]).await else { return };
     let r = run(&sb, &connect).await;
     let output = r.output.unwrap();
     assert!(output.contains("Permission denied") && !output.contains("connected"), "{output}");
     assert_eq!(r.enforcement.unwrap().network, Level::Full);
     drop(sb);
     let allow = "name = \"online\"\nnetwork = \"allow\"\n";
-    let (_daemon, sb, _dir) = profiled(allow).await.unwrap();
+    let (_daemon, sb, _dir) = profiled(allow, &[]).await.unwrap();
     let r = run(&sb, &connect).await;
     assert_eq!(r.output.as_deref(), Some("connected\n"));
 }
@@ -121,7 +104,7 @@ async fn network_deny_blocks_tcp_connect_and_allow_does_not() {
 #[tokio::test]
 async fn a_fork_bomb_is_contained_and_agentd_keeps_answering() {
     let profile = "name = \"few-processes\"\n[limits]\nprocesses = 64\n";
-    let Some((_daemon, sb, _dir)) = profiled(profile).await else { return };
+    let Some((_daemon, sb, _dir)) = profiled(profile, &[]).await else { return };
     let bomb = run_with(
         &sb,
         ExecRequest {
@@ -142,7 +125,7 @@ async fn a_fork_bomb_is_contained_and_agentd_keeps_answering() {
 #[tokio::test]
 async fn cpu_and_file_size_limits_stop_the_command_and_say_so() {
     let profile = "name = \"limited\"\n[limits]\ncpu_seconds = 1\nfile_size = 1048576\n";
-    let Some((daemon, sb, _dir)) = profiled(profile).await else { return };
+    let Some((daemon, sb, _dir)) = profiled(profile, &[]).await else { return };
     let start = Instant::now();
     let spin = run(&sb, "while :; do :; done").await;
     assert_eq!(
@@ -158,7 +141,7 @@ async fn cpu_and_file_size_limits_stop_the_command_and_say_so() {
 #[tokio::test]
 async fn the_environment_is_the_allowlist_and_the_token_is_out_of_reach() {
     let profile = "name = \"clean-env\"\nenv_allowlist = [\"PATH\"]\nwritable_roots = [\"{W}\", \"/dev/null\"]\n[env]\nLANG = \"C.UTF-8\"\n";
-    let Some((daemon, sb, _dir)) = profiled(profile).await else { return };
+    let Some((daemon, sb, _dir)) = profiled(profile, &[]).await else { return };
     let agentd = daemon.pid();
     let r = run(&sb, "env | sort").await;
     let names: Vec<&str> =
@@ -182,7 +165,7 @@ async fn the_environment_is_the_allowlist_and_the_token_is_out_of_reach() {
 #[tokio::test]
 async fn a_request_cannot_loosen_the_profile_but_may_tighten_it() {
     let profile = "name = \"base\"\nwritable_roots = [\"{W}\"]\nnetwork = \"deny\"\nmax_timeout = 30\n[limits]\ncpu_seconds = 5\n";
-    let Some((daemon, sb, _dir)) = profiled(profile).await else { return };
+    let Some((daemon, sb, _dir)) = profiled(profile, &[]).await else { return };
     let w = workspace(&daemon).canonicalize().unwrap();
     let loosen = [
         ProfileOverride { network: Some(Network::Allow), ..ProfileOverride::default() },
@@ -230,7 +213,7 @@ async fn a_request_cannot_loosen_the_profile_but_may_tighten_it() {
 async fn strict_refuses_what_it_cannot_enforce_and_best_effort_reports_it() {
     // Simulate a rule this kernel cannot enforce: require a landlock ABI above the kernel's.
     let strict = "name = \"future\"\nwritable_roots = [\"{W}\"]\nlandlock_abi = 99\n";
-    let Some((daemon, sb, _dir)) = profiled(strict).await else { return };
+    let Some((daemon, sb, _dir)) = profiled(strict, &[]).await else { return };
     let marker = workspace(&daemon).join("ran");
     let request = ExecRequest { command: format!("touch {}", marker.display()), ..ExecRequest::default() };
     match sb.exec(request.clone(), None).await {
@@ -242,7 +225,7 @@ async fn strict_refuses_what_it_cannot_enforce_and_best_effort_reports_it() {
     assert!(!marker.exists());
     drop(sb);
     let best = "name = \"future\"\nmode = \"best_effort\"\nwritable_roots = [\"{W}\"]\nlandlock_abi = 99\n";
-    let (daemon, sb, _dir) = profiled(best).await.unwrap();
+    let (daemon, sb, _dir) = profiled(best, &[]).await.unwrap();
     let marker = workspace(&daemon).join("ran");
     let request = ExecRequest { command: format!("touch {}", marker.display()), ..ExecRequest::default() };
     let r = sb.exec(request, None).await.unwrap();
@@ -277,7 +260,7 @@ async fn the_embedded_default_is_confined_to_its_workspace_and_private_tmp() {
 #[tokio::test]
 async fn timeouts_under_a_profile_still_kill_escaped_descendants() {
     let profile = "name = \"tree\"\nwritable_roots = [\"{W}\"]\nallowed_commands = [\"sh\", \"sleep\", \"setsid\"]\n[limits]\nprocesses = 32\n";
-    let Some((_daemon, sb, _dir)) = profiled(profile).await else { return };
+    let Some((_daemon, sb, _dir)) = profiled(profile, &[]).await else { return };
     let request = ExecRequest {
         command: "sh -c 'sleep 1009 & setsid sleep 1009 & sleep 1009'".into(),
         timeout: Some(0.5),
@@ -423,7 +406,7 @@ async fn network_deny_closes_unix_abstract_udp_raw_io_uring_and_signals() {
     let mut buf = [0u8; 16];
 
     let deny = "name = \"offline\"\nwritable_roots = [\"{W}\"]\nnetwork = \"deny\"\n";
-    let Some((_daemon, sb, _dir)) = profiled(deny).await else { return };
+    let Some((_daemon, sb, _dir)) = profiled(deny, &[]).await else { return };
     let r = run(&sb, &command("deny")).await;
     let output = r.output.clone().unwrap();
     let results = probe_results(&output);
@@ -454,7 +437,7 @@ async fn network_deny_closes_unix_abstract_udp_raw_io_uring_and_signals() {
     // As agentd's own user (root): the sandbox user's own walls (socket permissions, no
     // CAP_NET_RAW) would refuse some of these whatever the network rule.
     let allow = "name = \"online\"\nuser = \"agentd\"\nwritable_roots = [\"{W}\"]\n";
-    let (_daemon, sb, _dir) = profiled(allow).await.unwrap();
+    let (_daemon, sb, _dir) = profiled(allow, &[]).await.unwrap();
     let output = run(&sb, &command("allow")).await.output.unwrap();
     let results = probe_results(&output);
     for name in ["unix", "udp", "tcp", "raw", "packet", "netlink", "unix_dgram"] {
@@ -484,7 +467,7 @@ async fn the_report_is_what_the_command_got_under_strict_and_best_effort() {
         let profile = format!(
             "name = \"all\"\nmode = \"{mode}\"\nwritable_roots = [\"{{W}}\"]\nnetwork = \"deny\"\n[limits]\nprocesses = 64\n"
         );
-        let Some((_daemon, sb, _dir)) = profiled(&profile).await else { return };
+        let Some((_daemon, sb, _dir)) = profiled(&profile, &[]).await else { return };
         let r = run(&sb, "true").await;
         let e = r.enforcement.unwrap();
         if e.landlock_abi < 6 {
