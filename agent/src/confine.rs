@@ -121,9 +121,10 @@ pub struct Confiner {
     sandbox_path: Option<String>,
     /// Notes on writable roots the sandbox user cannot reach ([`Confiner::lend_roots`]).
     unreachable_roots: std::sync::OnceLock<Vec<String>>,
-    /// What the server profile's `permissions` and `allowed_commands` came to when first reported
-    /// (for `hello`).
-    rules_at_start: std::sync::OnceLock<(Vec<Vec<String>>, Option<permits::Programs>)>,
+    /// What the server profile's `permissions` and `allowed_commands` came to when agentd started
+    /// (for `hello`; looked at once, as it walks the tree for pattern rules; each command's own
+    /// report looks again).
+    rules_at_start: (Vec<Vec<String>>, Option<permits::Programs>),
 }
 
 impl Confiner {
@@ -159,7 +160,14 @@ impl Confiner {
         } else {
             None
         };
+        let short = Permissions::new(&profile.permissions)
+            .map(|rules| permits::plan_permissions(&rules).short)
+            .unwrap_or_default();
+        let programs = profile.allowed_commands.as_deref().map(|allowed| {
+            permits::resolve_programs(allowed, &permits::command_path(&profile, sandbox_path.as_deref()))
+        });
         Self {
+            rules_at_start: (short, programs),
             profile,
             next_plan: Default::default(),
             abi: kernel_landlock_abi(),
@@ -174,7 +182,6 @@ impl Confiner {
             user,
             sandbox_path,
             unreachable_roots: std::sync::OnceLock::new(),
-            rules_at_start: std::sync::OnceLock::new(),
             ipc: std::sync::OnceLock::new(),
         }
     }
@@ -529,17 +536,7 @@ impl Confiner {
         let now = self.watch.as_ref().map(watch::Watch::current);
         let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
         let mut report = self.report_with(profile, links, cgroups);
-        // What the rules come to is looked at once (it walks the tree for pattern rules); each
-        // command's own report looks again.
-        let (short, programs) = self.rules_at_start.get_or_init(|| {
-            let short = Permissions::new(&profile.permissions)
-                .map(|rules| permits::plan_permissions(&rules).short)
-                .unwrap_or_default();
-            let programs = profile.allowed_commands.as_deref().map(|allowed| {
-                permits::resolve_programs(allowed, &permits::command_path(profile, self.sandbox_path()))
-            });
-            (short, programs)
-        });
+        let (short, programs) = &self.rules_at_start;
         report::add_rules(&mut report, profile, short, programs.as_ref());
         report
     }
