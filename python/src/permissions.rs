@@ -38,8 +38,8 @@ pub fn rule(item: &Bound<'_, PyAny>) -> Result<PermissionRule, String> {
 }
 
 /// A deserialization error with where it happened (`paths[0]: unexpected type: …`), unless the
-/// message names it already (`mode 'block' is not …`, `unknown field `modes``) or it is the rule
-/// itself (a missing field).
+/// message names it already (`mode 'block' is not …`, an unknown field) or it is the rule itself
+/// (a missing field).
 fn at(error: serde_path_to_error::Error<pythonize::PythonizeError>) -> String {
     let path = error.path().to_string();
     let why = error.inner().to_string();
