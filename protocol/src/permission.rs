@@ -18,8 +18,11 @@ use serde::{Deserialize, Serialize};
 
 /// What a rule is about: reading (ls, read, glob, grep, download, a command's reads) or writing
 /// (write, edit, delete, upload, a command's writes).
+///
+/// Read from its name ([`std::str::FromStr`]) wherever it comes from (a profile, a request, the
+/// command-line form, Python), so an unknown one is refused in the same words everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum Operation {
     Read,
     Write,
@@ -34,10 +37,32 @@ impl Operation {
     }
 }
 
+impl std::str::FromStr for Operation {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "read" => Ok(Self::Read),
+            "write" => Ok(Self::Write),
+            other => Err(format!("operation '{}' is not \"read\" or \"write\"", other.escape_debug())),
+        }
+    }
+}
+
+impl TryFrom<String> for Operation {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        name.parse()
+    }
+}
+
 /// What a matching rule decides. deepagents' third mode, `interrupt` (ask a person), has no
 /// meaning for a kernel rule: a converter decides what it becomes (`agentd.permission_rules` in Python).
+///
+/// Read from its name, as [`Operation`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum PermissionMode {
     #[default]
     Allow,
@@ -50,6 +75,30 @@ impl PermissionMode {
             Self::Allow => "allow",
             Self::Deny => "deny",
         }
+    }
+}
+
+impl std::str::FromStr for PermissionMode {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name {
+            "allow" => Ok(Self::Allow),
+            "deny" => Ok(Self::Deny),
+            // deepagents' third mode: say why it is refused, not only that it is.
+            "interrupt" => Err("mode 'interrupt' (deepagents': ask a person first) has no meaning for a \
+                 kernel rule: use \"allow\" or \"deny\""
+                .to_owned()),
+            other => Err(format!("mode '{}' is not \"allow\" or \"deny\"", other.escape_debug())),
+        }
+    }
+}
+
+impl TryFrom<String> for PermissionMode {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, String> {
+        name.parse()
     }
 }
 
@@ -116,31 +165,17 @@ impl std::str::FromStr for PermissionRule {
     type Err = String;
 
     /// `MODE:OPERATIONS:PATH`, e.g. `deny:write:/workspace/src/**` or `deny:read,write:/secrets/**`:
-    /// one path (it may hold `:` and `,`); repeat the rule for more.
+    /// one path (it may hold `:` and `,`); repeat the rule for more. The messages leave the text
+    /// out: every caller names it already (clap's "invalid value", Python's `permissions[i]`).
     fn from_str(text: &str) -> Result<Self, String> {
-        let shape =
-            || format!("permission `{text}`: expected MODE:OPERATIONS:PATH, e.g. deny:write:/ws/src/**");
         let mut parts = text.splitn(3, ':');
         let (Some(mode), Some(operations), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(shape());
+            return Err("expected MODE:OPERATIONS:PATH, e.g. deny:write:/ws/src/**".to_owned());
         };
-        let mode = match mode {
-            "allow" => PermissionMode::Allow,
-            "deny" => PermissionMode::Deny,
-            other => return Err(format!("permission `{text}`: mode `{other}` is not \"allow\" or \"deny\"")),
-        };
-        let operations = operations
-            .split(',')
-            .map(|op| match op {
-                "read" => Ok(Operation::Read),
-                "write" => Ok(Operation::Write),
-                other => {
-                    Err(format!("permission `{text}`: operation `{other}` is not \"read\" or \"write\""))
-                }
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let mode = mode.parse()?;
+        let operations = operations.split(',').map(str::parse).collect::<Result<_, _>>()?;
         let rule = Self { operations, paths: vec![path.to_owned()], mode };
-        rule.validate().map_err(|e| format!("permission `{text}`: {e}"))?;
+        rule.validate()?;
         Ok(rule)
     }
 }
@@ -157,13 +192,19 @@ mod tests {
         let default: PermissionRule =
             serde_json::from_str(r#"{"operations":["read","write"],"paths":["/ws/**"]}"#).unwrap();
         assert_eq!(default.mode, PermissionMode::Allow);
-        assert!(serde_json::from_str::<PermissionRule>(r#"{"operations":["exec"],"paths":["/x"]}"#).is_err());
-        assert!(
-            serde_json::from_str::<PermissionRule>(
-                r#"{"operations":["read"],"paths":["/x"],"mode":"interrupt"}"#
-            )
-            .is_err()
-        );
+        for (bad, says) in [
+            (r#"{"operations":["exec"],"paths":["/x"]}"#, r#"operation 'exec' is not "read" or "write""#),
+            (
+                r#"{"operations":["read"],"paths":["/x"],"mode":"block"}"#,
+                r#"mode 'block' is not "allow" or "deny""#,
+            ),
+            (r#"{"operations":["read"],"paths":["/x"],"mode":"interrupt"}"#, "ask a person first"),
+            (r#"{"operations":["read"],"paths":["/x"],"modes":"deny"}"#, "unknown field `modes`"),
+            (r#"{"paths":["/x"]}"#, "missing field `operations`"),
+        ] {
+            let err = serde_json::from_str::<PermissionRule>(bad).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
     }
 
     #[test]
@@ -195,8 +236,21 @@ mod tests {
         assert_eq!(rule.operations, vec![Operation::Read, Operation::Write]);
         assert_eq!(rule.paths, vec!["/a:b/{x,y}/**".to_owned()]);
         assert_eq!(rule.to_string().parse::<PermissionRule>(), Ok(rule));
-        for bad in ["deny:write", "block:write:/x", "deny:exec:/x", "deny:write:x", "deny::/x", ""] {
-            assert!(bad.parse::<PermissionRule>().is_err(), "{bad}");
+        // The same words as a profile's or a request's rules (the caller names the text).
+        for (bad, says) in [
+            ("deny:write", "expected MODE:OPERATIONS:PATH, e.g. deny:write:/ws/src/**"),
+            ("", "expected MODE:OPERATIONS:PATH"),
+            ("block:write:/x", r#"mode 'block' is not "allow" or "deny""#),
+            ("block:exec:/x", "mode 'block'"),
+            ("interrupt:write:/x", "ask a person first"),
+            ("deny:exec:/x", r#"operation 'exec' is not "read" or "write""#),
+            ("deny::/x", r#"operation '' is not "read" or "write""#),
+            ("deny:read,:/x", "operation ''"),
+            ("deny:write:x", "Permission path must start with '/': 'x'"),
+            ("deny:write:/ws/../x", "Permission path must not contain '..': '/ws/../x'"),
+        ] {
+            let err = bad.parse::<PermissionRule>().unwrap_err();
+            assert!(err.contains(says), "{bad}: {err}");
         }
     }
 }

@@ -1,6 +1,6 @@
 """The native module (Rust, ``agentd-host``): what the classes of :mod:`agentd` are built on."""
 
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +8,11 @@ __version__: str
 
 def set_bundled_agentd(path: str) -> bool:
     """Names the static agentd shipped in the wheel; the first call wins."""
+
+def permission_rule(rule: str | Mapping[str, Any]) -> dict[str, Any]:
+    """One path permission rule, a ``{"operations", "paths", "mode"}`` dict or a
+    ``MODE:OPERATIONS:PATH`` string, read and checked by agentd's own parser: its dict (``mode``
+    filled in), or ``ValueError`` saying what is wrong (``agentd.permission_rules`` names the rule)."""
 
 _Execute = tuple[str, int | None, bool]
 

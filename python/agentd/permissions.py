@@ -16,19 +16,22 @@ form ``MODE:OPERATIONS:PATH`` (``deny:write:/ws/src/**``, as ``agentctl --permis
 agentd's dicts. deepagents' ``mode="interrupt"`` (ask a person first) has no meaning for a kernel:
 it becomes ``interrupt`` (``"deny"`` by default, failing closed; ``"allow"`` leaves the asking to
 the middleware alone).
+
+Reading and checking a rule is agentd's own parser's (``agentd_protocol::permission``, through the
+native module), the one a profile's, a request's and ``agentctl --permission``'s rules go through: the
+same rule is accepted, or refused in the same words, everywhere. This module keeps what is Python's.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
+from agentd import _agentd
+
 __all__ = ["permission_rules"]
 
-_OPERATIONS = ("read", "write")
-_MODES = ("allow", "deny", "interrupt")
-_FIELDS = {"operations", "paths", "mode"}
+_FIELDS = ("operations", "paths", "mode")
 
 
 def permission_rules(
@@ -43,7 +46,7 @@ def permission_rules(
     ``"deny"`` (the default: the kernel cannot ask a person, so it refuses) or ``"allow"``.
 
     Raises ``ValueError`` naming the rule (its position and text) when one is malformed: an
-    unknown operation or mode, no operation or path, a path that is not absolute or holds a
+    unknown operation, mode or field, no operation or path, a path that is not absolute or holds a
     ``..`` or ``~`` segment or a NUL.
     """
     if interrupt not in ("deny", "allow"):
@@ -55,98 +58,27 @@ def permission_rules(
     rules = []
     for index, rule in enumerate(permissions):
         try:
-            operations, paths, mode = _fields(rule)
-            operations = _operations(operations)
-            paths = _paths(paths)
+            rules.append(_agentd.permission_rule(_wire_form(rule, interrupt)))
         except ValueError as why:
             msg = f"permissions[{index}] {rule!r}: {why}"
             raise ValueError(msg) from None
-        rules.append({"operations": operations, "paths": paths, "mode": interrupt if mode == "interrupt" else mode})
     return rules
 
 
-def _fields(rule: Any) -> tuple[Any, Any, str]:
-    """``(operations, paths, mode)`` of one rule in any of the accepted forms."""
+def _wire_form(rule: Any, interrupt: str) -> str | Mapping[str, Any]:
+    """``rule`` as agentd reads it (a dict or a ``MODE:OPERATIONS:PATH`` string), deepagents'
+    ``interrupt`` mode replaced by ``interrupt``; the rest is checked by agentd's parser."""
     if isinstance(rule, str):
-        return _parse(rule)
+        mode, colon, rest = rule.partition(":")
+        return f"{interrupt}{colon}{rest}" if mode == "interrupt" else rule
     if isinstance(rule, Mapping):
-        unknown = set(rule) - _FIELDS
-        if unknown:
-            msg = f"unknown field(s) {sorted(map(str, unknown))}; a rule has operations, paths and mode"
-            raise ValueError(msg)
-        missing = {"operations", "paths"} - set(rule)
-        if missing:
-            msg = f"missing field(s) {sorted(missing)}"
-            raise ValueError(msg)
-        operations, paths, mode = rule["operations"], rule["paths"], rule.get("mode", "allow")
-    elif all(hasattr(rule, name) for name in _FIELDS):
-        operations, paths, mode = rule.operations, rule.paths, rule.mode
-    else:
-        msg = (
-            f"a rule is a deepagents FilesystemPermission, a dict with operations, paths and mode, "
-            f"or a MODE:OPERATIONS:PATH string, not {type(rule).__name__}"
-        )
-        raise ValueError(msg)
-    if mode not in _MODES:
-        msg = f'mode {mode!r} is not "allow", "deny" or "interrupt"'
-        raise ValueError(msg)
-    return operations, paths, mode
-
-
-def _parse(text: str) -> tuple[list[str], list[str], str]:
-    """agentd's command-line form: ``MODE:OPERATIONS:PATH``, one path (it may hold ``:``)."""
-    parts = text.split(":", 2)
-    if len(parts) != 3:  # noqa: PLR2004
-        msg = "expected MODE:OPERATIONS:PATH, e.g. deny:write:/ws/src/**"
-        raise ValueError(msg)
-    mode, operations, path = parts
-    if mode not in _MODES:
-        msg = f'mode {mode!r} is not "allow", "deny" or "interrupt"'
-        raise ValueError(msg)
-    return operations.split(","), [path], mode
-
-
-def _operations(operations: Any) -> list[str]:
-    if isinstance(operations, str) or not isinstance(operations, Iterable):
-        msg = f'operations must be a list (["read"], ["read", "write"]), got {operations!r}'
-        raise ValueError(msg)
-    operations = list(operations)
-    if not operations:
-        msg = 'a rule needs at least one operation ("read", "write")'
-        raise ValueError(msg)
-    for operation in operations:
-        if operation not in _OPERATIONS:
-            msg = f'operation {operation!r} is not "read" or "write"'
-            raise ValueError(msg)
-    return operations
-
-
-def _paths(paths: Any) -> list[str]:
-    if isinstance(paths, str) or not isinstance(paths, Iterable):
-        msg = f'paths must be a list of absolute globs (["/ws/src/**"]), got {paths!r}'
-        raise ValueError(msg)
-    paths = list(paths)
-    if not paths:
-        msg = "a rule needs at least one path"
-        raise ValueError(msg)
-    for path in paths:
-        _check_path(path)
-    return paths
-
-
-def _check_path(path: Any) -> None:
-    """deepagents' checks (``FilesystemPermission.__post_init__``) and agentd's (no NUL)."""
-    if not isinstance(path, str):
-        msg = f"a path is a string, got {path!r}"
-        raise ValueError(msg)  # noqa: TRY004  (the caller turns each into one ValueError naming the rule)
-    if not path.startswith("/"):
-        msg = f"Permission path must start with '/': {path!r}"
-        raise ValueError(msg)
-    if "\0" in path:
-        msg = f"Permission path must not contain a NUL byte: {path!r}"
-        raise ValueError(msg)
-    segments = re.split(r"[/\\]", path)
-    for segment in ("..", "~"):
-        if segment in segments:
-            msg = f"Permission path must not contain {segment!r}: {path!r}"
-            raise ValueError(msg)
+        return {**rule, "mode": interrupt} if rule.get("mode") == "interrupt" else rule
+    if all(hasattr(rule, name) for name in _FIELDS):
+        # deepagents' FilesystemPermission: its fields as they are (a str where a list belongs is
+        # refused, not split).
+        return _wire_form({name: getattr(rule, name) for name in _FIELDS}, interrupt)
+    msg = (
+        f"a rule is a deepagents FilesystemPermission, a dict with operations, paths and mode, "
+        f"or a MODE:OPERATIONS:PATH string, not {type(rule).__name__}"
+    )
+    raise ValueError(msg)

@@ -8,7 +8,6 @@ use agentd_host::{
     BaseSandbox, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
 };
 use agentd_protocol::fs::{FsRequest, FsResponse};
-use agentd_protocol::permission::PermissionRule;
 use agentd_protocol::profile::Enforcement;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -232,21 +231,6 @@ pub fn deadlines(
 /// A file verb's request from its dict (`verb` plus the verb's arguments).
 pub fn fs_request(request: &Bound<'_, PyAny>) -> PyResult<FsRequest> {
     pythonize::depythonize(request).map_err(|e| PyValueError::new_err(format!("bad file verb request: {e}")))
-}
-
-/// Path permissions from `[{"operations": [...], "paths": [...], "mode": "allow" | "deny"}, …]`
-/// (the Python layer's `agentd.permission_rules` makes that from deepagents' objects), each
-/// checked as agentd checks a profile's; a bad one is a `ValueError` naming it by position.
-pub fn permission_rules(rules: &Bound<'_, PyAny>) -> PyResult<Vec<PermissionRule>> {
-    let mut out = Vec::new();
-    for (index, item) in rules.try_iter()?.enumerate() {
-        let item = item?;
-        let rule: PermissionRule = pythonize::depythonize(&item)
-            .map_err(|e| PyValueError::new_err(format!("permissions[{index}] {item}: {e}")))?;
-        rule.validate().map_err(|e| PyValueError::new_err(format!("permissions[{index}] {item}: {e}")))?;
-        out.push(rule);
-    }
-    Ok(out)
 }
 
 /// Files to upload from `[(path, bytes), …]`.

@@ -12,6 +12,8 @@
 //!   `close`; a copy a forked child inherited refuses every call.
 //! - [`calls`]: the verbs as values ([`calls::Call`]), run against a sandbox, and their answers
 //!   turned into plain Python values (tuples, bytes, dicts with the contract's field names).
+//! - [`permissions`]: path permission rules in wire form (dicts, `MODE:OPERATIONS:PATH`), read
+//!   and checked by `agentd_protocol::permission`; `permission_rule` is the Python layer's parser.
 //! - [`errors`]: `SandboxError` to the exceptions of `agentd.errors`.
 //! - [`runtime`]: the tokio runtime every call runs on, one per process (a forked child gets its
 //!   own), and the asyncio futures the coroutines await, settled on their loop's thread.
@@ -25,16 +27,18 @@
 
 mod calls;
 mod errors;
+mod permissions;
 mod runtime;
 mod sandbox;
 
 use pyo3::prelude::*;
 
-/// The module: the sandbox class and where the bundled agentd is.
+/// The module: the sandbox class, where the bundled agentd is, and the permission rules' parser.
 #[pymodule]
 fn _agentd(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sandbox::Sandbox>()?;
     m.add_function(wrap_pyfunction!(set_bundled_agentd, m)?)?;
+    m.add_function(wrap_pyfunction!(permissions::permission_rule, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

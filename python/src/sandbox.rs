@@ -164,7 +164,7 @@ impl Sandbox {
         permissions: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let deadlines = calls::deadlines(connect_deadline, exec_margin, silence_deadline)?;
-        let permissions = permissions.map(calls::permission_rules).transpose()?.unwrap_or_default();
+        let permissions = permissions.map(crate::permissions::rules).transpose()?.unwrap_or_default();
         let options = LocalOptions {
             confined,
             writable_roots: writable_roots.unwrap_or_default(),

@@ -49,10 +49,15 @@ def test_interrupt_fails_closed_unless_told_otherwise() -> None:
     ask = [
         FilesystemPermission(operations=["write"], paths=["/ws/deploy/**"], mode="interrupt"),
         {"operations": ["read"], "paths": ["/ws/keys/**"], "mode": "interrupt"},
+        "interrupt:read,write:/ws/a:b/**",
     ]
-    assert [rule["mode"] for rule in agentd.permission_rules(ask)] == ["deny", "deny"]
-    assert [rule["mode"] for rule in agentd.permission_rules(ask, interrupt="deny")] == ["deny", "deny"]
-    assert [rule["mode"] for rule in agentd.permission_rules(ask, interrupt="allow")] == ["allow", "allow"]
+    assert [rule["mode"] for rule in agentd.permission_rules(ask)] == ["deny", "deny", "deny"]
+    assert [rule["mode"] for rule in agentd.permission_rules(ask, interrupt="deny")] == ["deny", "deny", "deny"]
+    assert agentd.permission_rules(ask, interrupt="allow") == [
+        {"operations": ["write"], "paths": ["/ws/deploy/**"], "mode": "allow"},
+        {"operations": ["read"], "paths": ["/ws/keys/**"], "mode": "allow"},
+        {"operations": ["read", "write"], "paths": ["/ws/a:b/**"], "mode": "allow"},
+    ]
     with pytest.raises(ValueError, match="interrupt must be"):
         agentd.permission_rules(ask, interrupt="ask")  # type: ignore[arg-type]
     # Checked even when no rule asks.
@@ -73,14 +78,20 @@ def test_interrupt_fails_closed_unless_told_otherwise() -> None:
         ({"operations": ["read"], "paths": []}, "at least one path"),
         ({"operations": "read", "paths": ["/ws"]}, "operations must be a list"),
         ({"operations": ["read"], "paths": "/ws/**"}, "paths must be a list"),
-        ({"operations": ["read"], "paths": [7]}, "a path is a string"),
-        ({"operations": ["read"], "paths": ["/ws"], "mode": "block"}, "mode 'block' is not"),
-        ({"operations": ["read"], "paths": ["/ws"], "modes": "deny"}, "unknown field"),
+        ({"operations": ["read"], "paths": None}, "paths: unexpected type"),
+        ({"operations": ["read"], "paths": [7]}, "paths[0]: unexpected type"),
+        ({"operations": ["read", 7], "paths": ["/ws"]}, "operations[1]: unexpected type"),
+        ({"operations": ["read"], "paths": ["/ws"], "mode": "block"}, 'mode \'block\' is not "allow" or "deny"'),
+        ({"operations": ["read"], "paths": ["/ws"], "mode": 1}, "mode: unexpected type"),
+        ({"operations": ["read"], "paths": ["/ws"], "modes": "deny"}, "unknown field `modes`"),
         ({"paths": ["/ws"]}, "missing field"),
         ("deny:write", "expected MODE:OPERATIONS:PATH"),
         ("block:write:/x", "mode 'block' is not"),
         ("deny:exec:/x", "operation 'exec' is not"),
+        ("deny:read,:/x", "operation '' is not"),
         ("deny:write:x", "must start with '/'"),
+        ("interrupt:write:x", "must start with '/'"),
+        (b"deny:write:/x", "a rule is a deepagents FilesystemPermission"),
         (("deny", ["write"], ["/x"]), "a rule is a deepagents FilesystemPermission"),
     ],
 )
@@ -90,6 +101,26 @@ def test_a_malformed_rule_is_a_value_error_naming_it(rule: Any, says: str) -> No
         agentd.permission_rules([good, rule])
     assert says in str(raised.value)
     assert repr(rule) in str(raised.value)
+
+
+def test_agentds_parser_reads_one_rule() -> None:
+    """The native parser ``permission_rules`` calls for each rule: agentd's own (a profile's, a
+    request's, ``agentctl --permission``'s), with what is wrong and not which rule (the caller says)."""
+    assert agentd._agentd.permission_rule("deny:read,write:/a:b") == {
+        "operations": ["read", "write"],
+        "paths": ["/a:b"],
+        "mode": "deny",
+    }
+    assert agentd._agentd.permission_rule({"operations": ["read"], "paths": ["/x"]}) == {
+        "operations": ["read"],
+        "paths": ["/x"],
+        "mode": "allow",
+    }
+    with pytest.raises(ValueError, match="^operation 'exec' is not \"read\" or \"write\"$"):
+        agentd._agentd.permission_rule("deny:exec:/x")
+    # deepagents' third mode is the Python layer's to map: agentd says why it refuses it.
+    with pytest.raises(ValueError, match="^mode 'interrupt' .*ask a person first"):
+        agentd._agentd.permission_rule({"operations": ["read"], "paths": ["/x"], "mode": "interrupt"})
 
 
 def test_a_single_rule_is_not_a_list_of_rules() -> None:
@@ -106,6 +137,9 @@ def test_local_sandbox_refuses_bad_rules_before_starting() -> None:
         agentd._agentd.Sandbox.local(None, True, None, None, None, [{"operations": ["exec"], "paths": ["/x"]}])
     with pytest.raises(ValueError, match=r"permissions\[0\].*must not contain '\.\.'"):
         agentd._agentd.Sandbox.local(None, True, None, None, None, [{"operations": ["read"], "paths": ["/a/../b"]}])
+    # A str is a sequence to Python: "/" is not read as the list ["/"].
+    with pytest.raises(ValueError, match=r"permissions\[1\] .*paths must be a list"):
+        agentd._agentd.Sandbox.local(None, True, None, None, None, ["deny:read:/x", {"operations": ["read"], "paths": "/"}])
     # agentd enforces them through its profile: an unconfined sandbox has none.
     with pytest.raises(agentd.StartError, match="confined"):
         agentd.LocalSandbox(confined=False, permissions=["deny:write:/x/**"])
