@@ -93,6 +93,7 @@ fn glob_within(
         skip_system_dirs: ws.real_path(node.location()) == Path::new("/"),
         root_location: node.location().to_owned(),
         below: guard::Below::new(ws, node.location()),
+        prefix,
         start: Instant::now(),
         found: Vec::new(),
         // Each match costs its JSON record: the prefix, `/` and its relative path.
@@ -238,8 +239,9 @@ struct Walk<'a> {
     cancel: &'a Cancel,
     /// Where the root really is: matched links must resolve below it.
     root_location: PathBuf,
-    /// What the permission rules hide below the root.
+    /// What the permission rules hide below the root, and the root as the client wrote it.
     below: guard::Below<'a>,
+    prefix: &'a str,
     skip_system_dirs: bool,
     start: Instant,
     /// Matches as paths relative to the root.
@@ -317,7 +319,11 @@ impl Walk<'_> {
                 }
                 if self.rule.matches(&child_rel, &name)
                     && self.keeps(kind, target.as_ref())
-                    && !self.below.hides(&child_rel)
+                    && !self.below.hides(
+                        &child_rel,
+                        &format!("{}/{child_rel}", self.prefix),
+                        target.as_ref().map(Node::location),
+                    )
                 {
                     let cost = self.prefix_cost + json_escaped_len(&child_rel);
                     let Some(left) = self.bytes_left.checked_sub(cost) else {

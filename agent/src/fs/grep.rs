@@ -361,11 +361,11 @@ impl Walker<'_> {
     }
 
     fn search(&self, parent: &OwnedFd, name: &CStr, rel: &str) {
-        if self.below.hides(rel) {
+        let path = shown(self.root, rel);
+        if self.below.hides(rel, &path, None) {
             return;
         }
         let Ok(file) = root::open_child_file(parent.as_fd(), name) else { return };
-        let path = shown(self.root, rel);
         let Some(lines) = self.matcher.search_file(file, &Account::new(self.budget, &path), self.cancel)
         else {
             return;
@@ -414,6 +414,7 @@ fn route_b(
     // The expansion looks through the workspace's resolver from the root's fd, and every hit is
     // resolved again the same way: what is read is always inside the workspace and below the root.
     let mut hits = pyglob::expand(ws, fs_root, glob, cancel);
+    let below = guard::Below::new(ws, fs_root.location());
     hits.sort_unstable();
     let files: Vec<(Vec<u8>, String)> = hits
         .iter()
@@ -424,12 +425,10 @@ fn route_b(
         })
         .filter_map(|hit| {
             let node = ws.node_in(fs_root, hit, true).ok()??;
-            if !readable(ws, &node) {
-                return None;
-            }
             let rel = node.location().strip_prefix(fs_root.location()).ok()?;
             let shown = shown(root, &rel.to_string_lossy());
-            (!rel.as_os_str().is_empty() && node.is_file())
+            let hidden = below.hides(&rel.to_string_lossy(), &shown, Some(node.location()));
+            (!rel.as_os_str().is_empty() && node.is_file() && !hidden)
                 .then(|| (rel.as_os_str().as_bytes().to_vec(), shown))
         })
         .collect();

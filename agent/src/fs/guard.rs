@@ -8,7 +8,6 @@
 //! - `Error: permission denied for write on {path} (matches deny rule(s): {patterns})` for
 //!   `delete`.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use agentd_protocol::fs::{
@@ -56,71 +55,6 @@ pub fn refuse(request: &FsRequest, ws: &Workspace) -> Option<FsResponse> {
             FsResponse::Delete(DeleteResult { error: error(delete_refusal(ws, path, is_dir)?), path: None })
         }
     })
-}
-
-/// `response` without what the rules do not let its caller read: listings and matches lose the
-/// read-denied paths.
-pub fn filter(response: FsResponse, ws: &Workspace) -> FsResponse {
-    if ws.permissions().is_empty() {
-        return response;
-    }
-    let mut seen = Results { ws, dirs: HashMap::new(), paths: HashMap::new() };
-    match response {
-        FsResponse::Ls(mut result) => {
-            if let Some(entries) = &mut result.entries {
-                entries.retain(|e| !seen.hidden(&e.path));
-            }
-            FsResponse::Ls(result)
-        }
-        FsResponse::Glob(mut result) => {
-            if let Some(matches) = &mut result.matches {
-                matches.retain(|m| !seen.hidden(&m.path));
-            }
-            FsResponse::Glob(result)
-        }
-        FsResponse::Grep(mut result) => {
-            if let Some(matches) = &mut result.matches {
-                matches.retain(|m| !seen.hidden(&m.path));
-            }
-            FsResponse::Grep(result)
-        }
-        other => other,
-    }
-}
-
-/// Which results reading is denied for (matched as written and as they resolve), over many
-/// results, most of them in few directories: each directory's real path is resolved once, and an entry that is not a link is that path and its name (one `lstat`, not a
-/// walk of every component); each path is decided once (grep's matches repeat them).
-struct Results<'a> {
-    ws: &'a Workspace,
-    dirs: HashMap<String, Option<PathBuf>>,
-    paths: HashMap<String, bool>,
-}
-
-impl Results<'_> {
-    fn hidden(&mut self, path: &str) -> bool {
-        if let Some(hidden) = self.paths.get(path) {
-            return *hidden;
-        }
-        let rules = self.ws.permissions();
-        let hidden = rules.denies(Operation::Read, &written(self.ws, path))
-            || self.real(path).is_some_and(|real| rules.denies(Operation::Read, &real));
-        self.paths.insert(path.to_owned(), hidden);
-        hidden
-    }
-
-    fn real(&mut self, path: &str) -> Option<String> {
-        let split = path.rsplit_once('/').filter(|(_, name)| !matches!(*name, "" | "." | ".."));
-        let Some((parent, name)) = split else { return real(self.ws, path) };
-        let parent = if parent.is_empty() { "/" } else { parent };
-        let ws = self.ws;
-        let dir = self.dirs.entry(parent.to_owned()).or_insert_with(|| real(ws, parent).map(PathBuf::from));
-        let candidate = dir.as_ref()?.join(name);
-        match std::fs::symlink_metadata(&candidate) {
-            Ok(meta) if !meta.file_type().is_symlink() => Some(candidate.to_string_lossy().into_owned()),
-            _ => real(self.ws, path),
-        }
-    }
 }
 
 /// Why `operation` on `path` is refused: `None` when the rules allow it (or there are none).
@@ -187,10 +121,12 @@ pub fn delete_refusal_at(ws: &Workspace, path: &str, location: &Path, is_dir: bo
     denied.then(|| denied_on(Operation::Write, path, &real, &written(ws, path)))
 }
 
-/// Read denials below a directory a walk holds open. A walk that never follows a link below it
-/// finds each entry at the directory's real location and the entry's relative path, so that is
-/// what is checked, with no second walk: a component swapped for a link after the walk looked
-/// changes nothing ([`filter`] then also checks each result as written and as it resolves).
+/// What the rules hide of a walk's results below a directory it holds open (`ls`, `glob`,
+/// `grep`): an entry is hidden when reading it is denied as the client sees it (matched as
+/// written) or where it is. A walk that never follows a link below the directory finds each
+/// entry at the directory's real location and the entry's relative path, and a link where the walk
+/// found it leads; so that is what is checked, in the walk, with no second walk: a component
+/// swapped for a link after the walk looked changes nothing.
 pub struct Below<'a> {
     ws: &'a Workspace,
     real: PathBuf,
@@ -202,10 +138,24 @@ impl<'a> Below<'a> {
         Self { ws, real: ws.real_path(dir) }
     }
 
-    /// Whether reading `rel` (relative to the directory) is denied.
-    pub fn hides(&self, rel: &str) -> bool {
+    /// Whether the rules hide the entry `rel` (relative to the directory), shown to the client as
+    /// `shown`; `target`: for a link, the location the walk found it leads to (else the entry is
+    /// where it is named).
+    pub fn hides(&self, rel: &str, shown: &str, target: Option<&Path>) -> bool {
         let rules = self.ws.permissions();
-        !rules.is_empty() && rules.denies(Operation::Read, &self.real.join(rel).to_string_lossy())
+        if rules.is_empty() {
+            return false;
+        }
+        let written = written(self.ws, shown);
+        if rules.denies(Operation::Read, &written) {
+            return true;
+        }
+        let real = match target {
+            Some(target) => self.ws.real_path(target),
+            None => self.real.join(rel),
+        };
+        let real = real.to_string_lossy();
+        real != written && rules.denies(Operation::Read, &real)
     }
 }
 
@@ -288,10 +238,6 @@ mod tests {
             format!("Error: permission denied for read on door/key (resolves to {}/secret/key)", w.display())
         );
         assert!(refusal(&ws, Operation::Write, "door/key").is_none());
-        let mut results = Results { ws: &ws, dirs: HashMap::new(), paths: HashMap::new() };
-        assert!(results.hidden("./door/../secret/key") && !results.hidden("door"));
-        assert!(results.hidden("door/key"), "a link on the way is resolved");
-        assert!(results.hidden(&format!("{}/door/key", w.display())));
         assert!(
             refusal(&ws, Operation::Read, "door/missing").is_some(),
             "a missing file is denied where it would be"
@@ -321,14 +267,19 @@ mod tests {
         let open = ws.node("open", true).unwrap().unwrap();
         assert_eq!(refusal_at(&ws, Operation::Write, "open", open.location()), None);
         let secret = ws.node("door", true).unwrap().unwrap();
+        let sub = ws.node("door/sub", true).unwrap().unwrap();
         // Deleting a directory deletes what is beneath it.
         assert!(delete_refusal_at(&ws, "door", secret.location(), true).is_some());
         assert!(delete_refusal_at(&ws, "door", secret.location(), false).is_none(), "not itself matched");
         assert!(delete_refusal_at(&ws, "open", open.location(), true).is_none());
-        // Below a directory the walk holds: its real location and the relative path.
+        // Below a directory the walk holds: as shown, and at its real location and relative path.
         let below = Below::new(&ws, secret.location());
-        assert!(below.hides("sub") && below.hides("sub/x"));
-        assert!(!Below::new(&ws, open.location()).hides("sub"));
+        assert!(below.hides("sub", "door/sub", None) && below.hides("sub/x", "door/sub/x", None));
+        let open_below = Below::new(&ws, open.location());
+        assert!(!open_below.hides("sub", "open/sub", None));
+        assert!(open_below.hides("sub", "secret/sub", None), "denied as written");
+        assert!(open_below.hides("link", "open/link", Some(sub.location())), "a link, where it leads");
+        assert!(open_below.hides("x", "./open/../secret/x", None), "written is normalized");
         // Directories are not made where the rules deny writing, whatever the path said.
         let made = ws.entry_making("door/new/deeper/file");
         assert_eq!(made.map(|_| ()).unwrap_err().errno(), Some(nix::errno::Errno::EACCES));

@@ -12,7 +12,7 @@ use agentd_protocol::limits::json_escaped_len;
 use super::budget::{Budget, LIST_BUDGET};
 use super::{errno, guard};
 use crate::cancel::Cancel;
-use crate::root::{self, Kind, ResolveError, Workspace};
+use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
 pub fn ls(path: &str, ws: &Workspace, cancel: &Cancel) -> LsResult {
     ls_within(path, ws, LIST_BUDGET, cancel)
@@ -53,10 +53,15 @@ fn ls_within(path: &str, ws: &Workspace, budget: usize, cancel: &Cancel) -> LsRe
     let below = guard::Below::new(ws, node.location());
     let listed = node.open_dir().and_then(|dir| {
         root::visit(&dir, |child| {
-            if below.hides(&child.name_lossy()) {
+            let shown = format!("{prefix}{}", child.name_lossy());
+            let name = &shown[prefix.len()..];
+            // A link is judged by where it leads too.
+            let target = (child.kind == Some(Kind::Symlink) && !ws.permissions().is_empty())
+                .then(|| ws.node_in(&node, child.name.as_bytes(), true).ok().flatten())
+                .flatten();
+            if below.hides(name, &shown, target.as_ref().map(Node::location)) {
                 return ControlFlow::Continue(());
             }
-            let shown = format!("{prefix}{}", child.name_lossy());
             // `{"path":"…","is_dir":false},`
             let cost = 27 + prefix_cost + json_escaped_len(&shown[prefix.len()..]);
             if !budget.take(cost) || cancel.is_cancelled() {

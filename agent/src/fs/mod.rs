@@ -38,7 +38,7 @@ pub fn run(request: FsRequest, base: &Workspace, cancel: &Cancel) -> FsResponse 
     if let Some(refused) = guard::refuse(&request, base) {
         return refused;
     }
-    let response = match request {
+    match request {
         FsRequest::Ls { path } => FsResponse::Ls(ls::ls(&path, base, cancel)),
         FsRequest::Read { path, offset, limit } => {
             FsResponse::Read(read::read(&path, offset, limit, base, cancel))
@@ -54,8 +54,7 @@ pub fn run(request: FsRequest, base: &Workspace, cancel: &Cancel) -> FsResponse 
             FsResponse::Grep(grep::grep(&pattern, path.as_deref(), glob.as_deref(), max_count, base, cancel))
         }
         FsRequest::Delete { path } => FsResponse::Delete(delete::delete(&path, base)),
-    };
-    guard::filter(response, base)
+    }
 }
 
 /// The errno of an IO error, when it has one.
