@@ -150,7 +150,46 @@ pub fn validate_path(path: &str) -> Result<(), String> {
     if parts().any(|part| part == "~") {
         return Err(format!("Permission path must not contain '~': '{}'", path.escape_debug()));
     }
+    if let Some(sequence) = brace_sequence(path) {
+        // deepagents' matcher (wcmatch) expands `{1..3}` to 1, 2, 3; agentd's does not, and a deny
+        // rule that silently matched less would fail open.
+        return Err(format!(
+            "Permission path uses the brace sequence '{sequence}', which agentd does not expand: list \
+             the values instead ({{1,2,3}}): '{}'",
+            path.escape_debug()
+        ));
+    }
     Ok(())
+}
+
+/// The first brace group of `path` that is a sequence (`{1..3}`, `{a..e}`, `{01..10..2}`: two
+/// integers or two letters, and an optional integer step), as wcmatch's brace expansion reads one.
+fn brace_sequence(path: &str) -> Option<&str> {
+    let integer = |s: &str| {
+        let digits = s.strip_prefix('-').unwrap_or(s);
+        !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+    };
+    let letter = |s: &str| s.len() == 1 && s.bytes().all(|b| b.is_ascii_alphabetic());
+    let mut rest = path;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let close = after.find(['{', '}'])?;
+        let inner = &after[..close];
+        if after[close..].starts_with('}') {
+            let parts: Vec<&str> = inner.split("..").collect();
+            let ends = |a: &str, b: &str| (integer(a) && integer(b)) || (letter(a) && letter(b));
+            let sequence = match parts[..] {
+                [a, b] => ends(a, b),
+                [a, b, step] => ends(a, b) && integer(step),
+                _ => false,
+            };
+            if sequence {
+                return Some(&rest[open..open + close + 2]);
+            }
+        }
+        rest = after;
+    }
+    None
 }
 
 impl std::fmt::Display for PermissionRule {
@@ -215,11 +254,29 @@ mod tests {
             ("/ws\\..\\etc", "must not contain '..'"),
             ("/~/x", "must not contain '~'"),
             ("/a\0b", "NUL"),
+            // Sequences wcmatch expands (checked against wcmatch 10: `/ws/{1..3}/**` matches
+            // `/ws/2/x`), which agentd's expansion would leave literal.
+            ("/ws/{1..3}/**", "brace sequence '{1..3}'"),
+            ("/ws/{a..c}/**", "brace sequence '{a..c}'"),
+            ("/ws/{01..10..2}", "brace sequence '{01..10..2}'"),
+            ("/ws/{x,{-1..1}}", "brace sequence '{-1..1}'"),
         ] {
             let err = validate_path(bad).unwrap_err();
             assert!(err.contains(says), "{bad}: {err}");
         }
-        for good in ["/", "/**", "/ws/**/*.env", "/ws/..x/y", "/ws/~x", "/ws/{a,b}/[!c]?"] {
+        // Not sequences: wcmatch leaves these as they are (or as alternatives).
+        for good in [
+            "/",
+            "/**",
+            "/ws/**/*.env",
+            "/ws/..x/y",
+            "/ws/~x",
+            "/ws/{a,b}/[!c]?",
+            "/ws/{x..}",
+            "/ws/{ab..c}",
+            "/ws/{1..a}",
+            "/ws/{1..2,3}",
+        ] {
             assert_eq!(validate_path(good), Ok(()), "{good}");
         }
         let empty =

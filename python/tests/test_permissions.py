@@ -73,6 +73,8 @@ def test_interrupt_fails_closed_unless_told_otherwise() -> None:
         ({"operations": ["write"], "paths": ["/ws\\..\\etc"]}, "must not contain '..'"),
         ({"operations": ["read"], "paths": ["/~/x"]}, "must not contain '~'"),
         ({"operations": ["read"], "paths": ["/a\0b"]}, "NUL"),
+        # wcmatch (deepagents' matcher) expands it; agentd refuses it rather than match less.
+        ({"operations": ["write"], "paths": ["/ws/{1..3}/**"], "mode": "deny"}, "brace sequence"),
         ({"operations": ["exec"], "paths": ["/ws"]}, "operation 'exec' is not"),
         ({"operations": [], "paths": ["/ws"]}, "at least one operation"),
         ({"operations": ["read"], "paths": []}, "at least one path"),
