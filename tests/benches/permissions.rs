@@ -13,7 +13,8 @@
 //!    builds its ruleset (carve-outs, program resolution), against the same exec with no override;
 //! 3. the worst case for a pattern rule (`**/*.env`, not a plain prefix): it is looked for in the
 //!    whole tree (10,200 files) before every command;
-//! 4. a verb's cost with and without the 20 rules: `read` of a small file, `ls` of a 200-entry
+//! 4. a verb's cost with and without the 20 rules: `read` of a small file, `write` of one in an
+//!    allowed island inside a write-denied subtree, `ls` of a 200-entry
 //!    directory, `glob **/*.py` and `grep` over `src/` (the rules are checked on every result).
 //!
 //! Uses the static agentd at `target/x86_64-unknown-linux-gnu/release/agentd` when it exists, else
@@ -211,16 +212,38 @@ async fn run() {
     let file = format!("{}/src/m07/f3.py", root.display());
     let flat = format!("{}/flat", root.display());
     let src = format!("{}/src", root.display());
-    for (name, which) in
-        [("read", 0), ("ls (200 entries)", 1), ("glob **/*.py (200)", 2), ("grep (200 files)", 3)]
-    {
+    // Two sandboxes on one writable root take it in turns (each lends it to its own sandbox
+    // user), so writes are measured on two trees of their own, the same rules over the second.
+    let (plain_tree, ruled_tree) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (plain_root, ruled_root) =
+        (plain_tree.path().canonicalize().unwrap(), ruled_tree.path().canonicalize().unwrap());
+    make_tree(&plain_root);
+    make_tree(&ruled_root);
+    let writers = [
+        (start(&plain_root, Vec::new()).await, format!("{}/src/m03/bench-out.txt", plain_root.display())),
+        (
+            start(&ruled_root, twenty_rules(&ruled_root)).await,
+            format!("{}/src/m03/bench-out.txt", ruled_root.display()),
+        ),
+    ];
+    for (name, which) in [
+        ("read", 0),
+        ("write (an island)", 4),
+        ("ls (200 entries)", 1),
+        ("glob **/*.py (200)", 2),
+        ("grep (200 files)", 3),
+    ] {
         let (mut without, mut with) = (Vec::new(), Vec::new());
-        let rounds = if which >= 2 { VERB_ROUNDS / 4 } else { VERB_ROUNDS };
+        let rounds = if matches!(which, 2 | 3) { VERB_ROUNDS / 4 } else { VERB_ROUNDS };
         for _ in 0..rounds {
-            for (sb, into) in [(&none, &mut without), (&ruled, &mut with)] {
+            for (at, (sb, into)) in [(&none, &mut without), (&ruled, &mut with)].into_iter().enumerate() {
                 let started = Instant::now();
                 match which {
                     0 => assert!(sb.read(&file, 0, 100).await.unwrap().error.is_none()),
+                    4 => {
+                        let (writer, path) = &writers[at];
+                        assert_eq!(writer.write(path, "out\n").await.unwrap().error, None);
+                    }
                     1 => assert_eq!(sb.ls(&flat).await.unwrap().entries.unwrap().len(), 200),
                     2 => {
                         assert_eq!(sb.glob("**/*.py", Some(&src)).await.unwrap().matches.unwrap().len(), 200)
