@@ -471,22 +471,22 @@ fn replace(content: &str, old: &str, new: &str, replace_all: bool) -> Result<(St
 
 /// `since_epoch` as Python's `datetime.isoformat()` of a UTC time: microseconds unless zero.
 fn isoformat(since_epoch: Duration) -> String {
-    let secs = since_epoch.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's `civil_from_days`).
-    let z = i64::try_from(days).unwrap_or(0) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let (hour, minute, second) = (rest / 3600, rest % 3600 / 60, rest % 60);
-    let micros = since_epoch.subsec_micros();
-    let fraction = if micros == 0 { String::new() } else { format!(".{micros:06}") };
-    format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}{fraction}+00:00")
+    let micros = i64::try_from(since_epoch.as_micros()).unwrap_or(i64::MAX);
+    let at = jiff::Timestamp::from_microsecond(micros).unwrap_or(jiff::Timestamp::MAX);
+    let t = at.to_zoned(jiff::tz::TimeZone::UTC).datetime();
+    let fraction = match t.subsec_nanosecond() / 1000 {
+        0 => String::new(),
+        micros => format!(".{micros:06}"),
+    };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{fraction}+00:00",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
 }
 
 #[async_trait]

@@ -169,12 +169,6 @@ fn grep_within(
     GrepResult { error: None, matches: Some(matches), truncated }
 }
 
-/// Whether the rules let `node` (found by following links) be read where it is.
-fn readable(ws: &Workspace, node: &Node) -> bool {
-    ws.permissions().is_empty()
-        || !ws.permissions().denies(Operation::Read, &ws.real_path(node.location()).to_string_lossy())
-}
-
 /// `root` + `/` + `rel`, without doubling a trailing `/` of the root.
 fn shown(root: &str, rel: &str) -> String {
     if root.ends_with('/') { format!("{root}{rel}") } else { format!("{root}/{rel}") }
@@ -433,7 +427,7 @@ fn route_b(
         })
         .collect();
     parallel.set(allowed);
-    Ok(search_in_order(&files, &matcher, limit, ws, fs_root, pass))
+    Ok(search_in_order(&files, &matcher, limit, ws, fs_root, &below, pass))
 }
 
 /// Searches `files` (path below `root`, resolved again through the workspace; shown path) in
@@ -445,6 +439,7 @@ fn search_in_order(
     limit: Option<usize>,
     ws: &Workspace,
     root: &Node,
+    below: &guard::Below<'_>,
     pass: &Pass<'_>,
 ) -> Vec<GrepMatch> {
     let (budget, parallel, cancel) = (&pass.budget, &pass.parallel, pass.cancel);
@@ -462,7 +457,9 @@ fn search_in_order(
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some((rel, shown)) = files.get(i) else { break };
             // Resolved again (links followed): what is read is checked again.
-            let node = ws.node_in(root, rel, true).ok().flatten().filter(|n| n.is_file() && readable(ws, n));
+            let node = ws.node_in(root, rel, true).ok().flatten().filter(|n| {
+                n.is_file() && !below.hides(&String::from_utf8_lossy(rel), shown, Some(n.location()))
+            });
             let file = node.and_then(|n| n.open(OFlag::O_RDONLY).ok());
             let account = Account::new(budget, shown);
             let found = file.and_then(|f| matcher.search_file(f, &account, cancel)).unwrap_or_default();
