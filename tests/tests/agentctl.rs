@@ -435,11 +435,14 @@ fn a_detached_process_outlives_agentctl_and_is_attached_killed_and_listed() {
     let out = succeed(agentctl(&session).args(["exec", "--detach", "--", command]));
     let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let began = std::time::Instant::now();
-    while !marker.exists() {
+    // The shell makes the file before `echo` writes it: wait for the whole line.
+    let child: u32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&marker).ok().filter(|text| text.ends_with('\n')) {
+            break pid.trim().parse().unwrap();
+        }
         assert!(began.elapsed() < std::time::Duration::from_secs(10), "the background child never started");
         std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let child: u32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
+    };
     succeed(agentctl(&session).args(["kill", &id]));
     let gone = !std::path::Path::new(&format!("/proc/{child}")).exists()
         || std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap().contains(") Z ");

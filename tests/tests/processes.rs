@@ -178,7 +178,9 @@ async fn kill_ends_a_kept_process_and_its_background_children() {
     let process = start_kept(&mut ws, 1, &command, json!({})).await;
     drop(ws);
     let mut ws = greeted(&daemon).await;
-    assert!(agentd_tests::eventually(Duration::from_secs(10), || marker.exists()).await);
+    // The shell makes the file before `echo` writes it: wait for the whole line.
+    let written = || std::fs::read_to_string(&marker).is_ok_and(|text| text.ends_with('\n'));
+    assert!(agentd_tests::eventually(Duration::from_secs(10), written).await);
     let child: i32 = std::fs::read_to_string(&marker).unwrap().trim().parse().unwrap();
     assert!(std::path::Path::new(&format!("/proc/{child}")).exists());
     let killed = ask(&mut ws, json!({"type": "kill", "id": 2, "process": process})).await;
