@@ -38,6 +38,20 @@ pub async fn docker(args: &[&str], input: Option<Vec<u8>>) -> std::io::Result<(i
     Ok((output.status.code().unwrap_or(-1), output.stdout, output.stderr))
 }
 
+/// [`docker`] for a command that makes something (a container, a volume), run to completion even
+/// when its caller is dropped. It runs on the runtime's blocking pool, which a runtime that shuts
+/// down waits for: killing the CLI instead can leave the daemon finishing the container after the
+/// fake's cleanup (which runs once its runtime is gone) has listed what to remove.
+pub async fn docker_making(args: &[&str]) -> std::io::Result<(i32, Vec<u8>, Vec<u8>)> {
+    let args: Vec<String> = args.iter().map(|&a| a.to_owned()).collect();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("docker").args(&args).stdin(Stdio::null()).output()
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    Ok((output.status.code().unwrap_or(-1), output.stdout, output.stderr))
+}
+
 /// Docker's output as trimmed text.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).trim().to_owned()
@@ -91,7 +105,7 @@ pub async fn run(spec: &Spec<'_>) -> Result<String, String> {
     };
     args.extend(["--entrypoint", command[0], spec.image]);
     args.extend(&command[1..]);
-    match docker(&args, None).await {
+    match docker_making(&args).await {
         Ok((0, stdout, _)) => Ok(text(&stdout)),
         Ok((_, _, stderr)) => Err(text(&stderr)),
         Err(err) => Err(format!("docker: {err}")),

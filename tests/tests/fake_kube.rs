@@ -878,3 +878,50 @@ async fn an_init_container_injects_agentd_through_an_empty_dir() {
     }
     assert!(connected, "nothing listens on {address}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fake_dropped_while_its_kubelet_makes_containers_leaves_none_behind() {
+    // The fake's cleanup lists its containers and volumes once its runtime is gone. A `docker run`
+    // or `docker volume create` cut short by that shutdown must not finish in the daemon after the
+    // listing: each fake is dropped at a different moment of its Pod's start.
+    if !docker_available(IMAGE).await {
+        return;
+    }
+    let pod = json!({
+        "metadata": {"name": "cut-short"},
+        "spec": {
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "containers": [{
+                "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+                "command": ["sleep", "infinity"],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+            }],
+        },
+    });
+    let mut instances = Vec::new();
+    for round in 0..16u64 {
+        let fake = FakeKube::start();
+        let api = Api::new(&fake);
+        let (status, created) = api.post("/api/v1/namespaces/default/pods", pod.clone()).await;
+        assert_eq!(status, 201, "{created}");
+        tokio::time::sleep(Duration::from_millis(round * 40)).await;
+        instances.push(fake.instance().to_owned());
+        drop(fake);
+    }
+    // What the daemon was still making when its client went has had time to appear.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut left = Vec::new();
+    for instance in &instances {
+        let filter = format!("label={CONTAINER_LABEL}={instance}");
+        left.extend(
+            agentd_tests::containers::listed(&filter).into_iter().map(|id| format!("container {id}")),
+        );
+        let volumes =
+            std::process::Command::new("docker").args(["volume", "ls", "-q", "--filter", &filter]).output();
+        let volumes = String::from_utf8_lossy(&volumes.unwrap().stdout).into_owned();
+        left.extend(volumes.split_whitespace().map(|v| format!("volume {v}")));
+        // Removed here too, so a failing run leaves nothing either.
+        agentd_tests::fake_kube::pods::remove_all_blocking(instance);
+    }
+    assert!(left.is_empty(), "left behind by dropped fakes: {left:?}");
+}

@@ -38,7 +38,7 @@ use super::selector::Selector;
 use super::status::{ApiError, Cause};
 use super::store::{EventType, ResourceKey, now_rfc3339};
 use super::{CONTAINER_LABEL, NODE_NAME, Shared};
-use crate::containers::{docker, text};
+use crate::containers::{docker, docker_making, text};
 
 /// Marks a `hostPath` volume among the Docker volumes (what follows is the host's path).
 const HOST_PATH: &str = "host-path:";
@@ -669,7 +669,7 @@ fn image_failure(container: &Container) -> (&'static str, String) {
 /// Starts a container; its Docker id, or Docker's message.
 async fn start_container(args: &[String]) -> Result<String, String> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    match docker(&args, None).await {
+    match docker_making(&args).await {
         Ok((0, out, _)) => Ok(text(&out)),
         Ok((_, _, err)) => Err(text(&err)),
         Err(err) => Err(format!("docker: {err}")),
@@ -742,7 +742,7 @@ async fn run_pod(shared: Arc<Shared>, uid: String, namespace: String, name: Stri
         let labels =
             [format!("{CONTAINER_LABEL}={}", shared.instance), format!("{CONTAINER_LABEL}.pod={uid}")];
         let args = ["volume", "create", "--label", &labels[0], "--label", &labels[1], &docker_name];
-        match docker(&args, None).await {
+        match docker_making(&args).await {
             Ok((0, _, _)) => {
                 volumes.insert(volume_name.to_owned(), docker_name);
             }
