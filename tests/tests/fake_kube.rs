@@ -879,11 +879,24 @@ async fn an_init_container_injects_agentd_through_an_empty_dir() {
     assert!(connected, "nothing listens on {address}");
 }
 
+/// Whether a `docker` CLI process with `word` (its verb) and `label` among its arguments runs now.
+fn docker_cli_running(word: &str, label: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|entry| {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { return false };
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        args.first().is_some_and(|a| a.ends_with(b"docker"))
+            && args.contains(&word.as_bytes())
+            && args.contains(&label.as_bytes())
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fake_dropped_while_its_kubelet_makes_containers_leaves_none_behind() {
     // The fake's cleanup lists its containers and volumes once its runtime is gone. A `docker run`
     // or `docker volume create` cut short by that shutdown must not finish in the daemon after the
-    // listing: each fake is dropped at a different moment of its Pod's start.
+    // listing (measured: a CLI killed within ~20 ms of its start leaves a container that appears
+    // later). Each fake is dropped just after the CLI for its Pod's volume or container starts.
     if !docker_available(IMAGE).await {
         return;
     }
@@ -899,14 +912,22 @@ async fn a_fake_dropped_while_its_kubelet_makes_containers_leaves_none_behind() 
         },
     });
     let mut instances = Vec::new();
-    for round in 0..16u64 {
-        let fake = FakeKube::start();
-        let api = Api::new(&fake);
-        let (status, created) = api.post("/api/v1/namespaces/default/pods", pod.clone()).await;
-        assert_eq!(status, 201, "{created}");
-        tokio::time::sleep(Duration::from_millis(round * 40)).await;
-        instances.push(fake.instance().to_owned());
-        drop(fake);
+    for word in ["create", "run"] {
+        // The window is a few milliseconds wide, somewhere in the CLI's first ~40 ms: swept.
+        for after_ms in (0..40).step_by(2) {
+            let fake = FakeKube::start();
+            let label = format!("{CONTAINER_LABEL}={}", fake.instance());
+            instances.push(fake.instance().to_owned());
+            let api = Api::new(&fake);
+            let (status, created) = api.post("/api/v1/namespaces/default/pods", pod.clone()).await;
+            assert_eq!(status, 201, "{created}");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !docker_cli_running(word, &label) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            std::thread::sleep(Duration::from_millis(after_ms));
+            drop(fake);
+        }
     }
     // What the daemon was still making when its client went has had time to appear.
     tokio::time::sleep(Duration::from_secs(2)).await;
