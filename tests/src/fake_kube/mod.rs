@@ -27,7 +27,8 @@
 //! `configMap`/`secret`/`hostPath` volumes.
 //!
 //! Every container and volume carries [`CONTAINER_LABEL`]` = <instance>`; the [`FakeKube`] removes
-//! them all when dropped. Custom resources (agent-sandbox's) register their types with
+//! them all when dropped, after the `docker run`s and `volume create`s in flight have finished
+//! ([`crate::containers::docker_making`]). Custom resources (agent-sandbox's) register their types with
 //! [`store::Store::register`] and run their controllers with [`FakeKube::spawn`].
 
 pub mod agent_sandbox;
