@@ -22,6 +22,9 @@
 //! Timestamps are Python's `datetime.now(UTC).isoformat()`, made strictly increasing within one
 //! sandbox so that "most recent first" has one answer.
 //!
+//! The reference is checked, not only read: `tests/tests/state.rs` runs random scripts of every
+//! verb on this and on deepagents' own `StateBackend` and compares each result.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use agentd_host::{BaseSandbox, CompositeSandbox, StateSandbox};

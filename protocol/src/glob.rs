@@ -58,6 +58,12 @@ impl Glob {
     /// Whether the path's `names` (its non-empty segments) match; `dots`: wildcards match names
     /// starting with `.` (wcmatch's `DOTMATCH`; without it, neither wildcards nor `**` do).
     pub fn matches(&self, names: &[&str], dots: bool) -> bool {
+        self.walk(names, dots, false)
+    }
+
+    /// [`Glob::matches`]; `open_end`: a final `**` may match no name, as wcmatch's does when the
+    /// path ends in `/` (`src/**` matches `src/`) or is empty (`**` matches the empty path).
+    fn walk(&self, names: &[&str], dots: bool, open_end: bool) -> bool {
         // reach[j]: the first i segments can match the first j names.
         let mut reach = vec![false; names.len() + 1];
         reach[0] = true;
@@ -68,7 +74,7 @@ impl Glob {
                 Segment::Any => {
                     // A final `**` needs a name to match (`/ws/src/**` is not `/ws/src`); inside,
                     // it may match none (`/ws/**/*.env` is `/ws/x.env` too).
-                    let at_least_one = i == last;
+                    let at_least_one = i == last && !open_end;
                     // `on`: some earlier start reaches `j` through names `**` may cross (not
                     // hidden ones, unless `dots`).
                     let mut on = false;
@@ -109,11 +115,12 @@ fn name_matches(pattern: &Pattern, name: &str, dots: bool) -> bool {
 /// - a leading `/` anchors at the root (`/*.py` matches `top.py`, not `src/main.py`).
 ///
 /// Braces expand first; names starting with `.` match only a segment that starts with `.`. A
-/// pattern ending in `/` names directories and so matches no file.
+/// pattern ending in `/` matches only a path ending in `/` (never a file's on disk; a key of the
+/// in-memory backend can end so), and a path's trailing `/` is no name (`*` matches `x/`).
 #[derive(Debug, Clone)]
 pub struct IncludeGlob {
-    /// One per brace expansion, `None` for one ending in `/`.
-    globs: Vec<Option<Glob>>,
+    /// One per brace expansion, with whether it ends in `/`.
+    globs: Vec<(Glob, bool)>,
     anchored: bool,
 }
 
@@ -131,16 +138,23 @@ impl IncludeGlob {
                 python_repr(pattern)
             ));
         };
-        let globs = expanded.iter().map(|one| (!one.ends_with('/')).then(|| Glob::new(one))).collect();
+        let globs = expanded.iter().map(|one| (Glob::new(one), one.ends_with('/'))).collect();
         Ok(Self { globs, anchored })
     }
 
-    /// Whether `relative` (a file's path relative to the search root) is included.
+    /// Whether `relative` (a path relative to the search root) is included.
     pub fn is_match(&self, relative: &str) -> bool {
         let names: Vec<&str> = relative.split('/').filter(|s| !s.is_empty() && *s != ".").collect();
-        let names =
-            if self.anchored { &names[..] } else { names.last().map_or(&[][..], std::slice::from_ref) };
-        self.globs.iter().flatten().any(|glob| glob.matches(names, false))
+        // Unanchored, the basename (Python's `PurePosixPath.name`) is matched: it has no `/`.
+        let (names, slash_ended) = if self.anchored {
+            (&names[..], relative.ends_with('/'))
+        } else {
+            (names.last().map_or(&[][..], std::slice::from_ref), false)
+        };
+        let open_end = slash_ended || names.is_empty();
+        self.globs
+            .iter()
+            .any(|(glob, dir_only)| (slash_ended || !dir_only) && glob.walk(names, false, open_end))
     }
 }
 
@@ -173,8 +187,9 @@ pub fn python_repr(text: &str) -> String {
 mod tests {
     use super::*;
 
-    /// Expected values from wcmatch 10 (`wcmatch.glob.compile(p, flags=BRACE|GLOBSTAR).match(s)`,
-    /// what deepagents 0.7.32's `compile_grep_include_glob` runs), the leading `/` stripped.
+    /// Expected values from wcmatch 10 and 12.0.4 (`wcmatch.glob.compile(p, flags=BRACE|GLOBSTAR)
+    /// .match(s)`, what deepagents 0.7.32's `compile_grep_include_glob` runs), the leading `/`
+    /// stripped.
     #[test]
     fn include_globs_match_as_wcmatch_does() {
         let cases = [
@@ -199,6 +214,27 @@ mod tests {
             ("a/b/", "a/b", false),
             ("/*.py", "top.py", true),
             ("/*.py", "src/top.py", false),
+            // Paths ending in `/` and the empty path (keys of the in-memory backend).
+            ("**", "", true),
+            ("**/**", "", true),
+            ("*", "", false),
+            ("**/*", "", false),
+            ("/**", "/", true),
+            ("**/", "/", true),
+            ("*/", "/", false),
+            ("*", "x/", true),
+            ("x", "x//", true),
+            ("dir/**", "dir/", true),
+            ("dir/**", "dir", false),
+            ("*/**", "x/", true),
+            ("*/**", "x", false),
+            ("**/", "x", false),
+            ("**/", "a/b/", true),
+            ("dir/", "dir/", true),
+            ("dir/*", "dir/x/", true),
+            ("a/**/b", "a/b/", true),
+            ("**", ".x/", false),
+            ("**/.*", "dir/.x/", true),
         ];
         for (pattern, path, expected) in cases {
             let glob = IncludeGlob::new(pattern).unwrap();

@@ -628,6 +628,9 @@ pub enum Need {
     /// The official Kubernetes Python clients (`kubernetes`, `k8s-agent-sandbox`):
     /// `$AGENTD_KUBE_PYTHON` names a python that imports them.
     KubeSdk,
+    /// deepagents itself (its `StateBackend` is the reference for `StateSandbox`):
+    /// `$AGENTD_DEEPAGENTS_PYTHON` names a python that imports it.
+    Deepagents,
     /// `kubectl` on the `PATH`.
     Kubectl,
     /// Root, for what only root may do to the machine around agentd (mounts).
@@ -645,6 +648,7 @@ impl Need {
             Self::DaytonaSdk => "AGENTD_REQUIRE_DAYTONA_SDK",
             Self::ModalSdk => "AGENTD_REQUIRE_MODAL_SDK",
             Self::KubeSdk => "AGENTD_REQUIRE_KUBE_SDK",
+            Self::Deepagents => "AGENTD_REQUIRE_DEEPAGENTS",
             Self::Kubectl => "AGENTD_REQUIRE_KUBECTL",
             Self::Root => "AGENTD_REQUIRE_ROOT",
         }
