@@ -514,3 +514,60 @@ fn permissions_hold_in_a_session_and_status_reports_them() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("may add only deny rules"), "{out:?}");
     up.down();
 }
+
+/// What a command can leave that reads as dead: a process whose first thread ended alone (the
+/// `exit` system call, not `exit_group`) shows `Z` in `/proc/<pid>/stat` and an empty environment,
+/// while its other threads run on. `agentctl down` of an agentd that cannot act (stopped) ends the
+/// commands itself, by their tag: it must find this one through its other threads.
+#[test]
+fn down_ends_a_process_whose_first_thread_exited_alone_when_agentd_cannot() {
+    let there = Command::new("python3").args(["-c", ""]).status().is_ok_and(|s| s.success());
+    if !there {
+        agentd_tests::skip(agentd_tests::Need::Python3, "no python3 to end a first thread alone");
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let session = state.path().join("session.json");
+    let up = Up::start(&session);
+    let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&session).unwrap()).unwrap();
+    let agentd = nix::unistd::Pid::from_raw(saved["pid"].as_i64().unwrap() as i32);
+    let workspace = std::path::Path::new(saved["workspace"].as_str().unwrap()).to_owned();
+    let half = "import ctypes, threading, time\n\
+        threading.Thread(target=time.sleep, args=(1000,)).start()\n\
+        time.sleep(0.2)\n\
+        ctypes.CDLL(None).syscall(60, 0)\n";
+    std::fs::write(workspace.join("half.py"), half).unwrap();
+    let command = "setsid python3 half.py >/dev/null 2>&1 & echo $! > half.pid";
+    succeed(agentctl(&session).args(["exec", "--", command]));
+    let pid: i32 = std::fs::read_to_string(workspace.join("half.pid")).unwrap().trim().parse().unwrap();
+    // Ended by the test whatever happens; a no-op once `down` did it.
+    struct Kill(i32);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    let _kill = Kill(pid);
+    let state_of = |stat: &std::path::Path| {
+        let stat = std::fs::read_to_string(stat).unwrap_or_default();
+        stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next())
+    };
+    let threads_alive = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|task| state_of(&task.path().join("stat")).is_some_and(|s| s != 'Z' && s != 'X'))
+            .count()
+    };
+    let began = std::time::Instant::now();
+    while state_of(std::path::Path::new(&format!("/proc/{pid}/stat"))) != Some('Z') {
+        assert!(began.elapsed() < std::time::Duration::from_secs(10), "the first thread never ended");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(threads_alive(), 1, "the process lives on in its second thread");
+    nix::sys::signal::kill(agentd, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    up.down();
+    assert_eq!(threads_alive(), 0, "the process outlived `agentctl down`");
+}

@@ -118,6 +118,63 @@ async fn agentd_as_pid_1_reaps_orphans_keeps_exit_codes_and_stops_fast() {
     sb.close().await.unwrap();
 }
 
+/// A process whose first thread ends alone (the `exit` system call, not `exit_group`) reads as a
+/// zombie in `/proc/<pid>/stat` while its other threads run on, and fork. In a container agentd
+/// has no cgroups to kill through, so its process scan must still count it live: a timeout ends
+/// it, and the child its thread started.
+#[tokio::test]
+async fn a_timeout_ends_a_process_whose_first_thread_exited_alone() {
+    if !agentd_tests::docker_available(DEBIAN_BASE).await {
+        return;
+    }
+    let container = agentd_tests::plain_container(DEBIAN_BASE, &[]);
+    let _remove = agentd_tests::RemoveOnDrop(container.clone());
+    let sb = DockerSandbox::attach(&container, &agentd_tests::static_agentd()).await.unwrap();
+    // argv[1]: how long the thread, and the child it forks, live on.
+    let half = r#"import ctypes, os, sys, threading, time
+def work():
+    if os.fork() == 0:
+        os.execvp("sleep", ["sleep", sys.argv[1]])
+    time.sleep(float(sys.argv[1]))
+threading.Thread(target=work).start()
+time.sleep(0.3)
+ctypes.CDLL(None).syscall(60, 0)
+"#;
+    // `comm:state-of-the-first-thread` of each process with a live thread that is one of these.
+    let census = r#"for p in /proc/[0-9]*; do
+    states=$(cat $p/task/*/stat 2>/dev/null | sed 's/.*) //' | cut -d' ' -f1)
+    [ -n "$states" ] && echo "$states" | grep -qv Z || continue
+    case "$(cat $p/comm 2>/dev/null) $(tr '\0' ' ' < $p/cmdline 2>/dev/null)" in
+        python3*|"sleep sleep 3 "|"sleep sleep 101 ") echo "$(cat $p/comm):$(sed 's/.*) //' $p/stat | cut -d' ' -f1)" ;;
+    esac
+done | sort | tr '\n' ' '
+"#;
+    let files = [("/tmp/half.py", half), ("/tmp/census.sh", census)];
+    let files: Vec<(String, Vec<u8>)> =
+        files.iter().map(|(p, c)| ((*p).to_owned(), c.as_bytes().to_vec())).collect();
+    sb.upload_files(&files).await.unwrap();
+    let link = sb.agentd();
+    let run = |command: &str, timeout: f64| {
+        let request =
+            ExecRequest { command: command.to_owned(), timeout: Some(timeout), ..ExecRequest::default() };
+        let link = link.clone();
+        async move { link.exec(request, None).await.unwrap() }
+    };
+    // The trick works here: the first thread is a zombie, the rest runs on and has forked.
+    let seen = run("python3 /tmp/half.py 3 & sleep 1.5; sh /tmp/census.sh", 20.0).await;
+    assert_eq!(seen.output.as_deref().map(str::trim), Some("python3:Z sleep:S"), "{seen:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let ended = run("sh /tmp/census.sh", 20.0).await;
+    assert_eq!(ended.output.as_deref().map(str::trim), Some(""), "the demonstration ended: {ended:?}");
+    // In a session of its own: no process group kill reaches it, the scan has to find it.
+    let r = run("setsid python3 /tmp/half.py 101 & sleep 100", 1.0).await;
+    assert!(r.timed_out, "{r:?}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let left = run("sh /tmp/census.sh", 20.0).await;
+    assert_eq!(left.output.as_deref().map(str::trim), Some(""), "outlived the timeout: {left:?}");
+    sb.close().await.unwrap();
+}
+
 #[tokio::test]
 async fn injected_into_a_busybox_container_without_agentd() {
     if !agentd_tests::docker_available(BUSYBOX_BASE).await {

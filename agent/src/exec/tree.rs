@@ -10,7 +10,8 @@
 //! subreaper, so they are re-parented to agentd rather than to init, and the inherited tag says which
 //! exec they came from. (Killing only the shell's process group once left `setsid sleep` children
 //! running for hours.) Without a cgroup, a process that both escapes the tree and clears its
-//! environment is not found.
+//! environment is not found. A process whose first thread ended alone reads as a zombie in
+//! `/proc/<pid>/stat`; it counts as live while any of its threads does.
 //!
 //! Every `/proc` scan, cgroup read and signal round runs on the blocking pool ([`off_runtime`]); only
 //! the waits between rounds are on the runtime thread. Forty timeouts scanning `/proc` with 1500
@@ -29,7 +30,7 @@ use tokio::time::{Instant, sleep};
 /// Name of the environment variable every exec's processes inherit.
 pub const TAG_VAR: &str = "AGENTD_EXEC_TAG";
 
-/// One live (non-zombie) process as `/proc/<pid>/stat` describes it.
+/// One live process as `/proc/<pid>/stat` describes it.
 struct ProcEntry {
     pid: i32,
     ppid: i32,
@@ -45,10 +46,30 @@ fn live_processes() -> Vec<ProcEntry> {
         let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let (state, ppid) = parse_stat(&stat)?;
-        let stopped = state == "T" || state == "t";
-        (state != "Z" && state != "X").then_some(ProcEntry { pid, ppid, stopped })
+        let stopped = match state {
+            "X" => return None,
+            // The first thread is a zombie: the process has ended, or that thread ended alone (the
+            // `exit` system call, not `exit_group`) and the others run on, and fork. Only they
+            // can tell; a process that read as dead here once outlived its exec's timeout.
+            "Z" => live_threads_stopped(pid)?,
+            state => state == "T" || state == "t",
+        };
+        Some(ProcEntry { pid, ppid, stopped })
     })
     .collect()
+}
+
+/// Of the process `pid`'s threads that have not ended: whether all of them are stopped; `None` if
+/// there are none.
+fn live_threads_stopped(pid: i32) -> Option<bool> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut live = tasks.flatten().filter_map(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
+        let (state, _) = parse_stat(&stat)?;
+        (state != "Z" && state != "X").then(|| state == "T" || state == "t")
+    });
+    let first = live.next()?;
+    Some(live.fold(first, |all, stopped| all && stopped))
 }
 
 /// `(state, parent pid)` from the text of `/proc/<pid>/stat`.
@@ -90,9 +111,17 @@ fn is_descendant(pid: i32, ancestor: i32, parent_of: impl Fn(i32) -> Option<i32>
 }
 
 fn has_tag(pid: i32, tag_entry: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .map(|environ| environ.split(|b| *b == 0).any(|var| var == tag_entry))
-        .unwrap_or(false)
+    let tagged = |environ: Vec<u8>| environ.split(|b| *b == 0).any(|var| var == tag_entry);
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(environ) if !environ.is_empty() => tagged(environ),
+        // Empty when the first thread has ended (the memory is read through it) while others
+        // run on: they read it.
+        _ => std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|task| std::fs::read(task.path().join("environ")).is_ok_and(&tagged)),
+    }
 }
 
 /// Parent pid → live children, from one scan of `/proc`.

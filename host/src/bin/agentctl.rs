@@ -930,7 +930,8 @@ fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
     };
     let pid = nix::unistd::Pid::from_raw(session.pid as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-    let alive = || Path::new(&format!("/proc/{}", session.pid)).exists() && !is_zombie(session.pid);
+    // Until its last thread has ended: its first one reads as a zombie while the others still end.
+    let alive = || live_threads(session.pid as i32).is_some();
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while alive() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
@@ -967,11 +968,9 @@ fn end_tagged(agentd: u32) -> usize {
         dir.flatten()
             .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
             .filter_map(|pid| {
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-                let state = stat.rsplit_once(')')?.1.split_whitespace().next()?.to_owned();
-                let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-                let tagged = environ.split(|b| *b == 0).any(|var| var.starts_with(&prefix));
-                (tagged && state != "Z" && state != "X").then_some((pid, state == "T" || state == "t"))
+                let stopped = live_threads(pid)?;
+                let tagged = environ(pid).split(|b| *b == 0).any(|var| var.starts_with(&prefix));
+                tagged.then_some((pid, stopped))
             })
             .collect()
     };
@@ -998,10 +997,38 @@ fn end_tagged(agentd: u32) -> usize {
     scan().len()
 }
 
-fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
-        .unwrap_or(true)
+/// Whether all of process `pid`'s threads that have not ended are stopped; `None` when none is
+/// left. Its first thread reads as a zombie once it has ended, while the others may still be ending
+/// or run on (the `exit` system call ends one thread): only they tell.
+fn live_threads(pid: i32) -> Option<bool> {
+    let state = |stat: &Path| -> Option<char> {
+        let stat = std::fs::read_to_string(stat).ok()?;
+        stat.rsplit_once(')')?.1.trim_start().chars().next()
+    };
+    let live = |state: char| (state != 'Z' && state != 'X').then_some(state == 'T' || state == 't');
+    match state(Path::new(&format!("/proc/{pid}/stat")))? {
+        'Z' => {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+            let mut threads = tasks.flatten().filter_map(|task| live(state(&task.path().join("stat"))?));
+            let first = threads.next()?;
+            Some(threads.fold(first, |all, stopped| all && stopped))
+        }
+        other => live(other),
+    }
+}
+
+/// The environment of process `pid`: read through a thread that has not ended when the first one
+/// has (the memory is read through it, so it reads empty then).
+fn environ(pid: i32) -> Vec<u8> {
+    match std::fs::read(format!("/proc/{pid}/environ")) {
+        Ok(environ) if !environ.is_empty() => environ,
+        _ => std::fs::read_dir(format!("/proc/{pid}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find_map(|task| std::fs::read(task.path().join("environ")).ok().filter(|e| !e.is_empty()))
+            .unwrap_or_default(),
+    }
 }
 
 /// Runs a file verb; prints its result (the protocol's type with `--json`). Exit status 1 when the
