@@ -22,6 +22,7 @@ use std::time::Duration;
 use agentd_protocol::limits::{
     DEFAULT_MAX_CAPTURE_BYTES, MAX_INLINE_CAPTURE, MAX_KEEP_SECS, MAX_OFFLOAD_CAPTURE_BYTES,
 };
+use agentd_protocol::message::{MAX_PROCESS_NAME, valid_process_name};
 use agentd_protocol::permission::PermissionMode;
 use agentd_protocol::profile::{Limits, Network, ProfileOverride, SandboxProfile};
 use agentd_protocol::{ErrorCode, ExecRequest, StdinMode, TerminalSize};
@@ -401,6 +402,8 @@ pub struct Admitted {
     pub pty: Option<TerminalSize>,
     /// Kept: the grace it may run unattached (`Some(None)`: no limit).
     pub keep: Option<Option<Duration>>,
+    /// The kept process's name, the client's choice.
+    pub process: Option<String>,
     pub max_capture_bytes: u64,
     pub capture: Capture,
 }
@@ -462,6 +465,16 @@ pub fn admit(policy: &ServerPolicy, request: ExecRequest) -> Result<Admitted, Re
     {
         return Err(invalid("`pty.rows` and `pty.cols` must be at least 1"));
     }
+    if let Some(name) = &request.process {
+        if keep.is_none() {
+            return Err(invalid("`process` names a kept process: it needs `keep`"));
+        }
+        if !valid_process_name(name) {
+            return Err(Refusal::Invalid(format!(
+                "`process` must be 1 to {MAX_PROCESS_NAME} ASCII letters, digits, `.`, `_` or `-`"
+            )));
+        }
+    }
     if keep.is_some() && request.offload.is_some() {
         return Err(invalid(
             "`keep` cannot be combined with `offload`: a kept exec's output is in its journal (see `attach`)",
@@ -494,6 +507,7 @@ pub fn admit(policy: &ServerPolicy, request: ExecRequest) -> Result<Admitted, Re
         stdin_pipe,
         pty: request.pty,
         keep,
+        process: request.process,
         max_capture_bytes,
         capture,
     })
@@ -838,5 +852,21 @@ mod tests {
         })
         .unwrap();
         assert_eq!(over.profile.map(|p| p.network), Some(Network::Deny));
+        // A client's name for a kept process.
+        let named = |name: &str, keep: Option<f64>| {
+            request(&|r| {
+                r.process = Some(name.to_owned());
+                r.keep = keep;
+            })
+        };
+        assert_eq!(named("h0a.b_c-9", Some(30.0)).unwrap().process.as_deref(), Some("h0a.b_c-9"));
+        assert_eq!(
+            named(&"x".repeat(MAX_PROCESS_NAME), Some(0.0)).unwrap().process.map(|p| p.len()),
+            Some(64)
+        );
+        assert!(named("a", None).is_err(), "only a kept process is named");
+        for bad in ["", "a b", "a/b", "é", "a\0", &"x".repeat(MAX_PROCESS_NAME + 1)] {
+            assert!(named(bad, Some(30.0)).is_err(), "{bad:?}");
+        }
     }
 }

@@ -54,6 +54,8 @@ pub enum ProcessError {
     Ended(String),
     #[error("process `{0}` is starting: attach again in a moment")]
     Starting(String),
+    #[error("process `{0}` exists already: nothing was started; attach to it")]
+    Exists(String),
     #[error("{MAX_KEPT_PROCESSES} kept processes are running: one must end before another is kept")]
     TooManyKept,
     #[error(
@@ -73,6 +75,7 @@ impl ProcessError {
     pub fn code(&self) -> ErrorCode {
         match self {
             Self::Unknown(_) => ErrorCode::UnknownProcess,
+            Self::Exists(_) => ErrorCode::ProcessExists,
             Self::TooManyKept | Self::JournalsFull | Self::TooManyAttached(_) => ErrorCode::LimitReached,
             Self::TooManyWrites(_) => ErrorCode::TooManyRequests,
             Self::Resize(..) => ErrorCode::Internal,
@@ -89,6 +92,8 @@ pub struct Wanted {
     pub pty: Option<TerminalSize>,
     /// Journal bytes it may fill (its capture cap), reserved while it runs.
     pub journal_cap: u64,
+    /// The client's name for it (a kept one's); `None`: agentd names it.
+    pub name: Option<String>,
 }
 
 /// Every process of this agentd.
@@ -132,6 +137,13 @@ impl Processes {
     /// for its journal first), any other always.
     pub fn start(self: &Arc<Self>, wanted: Wanted) -> Result<Arc<Process>, ProcessError> {
         let mut table = self.table();
+        // A name is held while the process is (running, or its result retained): the same
+        // request sent again, after a connection dropped before `exec_started`, starts nothing.
+        if let Some(name) = &wanted.name
+            && table.by_id.contains_key(name)
+        {
+            return Err(ProcessError::Exists(name.clone()));
+        }
         if wanted.keep.is_some() {
             if table.kept_running >= MAX_KEPT_PROCESSES {
                 return Err(ProcessError::TooManyKept);
@@ -146,7 +158,16 @@ impl Processes {
             table.journal_bytes += wanted.journal_cap;
             remove_journals(gone);
         }
-        let id = format!("{}-{}", self.instance, self.next.fetch_add(1, Ordering::Relaxed));
+        let id = match wanted.name {
+            Some(name) => name,
+            // A client's name may look like one of these: the next count then.
+            None => loop {
+                let id = format!("{}-{}", self.instance, self.next.fetch_add(1, Ordering::Relaxed));
+                if !table.by_id.contains_key(&id) {
+                    break id;
+                }
+            },
+        };
         let process = Arc::new(Process {
             id: id.clone(),
             command: wanted.command,
@@ -582,7 +603,7 @@ mod tests {
     use super::*;
 
     fn wanted(keep: bool, cap: u64) -> Wanted {
-        Wanted { command: "true".into(), keep: keep.then_some(None), pty: None, journal_cap: cap }
+        Wanted { command: "true".into(), keep: keep.then_some(None), pty: None, journal_cap: cap, name: None }
     }
 
     #[tokio::test]
@@ -600,6 +621,31 @@ mod tests {
         assert!(matches!(a.attach(false), Err(ProcessError::NotKept(_))));
         processes.forget(&b.id).unwrap();
         assert_eq!(processes.list().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_name_is_held_while_its_process_is() {
+        let processes = Arc::new(Processes::new());
+        let named = |name: &str| Wanted { name: Some(name.to_owned()), ..wanted(true, 1) };
+        let first = processes.start(named("job")).unwrap();
+        assert_eq!(first.id, "job");
+        // Refused before anything is reserved: the kept bound still admits the rest.
+        for _ in 0..3 {
+            assert_eq!(processes.start(named("job")).err(), Some(ProcessError::Exists("job".to_owned())));
+        }
+        let rest: Vec<_> =
+            (1..MAX_KEPT_PROCESSES).map(|_| processes.start(wanted(true, 1)).unwrap()).collect();
+        // Held while its result is retained, free once forgotten.
+        first.ended(&mut ExecResult::default());
+        assert!(matches!(processes.start(named("job")), Err(ProcessError::Exists(_))));
+        processes.forget("job").unwrap();
+        rest[0].ended(&mut ExecResult::default());
+        assert_eq!(processes.start(named("job")).map(|p| p.id.clone()).ok().as_deref(), Some("job"));
+        // A name shaped like agentd's own ids: agentd's next count skips it.
+        let next = format!("{}-{}", processes.instance, processes.next.load(Ordering::Relaxed));
+        let taken = processes.start(named(&next)).unwrap();
+        assert_ne!(processes.start(wanted(false, 1)).unwrap().id, taken.id);
+        assert_eq!(ProcessError::Exists("job".to_owned()).code(), ErrorCode::ProcessExists);
     }
 
     #[tokio::test]
@@ -658,7 +704,13 @@ mod tests {
         let processes = Arc::new(Processes::new());
         let grace = Duration::from_millis(100);
         let process = processes
-            .start(Wanted { command: "x".into(), keep: Some(Some(grace)), pty: None, journal_cap: 1 })
+            .start(Wanted {
+                command: "x".into(),
+                keep: Some(Some(grace)),
+                pty: None,
+                journal_cap: 1,
+                name: None,
+            })
             .unwrap();
         let own = process.attach(true).unwrap();
         drop(own);

@@ -132,6 +132,13 @@ pub struct ExecRequest {
     /// grace limit). Absent: the exec ends with its connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep: Option<f64>,
+    /// The kept process's name, chosen by the client (with `keep` only; [`valid_process_name`]):
+    /// a request whose name is held already is refused with `process_exists` and starts nothing.
+    /// So a client whose connection dropped before `exec_started` sends the request again under
+    /// the same name and, refused, attaches: the command runs once. Absent: agentd names it.
+    /// Only where `hello` says `named_processes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process: Option<String>,
     /// `"pipe"`: stdin stays open for `write_stdin` until `close_stdin`. Not with `stdin_base64`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stdin: Option<StdinMode>,
@@ -327,6 +334,19 @@ pub struct HelloReply {
     /// The server's sandbox profile and what of it this kernel can enforce.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Enforcement>,
+    /// `exec` takes `process`, a name the client chooses (absent: an older agentd, which refuses it).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub named_processes: bool,
+}
+
+/// The longest name a client may give a kept process.
+pub const MAX_PROCESS_NAME: usize = 64;
+
+/// Whether `name` may name a kept process (`exec.process`): 1 to [`MAX_PROCESS_NAME`] ASCII
+/// letters, digits, `.`, `_` and `-`.
+pub fn valid_process_name(name: &str) -> bool {
+    (1..=MAX_PROCESS_NAME).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Sent before any output of a streamed exec.
@@ -554,6 +574,9 @@ pub enum ErrorCode {
     /// An `attach`, `wait`, `write_stdin` or `close_stdin` was cancelled (by `cancel`): the process
     /// runs on.
     Cancelled,
+    /// An `exec` named a process (`process`) that exists already: nothing was started; `attach`
+    /// to it.
+    ProcessExists,
 }
 
 /// Why a client message could not be decoded; becomes an `error` reply.

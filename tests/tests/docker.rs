@@ -157,7 +157,6 @@ done | sort | tr '\n' ' '
     let run = |command: &str, timeout: f64| {
         let request =
             ExecRequest { command: command.to_owned(), timeout: Some(timeout), ..ExecRequest::default() };
-        let link = link.clone();
         async move { link.exec(request, None).await.unwrap() }
     };
     // The trick works here: the first thread is a zombie, the rest runs on and has forked.

@@ -123,6 +123,131 @@ async fn execs_survive_a_link_cut_many_times_with_exact_output_and_exit_codes() 
     assert!(cuts >= 3, "the proxy cut the link only {cuts} times");
 }
 
+/// Where [`NamingProxy`] ends a connection.
+#[derive(Clone, Copy, Debug)]
+enum Before {
+    /// The first request after `hello` (the exec) is swallowed: agentd never sees it.
+    Request,
+    /// agentd's `exec_started` is swallowed: the command runs, the client never learns its name.
+    Started,
+}
+
+/// A proxy to `target` that ends each of its first `cuts` connections at `before`; later ones pass.
+struct NamingProxy {
+    url: String,
+    cut: Arc<AtomicUsize>,
+    accept: JoinHandle<()>,
+}
+
+impl NamingProxy {
+    async fn start(target: &str, before: Before, cuts: usize) -> Self {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let target = target.trim_start_matches("ws://").to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("ws://{}", listener.local_addr().unwrap());
+        let cut = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&cut);
+        let accept = tokio::spawn(async move {
+            let mut accepted = 0;
+            while let Ok((client, _)) = listener.accept().await {
+                accepted += 1;
+                let Ok(server) = TcpStream::connect(&target).await else { continue };
+                let (counted, cutting) = (Arc::clone(&counted), accepted <= cuts);
+                tokio::spawn(async move {
+                    let (mut client_rx, mut client_tx) = client.into_split();
+                    let (mut server_rx, mut server_tx) = server.into_split();
+                    let greeted = Arc::new(tokio::sync::Notify::new());
+                    let greeted_up = Arc::clone(&greeted);
+                    // Both directions end when either does: the sockets drop together.
+                    let up = async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        let mut after_hello = false;
+                        loop {
+                            tokio::select! {
+                                () = greeted_up.notified(), if !after_hello => after_hello = true,
+                                read = client_rx.read(&mut buf) => {
+                                    let n = match read { Ok(0) | Err(_) => return false, Ok(n) => n };
+                                    if cutting && after_hello && matches!(before, Before::Request) {
+                                        return true;
+                                    }
+                                    if server_tx.write_all(&buf[..n]).await.is_err() {
+                                        return false;
+                                    }
+                                }
+                            }
+                        }
+                    };
+                    let down = async move {
+                        let mut buf = vec![0u8; 64 * 1024];
+                        let mut seen = Vec::new();
+                        loop {
+                            let n = match server_rx.read(&mut buf).await {
+                                Ok(0) | Err(_) => return false,
+                                Ok(n) => n,
+                            };
+                            seen.extend_from_slice(&buf[..n]);
+                            let has = |text: &[u8]| seen.windows(text.len()).any(|w| w == text);
+                            if cutting && matches!(before, Before::Started) && has(b"\"exec_started\"") {
+                                return true;
+                            }
+                            if client_tx.write_all(&buf[..n]).await.is_err() {
+                                return false;
+                            }
+                            if has(b"\"hello\"") {
+                                greeted.notify_one();
+                            }
+                        }
+                    };
+                    let cut = tokio::select! { cut = up => cut, cut = down => cut };
+                    if cut {
+                        counted.fetch_add(1, Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        Self { url, cut, accept }
+    }
+}
+
+impl Drop for NamingProxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+/// The window no resume covers: the link drops after the exec was sent and before agentd named its
+/// process (`exec_started`), so the client cannot attach to it and does not know whether it
+/// runs. The client named it (`exec.process`) and sends it again: refused as existing when the
+/// first had arrived, then attached to. Each command runs once and returns its exact output,
+/// streamed or not, however many connections drop in that window.
+#[tokio::test]
+async fn an_exec_whose_link_drops_before_it_is_named_runs_once() {
+    for before in [Before::Request, Before::Started] {
+        let daemon = Daemon::start();
+        let proxy = NamingProxy::start(&daemon.url, before, 3).await;
+        let sandbox = AgentdSandbox::connect(&proxy.url, Some(&daemon.token)).await.unwrap();
+        assert!(sandbox.link().await.unwrap().hello().named_processes);
+        let ws = daemon.workspace.path();
+        let response = sandbox.execute("echo ran >> ran-1; seq 1 5000; exit 3", None).await.unwrap();
+        assert_eq!(
+            (response.output.as_str(), response.exit_code),
+            (numbers(5000).as_str(), Some(3)),
+            "{before:?}"
+        );
+        assert_eq!(std::fs::read_to_string(ws.join("ran-1")).unwrap(), "ran\n", "{before:?}: ran once");
+        let request =
+            ExecRequest { command: "echo ran >> ran-2; seq 1 7000".to_owned(), ..ExecRequest::default() };
+        let mut streamed = Vec::new();
+        let mut sink = |data: &[u8]| streamed.extend_from_slice(data);
+        let result = sandbox.exec(request, Some(&mut sink)).await.unwrap();
+        assert_eq!(String::from_utf8(streamed).unwrap(), numbers(7000), "{before:?}: streamed byte-exact");
+        assert_eq!(result.exit_code, 0);
+        assert_eq!(std::fs::read_to_string(ws.join("ran-2")).unwrap(), "ran\n", "{before:?}: ran once");
+        // The first exec's connection and the ones after it were cut, up to `cuts`.
+        assert_eq!(proxy.cut.load(Ordering::Relaxed), 3, "{before:?}");
+    }
+}
+
 #[tokio::test]
 async fn past_its_grace_a_cut_exec_is_ended_and_the_caller_told() {
     let daemon = Daemon::start();

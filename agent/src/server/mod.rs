@@ -359,6 +359,7 @@ impl Session {
                     max_binary_message: MAX_BINARY_MESSAGE as u64,
                     landlock_abi: self.shared.confiner.landlock_abi(),
                     profile: self.shared.policy.profile.is_some().then(|| self.shared.confiner.capability()),
+                    named_processes: true,
                 };
                 self.send(ServerMessage::Hello(reply)).await;
             }
@@ -494,12 +495,12 @@ impl Session {
     async fn exec(&mut self, request: ExecRequest) {
         let (id, stream) = (request.id, request.stream);
         let command = request.command.clone();
-        let (spec, keep) = match self.exec_spec(request).await {
+        let (spec, keep, name) = match self.exec_spec(request).await {
             Ok(spec) => spec,
             Err(err) => return self.send(err.into_reply()).await,
         };
         let journal_cap = crate::exec::journal_cap(spec.max_capture_bytes);
-        let wanted = Wanted { command, keep, pty: spec.pty, journal_cap };
+        let wanted = Wanted { command, keep, pty: spec.pty, journal_cap, name };
         let process = match self.shared.processes.start(wanted) {
             Ok(process) => process,
             Err(err) => return self.reply_error(Some(id), err.code(), err.to_string()).await,
@@ -595,11 +596,12 @@ impl Session {
     async fn exec_spec(
         &self,
         request: ExecRequest,
-    ) -> Result<(ExecSpec, Option<Option<Duration>>), DecodeError> {
+    ) -> Result<(ExecSpec, Option<Option<Duration>>, Option<String>), DecodeError> {
         let id = request.id;
         let mut admitted = admission::admit(&self.shared.policy, request)
             .map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?;
         let keep = admitted.keep;
+        let name = admitted.process.take();
         let (confined, plan) = match admitted.profile.take() {
             None => {
                 // Its cgroup: an idle one at once, else made off the runtime.
@@ -654,7 +656,7 @@ impl Session {
             let made = made.map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e))?;
             spec.offload = Some(made.map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?);
         }
-        Ok((spec, keep))
+        Ok((spec, keep, name))
     }
 
     /// Records a new request of any kind; answers `duplicate_id` or `too_many_requests` and returns

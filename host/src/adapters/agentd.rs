@@ -1,22 +1,24 @@
 //! [`AgentdSandbox`]: the contract over a websocket link to a running agentd, reconnecting when the
 //! link dropped between calls, and healing it during an exec: over TCP an exec is kept for
 //! [`HEAL_GRACE_SECS`], and when its link drops it is attached again over a new one from the last
-//! byte delivered, so the caller gets the whole output and the true exit code. And [`OverAgentd`], how a sandbox that holds one (local, Docker, …)
+//! byte delivered, so the caller gets the whole output and the true exit code. The exec is named
+//! here (`exec.process`), so a drop before agentd said it started heals too: sent again under
+//! its name, it is refused as existing if the first arrived, and attached to; it runs once. And [`OverAgentd`], how a sandbox that holds one (local, Docker, …)
 //! gets the whole contract from it by writing only what differs.
 
 use std::time::Duration;
 
 use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
 use agentd_protocol::{
-    ExecRequest, ExecResult, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
-    Offload,
+    ErrorCode, ExecRequest, ExecResult, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse,
+    FileUploadResponse, Offload,
 };
 use agentd_protocol::{FsRequest, FsResponse};
 use async_trait::async_trait;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
-use crate::adapters::inject::AgentdSource;
+use crate::adapters::inject::{AgentdSource, random_hex};
 use crate::deadlines::Deadlines;
 use crate::error::{Result, SandboxError};
 use crate::link::{Link, OutputSink, Tracked};
@@ -103,6 +105,8 @@ impl AgentdSandbox {
     /// keep). Over TCP an exec without `keep` and `offload` is kept for [`HEAL_GRACE_SECS`]; one
     /// that is kept (so, or by the caller) survives its link dropping: it is attached again over a
     /// new link, its output from the last byte delivered to `on_output`, its whole result returned.
+    /// A kept exec without a `process` name gets one where agentd takes names, so a drop before
+    /// `exec_started` heals as well (see the module doc).
     pub async fn exec(
         &self,
         mut request: ExecRequest,
@@ -119,28 +123,60 @@ impl AgentdSandbox {
         }
         let grace = request.keep.filter(|g| *g > 0.0).map_or(HEAL_GRACE_SECS, |g| g.min(HEAL_GRACE_SECS));
         let timeout = request.timeout;
-        let mut tracked = Tracked::default();
-        let err = match link.exec_tracked(request, reborrow(&mut on_output), &mut tracked).await {
-            Ok(result) => {
-                if release {
-                    link.release(&result.process);
-                }
-                return Ok(result);
-            }
-            Err(err) => err,
-        };
-        match tracked.process {
-            Some(process) if link.is_closed() => {
-                let healed = self.heal(&process, tracked.delivered, on_output, timeout, grace).await;
-                if let (true, Ok(_)) = (release, &healed)
-                    && let Ok(link) = self.link().await
-                {
-                    link.release(&process);
-                }
-                healed
-            }
-            _ => Err(err),
+        // Named here where agentd takes names, so that a drop before `exec_started` (which names
+        // the process) heals too: the request goes again under its name, and if it had arrived
+        // the first time, agentd refuses it as existing and it is attached to. It runs once.
+        if request.process.is_none() && link.hello().named_processes {
+            request.process = random_hex().get(..32).map(|hex| format!("h{hex}"));
         }
+        let give_up = tokio::time::Instant::now() + Duration::from_secs_f64(grace);
+        let mut pause = Duration::from_millis(20);
+        let mut link = link;
+        let mut sent_again = false;
+        let (process, delivered) = loop {
+            let mut tracked = Tracked::default();
+            let err = match link.exec_tracked(request.clone(), reborrow(&mut on_output), &mut tracked).await {
+                Ok(result) => {
+                    if release {
+                        link.release(&result.process);
+                    }
+                    return Ok(result);
+                }
+                Err(err) => err,
+            };
+            match (tracked.process, &request.process) {
+                (Some(process), _) if link.is_closed() => break (process, tracked.delivered),
+                // Started by the first request: this one started nothing.
+                (None, Some(name))
+                    if sent_again
+                        && matches!(err, SandboxError::Refused { code: ErrorCode::ProcessExists, .. }) =>
+                {
+                    break (name.clone(), 0);
+                }
+                (None, Some(_))
+                    if is_link_failure(&err) && link.is_closed() && tokio::time::Instant::now() < give_up =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(HEAL_BACKOFF_MAX);
+                    sent_again = true;
+                    link = match self.link().await {
+                        Ok(link) => link,
+                        Err(err) if is_link_failure(&err) && tokio::time::Instant::now() < give_up => {
+                            continue;
+                        }
+                        Err(err) => return Err(err),
+                    };
+                }
+                _ => return Err(err),
+            }
+        };
+        let healed = self.heal(&process, delivered, on_output, timeout, grace).await;
+        if let (true, Ok(_)) = (release, &healed)
+            && let Ok(link) = self.link().await
+        {
+            link.release(&process);
+        }
+        healed
     }
 
     /// Attaches again to the kept `process` whose link dropped, over new links until one holds or
