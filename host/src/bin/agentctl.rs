@@ -968,9 +968,10 @@ fn end_tagged(agentd: u32) -> usize {
         dir.flatten()
             .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
             .filter_map(|pid| {
-                let stopped = live_threads(pid)?;
-                let tagged = environ(pid).split(|b| *b == 0).any(|var| var.starts_with(&prefix));
-                tagged.then_some((pid, stopped))
+                let live = live_threads(pid)?;
+                let tagged =
+                    environ(pid, live.first_ended).split(|b| *b == 0).any(|var| var.starts_with(&prefix));
+                tagged.then_some((pid, live.stopped))
             })
             .collect()
     };
@@ -997,10 +998,18 @@ fn end_tagged(agentd: u32) -> usize {
     scan().len()
 }
 
-/// Whether all of process `pid`'s threads that have not ended are stopped; `None` when none is
-/// left. Its first thread reads as a zombie once it has ended, while the others may still be ending
-/// or run on (the `exit` system call ends one thread): only they tell.
-fn live_threads(pid: i32) -> Option<bool> {
+/// A process with a thread that has not ended.
+struct Live {
+    /// Every such thread is stopped (it cannot fork until continued).
+    stopped: bool,
+    /// The first thread has ended (it reads as a zombie) while others have not: they ended alone
+    /// (the `exit` system call ends one thread), or are still ending.
+    first_ended: bool,
+}
+
+/// Process `pid` if any of its threads has not ended. Its first thread reads as a zombie once it
+/// has ended, while the others may run on: only they tell.
+fn live_threads(pid: i32) -> Option<Live> {
     let state = |stat: &Path| -> Option<char> {
         let stat = std::fs::read_to_string(stat).ok()?;
         stat.rsplit_once(')')?.1.trim_start().chars().next()
@@ -1011,24 +1020,25 @@ fn live_threads(pid: i32) -> Option<bool> {
             let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
             let mut threads = tasks.flatten().filter_map(|task| live(state(&task.path().join("stat"))?));
             let first = threads.next()?;
-            Some(threads.fold(first, |all, stopped| all && stopped))
+            Some(Live { stopped: threads.fold(first, |all, stopped| all && stopped), first_ended: true })
         }
-        other => live(other),
+        other => live(other).map(|stopped| Live { stopped, first_ended: false }),
     }
 }
 
-/// The environment of process `pid`: read through a thread that has not ended when the first one
-/// has (the memory is read through it, so it reads empty then).
-fn environ(pid: i32) -> Vec<u8> {
-    match std::fs::read(format!("/proc/{pid}/environ")) {
-        Ok(environ) if !environ.is_empty() => environ,
-        _ => std::fs::read_dir(format!("/proc/{pid}/task"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .find_map(|task| std::fs::read(task.path().join("environ")).ok().filter(|e| !e.is_empty()))
-            .unwrap_or_default(),
+/// The environment of process `pid`. With `first_ended` it is read through the other threads (it
+/// is read through the first one's memory, so `/proc/<pid>/environ` reads empty then).
+fn environ(pid: i32, first_ended: bool) -> Vec<u8> {
+    let first = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    if !first_ended || !first.is_empty() {
+        return first;
     }
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find_map(|task| std::fs::read(task.path().join("environ")).ok().filter(|e| !e.is_empty()))
+        .unwrap_or_default()
 }
 
 /// Runs a file verb; prints its result (the protocol's type with `--json`). Exit status 1 when the
