@@ -3,6 +3,8 @@
 //! to check that nothing is left running.
 //!
 //! ## Layout
+//! - [`agentctl`]: agentctl as a child process, isolated from the machine's providers, its peak RSS
+//!   measured.
 //! - [`channels`]: what the provider benchmarks share: one sandbox through the link and through the
 //!   provider's own exec channel.
 //! - [`containers`]: the fake providers' sandboxes as Docker containers, driven by the `docker` CLI.
@@ -27,6 +29,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::{Message, http::HeaderValue};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+pub mod agentctl;
 pub mod channels;
 pub mod containers;
 pub mod evil_agentd;

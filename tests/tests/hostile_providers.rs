@@ -16,11 +16,9 @@
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Read as _;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use agentd_tests::binary;
+use agentd_tests::agentctl::{Run, agentctl, run, with_daytona, with_modal};
 use agentd_tests::fake_daytona::FakeDaytona;
 use agentd_tests::fake_modal::FakeModal;
 
@@ -32,99 +30,6 @@ const CLEAR: &str = "\u{1b}[2J";
 /// The peak RSS agentctl may reach while refusing a 2 GiB answer.
 const RSS_LIMIT_KIB: i64 = 128 * 1024;
 const HUGE: u64 = 2 << 30;
-
-/// agentctl with no provider configured but the ones a test adds, and a Docker engine that is
-/// not there (so no test here touches real containers).
-fn agentctl(state: &tempfile::TempDir) -> Command {
-    let mut command = Command::new(binary("agentctl"));
-    command
-        .env("AGENTCTL_SESSION", state.path().join("session.json"))
-        .env("DOCKER_HOST", format!("unix://{}", state.path().join("no-docker.sock").display()))
-        .env("MODAL_CONFIG_PATH", state.path().join("no-modal.toml"))
-        .env("HOME", state.path());
-    for variable in [
-        "AGENTD_URL",
-        "AGENTD_TOKEN",
-        "DAYTONA_API_KEY",
-        "DAYTONA_API_URL",
-        "DAYTONA_TARGET",
-        "MODAL_TOKEN_ID",
-        "MODAL_TOKEN_SECRET",
-        "MODAL_SERVER_URL",
-        "MODAL_ENVIRONMENT",
-    ] {
-        command.env_remove(variable);
-    }
-    command
-}
-
-fn with_daytona(command: &mut Command, fake: &FakeDaytona) {
-    command.env("DAYTONA_API_URL", fake.api_url()).env("DAYTONA_API_KEY", fake.api_key());
-}
-
-fn with_modal(command: &mut Command, fake: &FakeModal) {
-    command.envs(fake.env());
-}
-
-/// How a run of agentctl went: its exit code, output, peak RSS (KiB, from `wait4`'s rusage of
-/// this very child) and wall time.
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    max_rss_kib: i64,
-    elapsed: Duration,
-}
-
-/// Runs `command` to its end (killed after `deadline`), measuring its peak RSS. The child is
-/// reaped by `wait4` (for its own rusage), not by `Child::wait`.
-#[allow(clippy::zombie_processes)]
-fn run(command: &mut Command, deadline: Duration) -> Run {
-    let started = Instant::now();
-    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let pid = i32::try_from(child.id()).unwrap();
-    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            bytes
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().unwrap()));
-    let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watchdog = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            while started.elapsed() < deadline {
-                if done.load(std::sync::atomic::Ordering::SeqCst) {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            // Not reaped yet (`done` is set only after wait4), so the pid is still this child's.
-            let _ =
-                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-        })
-    };
-    let mut status = 0;
-    // SAFETY: rusage is a plain C struct of integers, valid when zeroed.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child, not waited for by anyone else (`child.wait` is never
-    // called); `status` and `usage` are valid for writes for the call's duration.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert_eq!(waited, pid, "wait4: {}", std::io::Error::last_os_error());
-    let _ = watchdog.join();
-    let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
-    Run {
-        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
-        stdout: text(stdout.join().unwrap()),
-        stderr: text(stderr.join().unwrap()),
-        max_rss_kib: usage.ru_maxrss,
-        elapsed: started.elapsed(),
-    }
-}
 
 /// No raw control character of the hostile names reached the terminal.
 fn assert_no_raw_controls(run: &Run) {

@@ -18,7 +18,8 @@
 //! Hostile switches (a provider that is not to be trusted): [`FakeDaytona::add_listed`] lists a
 //! record with any id and source (`../../../../evil/delete-me`, `a%2Fb`, escape sequences), with
 //! no container behind it; [`FakeDaytona::huge_answers`] answers matching requests with a body of
-//! any size, generated as it is sent. Every request's method and raw path is recorded
+//! any size, generated as it is sent; [`FakeDaytona::generated_file`] answers a bulk download with a
+//! generated part of any size, its `Content-Length` true or a lie. Every request's method and raw path is recorded
 //! ([`FakeDaytona::requests`]), so a test can check that nothing went outside `/sandbox/<id>`.
 
 mod api;
@@ -32,6 +33,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 pub use state::Sandbox;
+pub use toolbox::generated_bytes;
 
 /// Label on every container a fake creates; the value is the fake's instance id.
 pub const CONTAINER_LABEL: &str = "dev.agentd.fake-daytona";
@@ -61,6 +63,15 @@ pub(crate) struct Huge {
     pub bytes: u64,
 }
 
+/// [`FakeDaytona::generated_file`]: a bulk download of `path` answers a part of `bytes` generated
+/// bytes whose `Content-Length` says `announced` (none when `None`).
+#[derive(Debug, Clone)]
+pub(crate) struct Generated {
+    pub path: String,
+    pub bytes: u64,
+    pub announced: Option<u64>,
+}
+
 /// What the handlers share.
 pub(crate) struct Shared {
     pub key: String,
@@ -74,6 +85,9 @@ pub(crate) struct Shared {
     pub requests: Mutex<Vec<String>>,
     pub faults: Mutex<Vec<Fault>>,
     pub huge: Mutex<Vec<Huge>>,
+    pub generated: Mutex<Vec<Generated>>,
+    /// Bytes of generated parts handed to the connection so far.
+    pub generated_sent: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -117,6 +131,8 @@ impl FakeDaytona {
             requests: Mutex::new(Vec::new()),
             faults: Mutex::new(Vec::new()),
             huge: Mutex::new(Vec::new()),
+            generated: Mutex::new(Vec::new()),
+            generated_sent: std::sync::atomic::AtomicU64::new(0),
         });
         let app = api::router(shared.clone());
         let server = crate::ServerThread::spawn("fake-daytona", move || async move {
@@ -196,6 +212,24 @@ impl FakeDaytona {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(Huge { path_part: path_part.to_owned(), bytes });
+    }
+
+    /// From now on, a bulk download (of any sandbox, one with no container too) that asks only for
+    /// paths given here answers each with a part of `bytes` bytes ([`generated_bytes`]), produced
+    /// as it is sent (never held in memory), whose `Content-Length` header says `announced` (left
+    /// out when `None`; a number other than `bytes` is a lie).
+    pub fn generated_file(&self, path: &str, bytes: u64, announced: Option<u64>) {
+        self.shared.generated.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(Generated {
+            path: path.to_owned(),
+            bytes,
+            announced,
+        });
+    }
+
+    /// How many bytes of generated parts ([`FakeDaytona::generated_file`]) the fake has handed to
+    /// its connections so far.
+    pub fn generated_sent(&self) -> u64 {
+        self.shared.generated_sent.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Every request seen so far, as `METHOD /path?query` (auth failures included).

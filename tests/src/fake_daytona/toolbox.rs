@@ -10,6 +10,7 @@ use axum::extract::{Multipart, Path, Query, State};
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{get, post};
+use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 use super::Shared;
@@ -232,6 +233,71 @@ fn part(out: &mut Vec<u8>, name: &str, path: &str, content_type: &str, body: &[u
     out.extend_from_slice(b"\r\n");
 }
 
+/// The `paths` of a bulk download's body, or the 400 answer.
+#[allow(clippy::result_large_err)]
+fn requested_paths(body: &[u8]) -> Result<Vec<String>, Response> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(value) => match value.get("paths").and_then(Value::as_array) {
+            Some(paths) if !paths.is_empty() => {
+                match paths.iter().map(|p| p.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>() {
+                    Some(paths) => Ok(paths),
+                    None => Err(bad_multipart("paths must be strings")),
+                }
+            }
+            _ => Err(bad_multipart("paths is required and must not be empty")),
+        },
+        Err(err) => Err(bad_multipart(format!("invalid body: {err}"))),
+    }
+}
+
+/// The bytes of a generated part of `len` bytes, chunk by chunk: byte `i` is `i % 251` (a prime,
+/// so a part shifted or cut short does not hash the same), each chunk a whole number of periods.
+pub fn generated_bytes(len: u64) -> impl Iterator<Item = Bytes> + Send + 'static {
+    const PERIOD: usize = 251;
+    let block = Bytes::from((0..PERIOD * 256).map(|i| (i % PERIOD) as u8).collect::<Vec<u8>>());
+    let mut left = len;
+    std::iter::from_fn(move || {
+        if left == 0 {
+            return None;
+        }
+        let n = usize::try_from(left).map_or(block.len(), |left| left.min(block.len()));
+        left -= n as u64;
+        Some(block.slice(..n))
+    })
+}
+
+/// The answer of [`super::FakeDaytona::generated_file`] when every path asked for is generated.
+fn generated_parts(shared: &Arc<Shared>, paths: &[String]) -> Option<Response> {
+    let generated = shared.generated.lock().ok()?.clone();
+    let files: Vec<super::Generated> = paths
+        .iter()
+        .map(|path| generated.iter().find(|g| &g.path == path).cloned())
+        .collect::<Option<_>>()?;
+    let shared = shared.clone();
+    let body = futures_util::stream::iter(files).flat_map(move |file| {
+        let length = file.announced.map(|n| format!("Content-Length: {n}\r\n")).unwrap_or_default();
+        let head = format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{}\"; filename*=utf-8''{}\r\n\
+             Content-Type: application/octet-stream\r\n{length}\r\n",
+            quoted(&file.path),
+            pct(&file.path),
+        );
+        let shared = shared.clone();
+        let data = generated_bytes(file.bytes).inspect(move |chunk| {
+            shared.generated_sent.fetch_add(chunk.len() as u64, std::sync::atomic::Ordering::SeqCst);
+        });
+        futures_util::stream::iter(
+            std::iter::once(Bytes::from(head)).chain(data).chain(std::iter::once(Bytes::from_static(b"\r\n"))),
+        )
+    });
+    let end = futures_util::stream::once(async { Bytes::from(format!("--{BOUNDARY}--\r\n")) });
+    let body = body.chain(end).map(Ok::<_, std::convert::Infallible>);
+    let mut response = axum::body::Body::from_stream(body).into_response();
+    let content_type = format!("multipart/form-data; boundary={BOUNDARY}");
+    response.headers_mut().insert(header::CONTENT_TYPE, content_type.parse().ok()?);
+    Some(response)
+}
+
 /// One part per requested path, in request order: `file` with the bytes, or `error` with a JSON body.
 async fn bulk_download(
     State(shared): Shd,
@@ -240,21 +306,17 @@ async fn bulk_download(
     uri: Uri,
     body: Bytes,
 ) -> Response {
+    let generated = requested_paths(&body).ok().and_then(|paths| generated_parts(&shared, &paths));
+    if let Some(response) = generated {
+        return response;
+    }
     let container = match container(&shared, &id, &uri, &method) {
         Ok(c) => c,
         Err(response) => return response,
     };
-    let paths: Vec<String> = match serde_json::from_slice::<Value>(&body) {
-        Ok(value) => match value.get("paths").and_then(Value::as_array) {
-            Some(paths) if !paths.is_empty() => {
-                match paths.iter().map(|p| p.as_str().map(str::to_owned)).collect::<Option<Vec<_>>>() {
-                    Some(paths) => paths,
-                    None => return bad_multipart("paths must be strings"),
-                }
-            }
-            _ => return bad_multipart("paths is required and must not be empty"),
-        },
-        Err(err) => return bad_multipart(format!("invalid body: {err}")),
+    let paths = match requested_paths(&body) {
+        Ok(paths) => paths,
+        Err(response) => return response,
     };
     let mut out = Vec::new();
     for path in &paths {
