@@ -1,7 +1,8 @@
 //! A sandbox's file saved to a local path ([`download_to_path`]: `agentctl download`, Python's
-//! `download_file`): streamed over the agentd link when the sandbox has one (any size, bounded
-//! memory), else through the contract's `download_files`. The local file has no name until it is
-//! whole and checked, so neither an error nor a killed client leaves a part of it behind.
+//! `download_file`): streamed by the sandbox's [`BaseSandbox::download_into`] (over the agentd link
+//! when there is one, a provider's own streamed transfer such as Daytona's bulk download, any size
+//! in bounded memory), else through the contract's `download_files`. The local file has no name
+//! until it is whole and checked, so neither an error nor a killed client leaves a part of it behind.
 //!
 //! ```no_run
 //! # async fn demo(sandbox: &dyn agentd_host::BaseSandbox) -> agentd_host::Result<()> {
@@ -13,51 +14,69 @@
 //! # Ok(()) }
 //! ```
 
-use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
+use agentd_protocol::FileDownloadResponse;
 use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 
 use crate::error::Result;
 use crate::link::Downloaded;
 use crate::sandbox::BaseSandbox;
 
-/// Saves the sandbox's file `remote` as `local` (replaced at once when whole). `progress` gets
-/// (bytes so far, size) on the streamed path. `Ok(Err(error))` is the contract's per-file error
-/// (`file_not_found`, …, or `file_too_large` on the contract's path), with `local` untouched.
+/// Saves the sandbox's file `remote` as `local` (replaced at once when whole), streamed by
+/// [`BaseSandbox::download_into`]. `progress` gets (bytes so far, size or 0). `Ok(Err(error))` is
+/// the contract's per-file error (`file_not_found`, …), with `local` untouched.
 pub async fn download_to_path(
     sandbox: &dyn BaseSandbox,
     remote: &str,
     local: &Path,
-    progress: impl FnMut(u64, u64),
+    mut progress: impl FnMut(u64, u64) + Send,
 ) -> Result<Result<Downloaded, String>> {
     let dir = local.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let partial = Partial::new_in(dir)?;
-    let outcome = match sandbox.agentd() {
-        Some(agentd) => {
-            let file = tokio::fs::File::from_std(partial.file()?);
-            agentd.link().await?.download(remote, file, progress).await?
-        }
-        None => {
-            let mut responses = sandbox.download_files(&[remote.to_owned()]).await?;
-            match responses.pop() {
-                Some(response) => match (response.content, response.error) {
-                    (Some(content), None) => {
-                        partial.file()?.write_all(&content)?;
-                        let sha256 = format!("{:x}", Sha256::digest(&content));
-                        Ok(Downloaded { size: content.len() as u64, sha256 })
-                    }
-                    (_, error) => Err(error.unwrap_or_else(|| "no content".to_owned())),
-                },
-                None => Err("the sandbox answered a download with nothing".to_owned()),
-            }
-        }
-    };
+    let mut file = tokio::fs::File::from_std(partial.file()?);
+    let outcome = sandbox.download_into(remote, &mut file, &mut progress).await?;
     if outcome.is_ok() {
+        file.flush().await?;
         partial.persist(local)?;
     }
     Ok(outcome)
+}
+
+/// [`BaseSandbox::download_into`]'s default: over the agentd link when there is one, else the
+/// contract's `download_files` ([`write_whole`]).
+pub(crate) async fn download_into<S: BaseSandbox + ?Sized>(
+    sandbox: &S,
+    remote: &str,
+    sink: &mut (dyn AsyncWrite + Unpin + Send),
+    progress: &mut (dyn FnMut(u64, u64) + Send),
+) -> Result<Result<Downloaded, String>> {
+    match sandbox.agentd() {
+        Some(agentd) => agentd.link().await?.download(remote, sink, progress).await,
+        None => write_whole(sandbox.download_files(&[remote.to_owned()]).await?, sink).await,
+    }
+}
+
+/// The one file a whole-file download answered (`responses`, as `download_files` gives them),
+/// written to `sink`.
+pub(crate) async fn write_whole(
+    mut responses: Vec<FileDownloadResponse>,
+    sink: &mut (dyn AsyncWrite + Unpin + Send),
+) -> Result<Result<Downloaded, String>> {
+    let Some(response) = responses.pop() else {
+        return Ok(Err("the sandbox answered a download with nothing".to_owned()));
+    };
+    match (response.content, response.error) {
+        (Some(content), None) => {
+            sink.write_all(&content).await?;
+            sink.flush().await?;
+            let sha256 = format!("{:x}", Sha256::digest(&content));
+            Ok(Ok(Downloaded { size: content.len() as u64, sha256 }))
+        }
+        (_, error) => Ok(Err(error.unwrap_or_else(|| "no content".to_owned()))),
+    }
 }
 
 /// A download's file before it is whole: an `O_TMPFILE` file, which has no name (a kill leaves

@@ -15,11 +15,13 @@ use agentd_protocol::fs::{
 };
 use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use async_trait::async_trait;
+use tokio::io::AsyncWrite;
 
 use crate::adapters::agentd::AgentdSandbox;
 use crate::adapters::inject::AgentdSource;
 use crate::derived;
 use crate::error::{Result, SandboxError};
+use crate::link::Downloaded;
 
 /// Outer limit of `grep`, as the reference's async twin.
 pub const GREP_TIMEOUT: Duration = Duration::from_secs(35);
@@ -42,6 +44,20 @@ pub trait BaseSandbox: Send + Sync {
 
     /// Reads each file; one response per input, in order.
     async fn download_files(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>>;
+
+    /// Streams the file at `remote` into `sink` ([`download_to_path`](crate::download::download_to_path)
+    /// gives it a file with no name until it is whole), saying (bytes so far, size or 0) to
+    /// `progress`. `Ok(Err(error))` is the contract's per-file error. Default: over the agentd link
+    /// when there is one (any size, bounded memory), else [`BaseSandbox::download_files`] (whole, in
+    /// memory, with its bound).
+    async fn download_into(
+        &self,
+        remote: &str,
+        sink: &mut (dyn AsyncWrite + Unpin + Send),
+        progress: &mut (dyn FnMut(u64, u64) + Send),
+    ) -> Result<std::result::Result<Downloaded, String>> {
+        crate::download::download_into(self, remote, sink, progress).await
+    }
 
     /// The agentd link inside, when this sandbox has one: for the protocol's native extras (live
     /// output, cwd/env/stdin, streamed transfers with progress, the hello) that the contract lacks.

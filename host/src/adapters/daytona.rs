@@ -12,7 +12,8 @@
 //!   is uploaded through the toolbox, then started through the toolbox exec with a fresh token in a
 //!   token file (`agentd serve --listen 0.0.0.0:PORT --token-file F`, detached with `setsid`/`nohup`).
 //! - **Channels.** Files always travel through the toolbox's bulk endpoints (the adapter's own
-//!   channel). `execute`, the verbs and the offload go over the websocket link to agentd, reached
+//!   channel); a download to a local path streams the part to its file, in bounded memory, when
+//!   there is no link (with one, over the link). `execute`, the verbs and the offload go over the websocket link to agentd, reached
 //!   through the port's preview URL (`X-Daytona-Preview-Token`, re-fetched on every reconnect because
 //!   it changes when the sandbox restarts). Without a link they fall back to the toolbox exec (the
 //!   verbs then run `agentd fs` through it). [`DaytonaMode`] chooses; [`DaytonaSandbox::channel`]
@@ -231,6 +232,16 @@ impl Machine for Daytona {
 
     async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
         self.toolbox.download(paths).await
+    }
+
+    /// The bulk download's part streamed into `sink`: memory does not follow the file's size.
+    async fn download_into(
+        &self,
+        remote: &str,
+        sink: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+        progress: &mut (dyn FnMut(u64, u64) + Send),
+    ) -> Result<std::result::Result<crate::link::Downloaded, String>> {
+        self.toolbox.download_into(remote, sink, progress).await
     }
 
     /// The link through the preview URL of agentd's port.

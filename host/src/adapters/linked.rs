@@ -25,10 +25,13 @@ use agentd_protocol::{
     ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse, FsRequest, FsResponse,
 };
 use async_trait::async_trait;
+use tokio::io::AsyncWrite;
 
 use crate::adapters::agentd::{AgentdSandbox, Connector};
 use crate::adapters::inject::{AgentdSource, random_hex, static_agentd};
+use crate::download::write_whole;
 use crate::error::{Result, SandboxError};
+use crate::link::Downloaded;
 use crate::sandbox::BaseSandbox;
 
 /// Where an agentd baked in beside the image is found when it is not on `PATH`: an initContainer
@@ -61,6 +64,17 @@ pub trait Machine: Send + Sync + 'static {
 
     /// [`BaseSandbox::download_files`] through the provider's channel.
     async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>>;
+
+    /// [`BaseSandbox::download_into`] through the provider's channel, when there is no link.
+    /// Default: [`Machine::download`] (whole, in memory); a provider that can stream overrides it.
+    async fn download_into(
+        &self,
+        remote: &str,
+        sink: &mut (dyn AsyncWrite + Unpin + Send),
+        _progress: &mut (dyn FnMut(u64, u64) + Send),
+    ) -> Result<std::result::Result<Downloaded, String>> {
+        write_whole(self.download(&[remote.to_owned()]).await?, sink).await
+    }
 
     /// How to open (and reopen) the link to the agentd at `agentd` (a path in the sandbox): the
     /// provider's port, tunnel or stream, and starting agentd there when it does not run.
@@ -279,6 +293,18 @@ impl<M: Machine> BaseSandbox for Linked<M> {
         match &self.link {
             Some(link) if M::TRANSFERS_OVER_LINK => link.download_files(paths).await,
             _ => self.machine.download(paths).await,
+        }
+    }
+
+    async fn download_into(
+        &self,
+        remote: &str,
+        sink: &mut (dyn AsyncWrite + Unpin + Send),
+        progress: &mut (dyn FnMut(u64, u64) + Send),
+    ) -> Result<std::result::Result<Downloaded, String>> {
+        match &self.link {
+            Some(_) => crate::download::download_into(self, remote, sink, progress).await,
+            None => self.machine.download_into(remote, sink, progress).await,
         }
     }
 

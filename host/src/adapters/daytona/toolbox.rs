@@ -2,16 +2,22 @@
 //! transfer channel) and the exec fallback.
 
 use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use agentd_protocol::{ExecuteResponse, FileDownloadResponse, FileUploadResponse, TransferError};
 use base64::Engine as _;
+use futures_util::Stream;
 use reqwest::{StatusCode, Url};
 use serde::Deserialize;
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 
 use super::api::{PROVIDER, error_chain, error_message, join, status_error};
 use crate::adapters::capped::{EXEC_RESULT_MAX, FILE_MAX, JSON_BODY_MAX, read_capped};
 use crate::error::{Result, SandboxError};
+use crate::link::Downloaded;
 
 pub use crate::adapters::agentd::DEFAULT_EXEC_TIMEOUT;
 /// The HTTP call outlives the command's own timeout by this much, so the toolbox's 408 comes first.
@@ -197,13 +203,25 @@ impl Toolbox {
 
     /// Reads files through `POST /files/bulk-download`; one response per input, in order. Parts are
     /// matched by filename (`filename*` preferred); error parts become the contract's codes. A body
-    /// that ends before its closing boundary is an `Err`: the transfer broke.
+    /// that ends before its closing boundary is an `Err`: the transfer broke. Each file is held
+    /// whole (the contract's type), so each has a bound ([`FILE_MAX`]).
     pub async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
         let invalid = |path: &str| TransferError::check_path(path).err().map(|c| c.as_str().to_owned());
         let wanted: Vec<&String> = paths.iter().filter(|p| invalid(p).is_none()).collect();
         let mut parts: HashMap<String, VecDeque<std::result::Result<Vec<u8>, String>>> = HashMap::new();
         if !wanted.is_empty() {
-            parts = self.download_parts(&wanted).await?;
+            let mut bulk = self.bulk_download(&wanted, FILE_MAX).await?;
+            while let Some(part) = bulk.next().await? {
+                let (path, outcome) = match part {
+                    Part::Error { path, error } => (path, Err(error)),
+                    Part::File { path, field, announced } => {
+                        let mut bytes = Vec::new();
+                        let copied = bulk.copy(field, &path, announced, &mut bytes, &mut |_, _| {}).await?;
+                        (path, copied.map(|_| bytes))
+                    }
+                };
+                parts.entry(path).or_default().push_back(outcome);
+            }
         }
         Ok(paths
             .iter()
@@ -213,7 +231,7 @@ impl Toolbox {
                     None => parts
                         .get_mut(path.as_str())
                         .and_then(VecDeque::pop_front)
-                        .unwrap_or_else(|| Err("the bulk download sent no part for this path".to_owned())),
+                        .unwrap_or_else(|| Err(NO_PART.to_owned())),
                 };
                 match outcome {
                     Ok(content) => {
@@ -227,10 +245,34 @@ impl Toolbox {
             .collect())
     }
 
-    async fn download_parts(
+    /// The bulk download of the one file `path`, its part streamed into `sink` as it comes (any
+    /// size: memory holds a chunk, not the file), with (bytes so far, announced size or 0) said to
+    /// `progress`. A part that announces its `Content-Length` must send exactly that: one byte more
+    /// fails at once, fewer at its end. `Ok(Err(error))` is the contract's per-file error.
+    pub async fn download_into(
         &self,
-        paths: &[&String],
-    ) -> Result<HashMap<String, VecDeque<std::result::Result<Vec<u8>, String>>>> {
+        path: &str,
+        sink: &mut (dyn AsyncWrite + Unpin + Send),
+        progress: &mut (dyn FnMut(u64, u64) + Send),
+    ) -> Result<std::result::Result<Downloaded, String>> {
+        if let Err(code) = TransferError::check_path(path) {
+            return Ok(Err(code.as_str().to_owned()));
+        }
+        let wanted = path.to_owned();
+        let mut bulk = self.bulk_download(&[&wanted], u64::MAX).await?;
+        // The first part for the path is its answer; what may follow is not read.
+        match bulk.next().await? {
+            Some(Part::Error { error, .. }) => Ok(Err(error)),
+            Some(Part::File { path, field, announced }) => {
+                bulk.copy(field, &path, announced, sink, progress).await
+            }
+            None => Ok(Err(NO_PART.to_owned())),
+        }
+    }
+
+    /// Sends the bulk download of `paths` and opens its multipart answer, each file part at most
+    /// `most` bytes (the whole body at most that per path, plus room for headers and error parts).
+    async fn bulk_download(&self, paths: &[&String], most: u64) -> Result<BulkParts> {
         let what = "bulk download";
         let response = self
             .http
@@ -257,50 +299,167 @@ impl Toolbox {
         let boundary = multer::parse_boundary(&content_type).map_err(|e| {
             SandboxError::Protocol(format!("{what} answered `{content_type}`, not multipart: {e}"))
         })?;
-        // Each part is held whole (the contract's type), so each has a cap; the whole body at most
-        // one capped file per path asked for (parts for paths not asked for are not kept).
-        let whole = FILE_MAX.saturating_mul(paths.len() as u64).saturating_add(JSON_BODY_MAX);
-        let limits = multer::SizeLimit::new().per_field(FILE_MAX).whole_stream(whole);
+        // Parts for paths not asked for are skipped, but still count against the whole body.
+        let whole = most.saturating_mul(paths.len() as u64).saturating_add(JSON_BODY_MAX);
+        let limits = multer::SizeLimit::new().whole_stream(whole).for_field("error", JSON_BODY_MAX);
         let constraints = multer::Constraints::new().size_limit(limits);
-        let mut multipart =
-            multer::Multipart::with_constraints(response.bytes_stream(), boundary, constraints);
-        let mut parts: HashMap<String, VecDeque<_>> = HashMap::new();
-        let broken = |e: multer::Error| match e {
-            multer::Error::FieldSizeExceeded { limit, .. } | multer::Error::StreamSizeExceeded { limit } => {
-                SandboxError::TooLarge { what: format!("{what} in Daytona sandbox {}", self.sandbox), limit }
-            }
-            e => SandboxError::Provider {
-                provider: PROVIDER,
-                status: None,
-                message: format!("{what} in sandbox {} broke off: {}", self.sandbox, error_chain(&e)),
-            },
-        };
-        while let Some(field) = multipart.next_field().await.map_err(broken)? {
-            let disposition = field
-                .headers()
-                .get(reqwest::header::CONTENT_DISPOSITION)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or_default()
-                .to_owned();
-            let name = field.name().unwrap_or_default().to_owned();
-            let Some(filename) = part_filename(&disposition) else {
+        let body = ChunkByChunk { body: Box::pin(response.bytes_stream()), paused: false };
+        Ok(BulkParts {
+            multipart: multer::Multipart::with_constraints(body, boundary, constraints),
+            paths: paths.iter().map(|p| (*p).clone()).collect(),
+            most,
+            sandbox: self.sandbox.clone(),
+        })
+    }
+}
+
+/// What the bulk download says of a path it sent no part for.
+const NO_PART: &str = "the bulk download sent no part for this path";
+
+/// A bulk download's answer, read part by part (§B4).
+struct BulkParts {
+    multipart: multer::Multipart<'static>,
+    /// The paths asked for: parts for others are skipped.
+    paths: Vec<String>,
+    /// The most bytes of one file part.
+    most: u64,
+    sandbox: String,
+}
+
+/// One part for a path asked for.
+enum Part {
+    /// Its bytes, still to be read ([`BulkParts::copy`]), and the `Content-Length` it announced.
+    File { path: String, field: multer::Field<'static>, announced: Option<u64> },
+    /// Its error part, as the contract's code.
+    Error { path: String, error: String },
+}
+
+impl BulkParts {
+    const WHAT: &'static str = "bulk download";
+
+    /// The next part for a path asked for; `None` after the closing boundary.
+    async fn next(&mut self) -> Result<Option<Part>> {
+        while let Some(field) = self.multipart.next_field().await.map_err(|e| self.broken(e))? {
+            let header = |name| field.headers().get(name).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let disposition = header(reqwest::header::CONTENT_DISPOSITION).unwrap_or_default();
+            let Some(path) = part_filename(&disposition) else {
                 return Err(SandboxError::Protocol(format!(
-                    "{what}: a part without a filename: {disposition}"
+                    "{}: a part without a filename: {disposition}",
+                    Self::WHAT
                 )));
             };
-            if !paths.iter().any(|p| **p == filename) {
-                tracing::debug!("{what}: a part for a path not asked for, skipped");
+            if !self.paths.contains(&path) {
+                tracing::debug!("{}: a part for a path not asked for, skipped", Self::WHAT);
                 continue;
             }
-            let body = field.bytes().await.map_err(broken)?;
-            let outcome = if name == "error" {
-                Err(file_error(&String::from_utf8_lossy(&body)))
-            } else {
-                Ok(Vec::from(body))
+            let announced = match header(reqwest::header::CONTENT_LENGTH) {
+                None => None,
+                Some(length) => Some(length.trim().parse::<u64>().map_err(|_| {
+                    self.lied(format!("the part of {path} announces a length that is not one: {length:?}"))
+                })?),
             };
-            parts.entry(filename).or_default().push_back(outcome);
+            if field.name() == Some("error") {
+                let body = field.bytes().await.map_err(|e| self.broken(e))?;
+                return Ok(Some(Part::Error { path, error: file_error(&String::from_utf8_lossy(&body)) }));
+            }
+            return Ok(Some(Part::File { path, field, announced }));
         }
-        Ok(parts)
+        Ok(None)
+    }
+
+    /// Streams the file part `field` of `path` into `sink`, chunk by chunk: past [`Self::most`] it
+    /// is [`SandboxError::TooLarge`] (at once when the part announces more), past its announced
+    /// length a [`SandboxError::Protocol`] at once, and short of it one at its end.
+    async fn copy(
+        &self,
+        mut field: multer::Field<'static>,
+        path: &str,
+        announced: Option<u64>,
+        sink: &mut (dyn AsyncWrite + Unpin + Send),
+        progress: &mut (dyn FnMut(u64, u64) + Send),
+    ) -> Result<std::result::Result<Downloaded, String>> {
+        let too_large = || SandboxError::TooLarge {
+            what: format!("{} of {path} in Daytona sandbox {}", Self::WHAT, self.sandbox),
+            limit: self.most,
+        };
+        if announced.is_some_and(|size| size > self.most) {
+            return Err(too_large());
+        }
+        let mut hasher = Sha256::new();
+        let mut received = 0u64;
+        while let Some(chunk) = field.chunk().await.map_err(|e| self.broken(e))? {
+            received += chunk.len() as u64;
+            if received > self.most {
+                return Err(too_large());
+            }
+            if let Some(size) = announced.filter(|size| received > *size) {
+                return Err(
+                    self.lied(format!("the part of {path} sent more than the {size} bytes it announced"))
+                );
+            }
+            hasher.update(&chunk);
+            sink.write_all(&chunk).await?;
+            progress(received, announced.unwrap_or(0));
+        }
+        if let Some(size) = announced.filter(|size| received != *size) {
+            return Err(self.lied(format!(
+                "the part of {path} ended after {received} of the {size} bytes it announced"
+            )));
+        }
+        sink.flush().await?;
+        Ok(Ok(Downloaded { size: received, sha256: format!("{:x}", hasher.finalize()) }))
+    }
+
+    /// The toolbox's answer does not hold together: `message` says how.
+    fn lied(&self, message: String) -> SandboxError {
+        SandboxError::Provider {
+            provider: PROVIDER,
+            status: None,
+            message: format!("{} in sandbox {}: {message}", Self::WHAT, self.sandbox),
+        }
+    }
+
+    fn broken(&self, err: multer::Error) -> SandboxError {
+        match err {
+            multer::Error::FieldSizeExceeded { limit, .. } | multer::Error::StreamSizeExceeded { limit } => {
+                SandboxError::TooLarge {
+                    what: format!("{} in Daytona sandbox {}", Self::WHAT, self.sandbox),
+                    limit,
+                }
+            }
+            err => SandboxError::Provider {
+                provider: PROVIDER,
+                status: None,
+                message: format!(
+                    "{} in sandbox {} broke off: {}",
+                    Self::WHAT,
+                    self.sandbox,
+                    error_chain(&err)
+                ),
+            },
+        }
+    }
+}
+
+/// A body handed on one chunk per poll. multer's buffer takes every chunk that is ready before it
+/// yields field data, so a sender that keeps ahead of the reader would pile the body up in memory;
+/// yielding after each chunk bounds it to a chunk or two.
+struct ChunkByChunk<S> {
+    body: Pin<Box<S>>,
+    paused: bool,
+}
+
+impl<S: Stream> Stream for ChunkByChunk<S> {
+    type Item = S::Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        if std::mem::take(&mut self.paused) {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        let next = self.body.as_mut().poll_next(cx);
+        self.paused = matches!(next, Poll::Ready(Some(_)));
+        next
     }
 }
 
