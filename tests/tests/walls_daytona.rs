@@ -18,7 +18,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Read as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agentd_host::adapters::daytona::{DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
@@ -66,99 +66,101 @@ fn names(dir: &Path) -> Vec<String> {
     names
 }
 
-/// `agentctl download REMOTE LOCAL` in the container-less sandbox `id` of `fake` (so through the
-/// toolbox's bulk download: there is no link), its peak RSS measured.
-fn download(fake: &FakeDaytona, state: &tempfile::TempDir, id: &str, remote: &str, local: &Path) -> Run {
-    let mut command = agentctl(state);
-    with_daytona(&mut command, fake);
-    command.args(["--json", "--sandbox", &format!("daytona-attach:{id}"), "download", remote]).arg(local);
-    let run = run(&mut command, Duration::from_secs(120));
-    eprintln!(
-        "download of {remote}: exit {:?} in {:?}, peak RSS {} KiB, the fake sent {} MiB of parts; stderr: {}",
-        run.code,
-        run.elapsed,
-        run.max_rss_kib,
-        fake.generated_sent() / MIB,
-        run.stderr.trim()
-    );
-    run
+/// A fake Daytona whose container-less sandbox `name` has the generated file `/data/<name>.bin`
+/// (`bytes` bytes, `announced` in its part's `Content-Length`), and where to save it.
+struct Case {
+    fake: FakeDaytona,
+    state: tempfile::TempDir,
+    name: String,
+    remote: String,
+    local: PathBuf,
+}
+
+impl Case {
+    fn new(name: &str, bytes: u64, announced: Option<u64>) -> Self {
+        let (fake, state) = (FakeDaytona::start(), tempfile::tempdir().unwrap());
+        let remote = format!("/data/{name}.bin");
+        fake.add_listed(name, "x");
+        fake.generated_file(&remote, bytes, announced);
+        let local = state.path().join(format!("{name}.bin"));
+        Self { fake, state, name: name.to_owned(), remote, local }
+    }
+
+    /// `agentctl download REMOTE LOCAL` (through the toolbox's bulk download: without a container
+    /// agentd cannot be put in, so there is no link), its peak RSS measured.
+    fn download(&self) -> Run {
+        let mut command = agentctl(&self.state);
+        with_daytona(&mut command, &self.fake);
+        let sandbox = format!("daytona-attach:{}", self.name);
+        command.args(["--json", "--sandbox", &sandbox, "download", &self.remote]).arg(&self.local);
+        let run = run(&mut command, Duration::from_secs(120));
+        eprintln!(
+            "download of {}: exit {:?} in {:?}, peak RSS {} KiB, the fake sent {} MiB of parts; stderr: {}",
+            self.remote,
+            run.code,
+            run.elapsed,
+            run.max_rss_kib,
+            self.fake.generated_sent() / MIB,
+            run.stderr.trim()
+        );
+        run
+    }
+
+    /// The download fails saying `why`, and leaves nothing at the destination nor beside it.
+    fn fails_leaving_nothing(&self, why: &str) -> Run {
+        let before = names(self.state.path());
+        let run = self.download();
+        assert_ne!(run.code, Some(0), "{}", run.stdout);
+        assert!(run.stderr.contains(why), "{}", run.stderr);
+        assert!(!self.local.exists());
+        assert_eq!(names(self.state.path()), before, "left beside the destination");
+        run
+    }
 }
 
 /// The attack: one 512 MiB part. Before, agentctl held it whole (up to the 256 MiB per-file bound,
-/// a 270 MiB peak) and failed; now it lands in its file at a bounded peak.
+/// a 282 MiB peak) and failed; now it lands in its file at a bounded peak.
 #[test]
 fn a_512_mib_part_streams_to_its_file_in_bounded_memory() {
-    let state = tempfile::tempdir().unwrap();
-    let fake = FakeDaytona::start();
-    fake.add_listed("big-part", "x");
-    fake.generated_file("/data/big.bin", PART, Some(PART));
-    let local = state.path().join("big.bin");
-    let run = download(&fake, &state, "big-part", "/data/big.bin", &local);
+    let case = Case::new("big", PART, Some(PART));
+    let run = case.download();
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    assert!(fake.requests().iter().any(|r| r == "POST /toolbox/big-part/files/bulk-download"));
+    assert!(case.fake.requests().iter().any(|r| r == "POST /toolbox/big/files/bulk-download"));
     let expected = generated_sha256(PART);
     let answer: serde_json::Value = serde_json::from_str(run.stdout.trim()).unwrap();
     assert_eq!((answer["size"].as_u64(), answer["sha256"].as_str()), (Some(PART), Some(expected.as_str())));
-    assert_eq!(std::fs::metadata(&local).unwrap().len(), PART);
-    assert_eq!(file_sha256(&local), expected);
+    assert_eq!(std::fs::metadata(&case.local).unwrap().len(), PART);
+    assert_eq!(file_sha256(&case.local), expected);
     assert!(run.max_rss_kib < RSS_LIMIT_KIB, "peak RSS {} KiB for a {PART}-byte part", run.max_rss_kib);
 }
 
 /// A part with no `Content-Length` (older toolboxes send none) streams the same.
 #[test]
 fn a_part_without_a_length_streams_too() {
-    let state = tempfile::tempdir().unwrap();
-    let fake = FakeDaytona::start();
-    fake.add_listed("no-length", "x");
-    fake.generated_file("/data/plain.bin", 3 * MIB + 7, None);
-    let local = state.path().join("plain.bin");
-    let run = download(&fake, &state, "no-length", "/data/plain.bin", &local);
+    let case = Case::new("plain", 3 * MIB + 7, None);
+    let run = case.download();
     assert_eq!(run.code, Some(0), "{}", run.stderr);
-    assert_eq!(file_sha256(&local), generated_sha256(3 * MIB + 7));
+    assert_eq!(file_sha256(&case.local), generated_sha256(3 * MIB + 7));
 }
 
 /// A toolbox that announces 1 MiB and sends 512: cut off at once (the fake has sent a fraction of
 /// it), and nothing at the destination, nor beside it.
 #[test]
 fn a_part_longer_than_it_announced_is_cut_off_and_leaves_nothing() {
-    let state = tempfile::tempdir().unwrap();
-    let fake = FakeDaytona::start();
-    fake.add_listed("lying", "x");
-    fake.generated_file("/data/lie.bin", PART, Some(MIB));
-    let local = state.path().join("lie.bin");
-    let before = names(state.path());
-    let run = download(&fake, &state, "lying", "/data/lie.bin", &local);
-    assert_ne!(run.code, Some(0), "{}", run.stdout);
-    assert!(
-        run.stderr.contains("the part of /data/lie.bin sent more than the 1048576 bytes it announced"),
-        "{}",
-        run.stderr
-    );
-    assert!(!local.exists());
-    assert_eq!(names(state.path()), before, "left beside the destination");
-    assert!(fake.generated_sent() < 64 * MIB, "the fake sent {} bytes", fake.generated_sent());
+    let case = Case::new("lie", PART, Some(MIB));
+    let run =
+        case.fails_leaving_nothing("the part of /data/lie.bin sent more than the 1048576 bytes it announced");
+    assert!(case.fake.generated_sent() < 64 * MIB, "the fake sent {} bytes", case.fake.generated_sent());
     assert!(run.max_rss_kib < RSS_LIMIT_KIB, "peak RSS {} KiB", run.max_rss_kib);
 }
 
 /// A toolbox that announces 8 MiB and sends 5: refused at the part's end, nothing left.
 #[test]
 fn a_part_shorter_than_it_announced_fails_and_leaves_nothing() {
-    let state = tempfile::tempdir().unwrap();
-    let fake = FakeDaytona::start();
-    fake.add_listed("short", "x");
-    fake.generated_file("/data/short.bin", 5 * MIB, Some(8 * MIB));
-    let local = state.path().join("short.bin");
-    let before = names(state.path());
-    let run = download(&fake, &state, "short", "/data/short.bin", &local);
-    assert_ne!(run.code, Some(0), "{}", run.stdout);
-    assert!(
-        run.stderr
-            .contains("the part of /data/short.bin ended after 5242880 of the 8388608 bytes it announced"),
-        "{}",
-        run.stderr
+    let case = Case::new("short", 5 * MIB, Some(8 * MIB));
+    case.fails_leaving_nothing(
+        "the part of /data/short.bin ended after 5242880 of the 8388608 bytes it announced",
     );
-    assert!(!local.exists());
-    assert_eq!(names(state.path()), before, "left beside the destination");
 }
 
 /// The contract's `download_files` holds files whole: a part that announces more than the 256 MiB

@@ -329,7 +329,7 @@ struct BulkParts {
 /// One part for a path asked for.
 enum Part {
     /// Its bytes, still to be read ([`BulkParts::copy`]), and the `Content-Length` it announced.
-    File { path: String, field: multer::Field<'static>, announced: Option<u64> },
+    File { path: String, field: Box<multer::Field<'static>>, announced: Option<u64> },
     /// Its error part, as the contract's code.
     Error { path: String, error: String },
 }
@@ -362,7 +362,7 @@ impl BulkParts {
                 let body = field.bytes().await.map_err(|e| self.broken(e))?;
                 return Ok(Some(Part::Error { path, error: file_error(&String::from_utf8_lossy(&body)) }));
             }
-            return Ok(Some(Part::File { path, field, announced }));
+            return Ok(Some(Part::File { path, field: Box::new(field), announced }));
         }
         Ok(None)
     }
@@ -372,7 +372,7 @@ impl BulkParts {
     /// length a [`SandboxError::Protocol`] at once, and short of it one at its end.
     async fn copy(
         &self,
-        mut field: multer::Field<'static>,
+        mut field: Box<multer::Field<'static>>,
         path: &str,
         announced: Option<u64>,
         sink: &mut (dyn AsyncWrite + Unpin + Send),
