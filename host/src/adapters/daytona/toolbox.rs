@@ -1,5 +1,8 @@
 //! The sandbox's toolbox (provider facts §B2, §B4, §B5): the bulk file endpoints (the adapter's own
-//! transfer channel) and the exec fallback.
+//! transfer channel) and the exec fallback. A bulk download is read part by part ([`BulkParts`]):
+//! into memory for the contract's `download_files` (each file bounded), or streamed into a sink for
+//! a download to a local path (any size, a chunk in memory); either way a part is held to the
+//! `Content-Length` it announces.
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -299,17 +302,7 @@ impl Toolbox {
         let boundary = multer::parse_boundary(&content_type).map_err(|e| {
             SandboxError::Protocol(format!("{what} answered `{content_type}`, not multipart: {e}"))
         })?;
-        // Parts for paths not asked for are skipped, but still count against the whole body.
-        let whole = most.saturating_mul(paths.len() as u64).saturating_add(JSON_BODY_MAX);
-        let limits = multer::SizeLimit::new().whole_stream(whole).for_field("error", JSON_BODY_MAX);
-        let constraints = multer::Constraints::new().size_limit(limits);
-        let body = ChunkByChunk { body: Box::pin(response.bytes_stream()), paused: false };
-        Ok(BulkParts {
-            multipart: multer::Multipart::with_constraints(body, boundary, constraints),
-            paths: paths.iter().map(|p| (*p).clone()).collect(),
-            most,
-            sandbox: self.sandbox.clone(),
-        })
+        Ok(BulkParts::new(response.bytes_stream(), boundary, paths, most, &self.sandbox))
     }
 }
 
@@ -336,6 +329,26 @@ enum Part {
 
 impl BulkParts {
     const WHAT: &'static str = "bulk download";
+
+    /// The parts of `body` (a multipart body with `boundary`) for `paths`, each file part at most
+    /// `most` bytes.
+    fn new<S, E>(body: S, boundary: String, paths: &[&String], most: u64, sandbox: &str) -> Self
+    where
+        S: Stream<Item = std::result::Result<bytes::Bytes, E>> + Send + 'static,
+        E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+    {
+        // Parts for paths not asked for are skipped, but still count against the whole body.
+        let whole = most.saturating_mul(paths.len() as u64).saturating_add(JSON_BODY_MAX);
+        let limits = multer::SizeLimit::new().whole_stream(whole).for_field("error", JSON_BODY_MAX);
+        let constraints = multer::Constraints::new().size_limit(limits);
+        let body = ChunkByChunk { body: Box::pin(body), paused: false };
+        Self {
+            multipart: multer::Multipart::with_constraints(body, boundary, constraints),
+            paths: paths.iter().map(|p| (*p).clone()).collect(),
+            most,
+            sandbox: sandbox.to_owned(),
+        }
+    }
 
     /// The next part for a path asked for; `None` after the closing boundary.
     async fn next(&mut self) -> Result<Option<Part>> {
@@ -606,6 +619,93 @@ mod tests {
         assert_eq!(file_error(&body("INVALID_FILE_PATH", "path is a directory")), "is_directory");
         assert_eq!(file_error(&body("INVALID_FILE_PATH", "not a directory: /a/b")), "invalid_path");
         assert_eq!(file_error(&body("FILE_READ_FAILED", "disk on fire")), "disk on fire");
+    }
+
+    /// The parts of a multipart body made of `parts` (name, filename, `Content-Length` header,
+    /// bytes), sent in chunks of 7 bytes, for `paths`, each file part at most `most` bytes.
+    fn bulk(parts: &[(&str, &str, Option<u64>, &[u8])], paths: &[&str], most: u64) -> BulkParts {
+        let mut body = Vec::new();
+        for (name, filename, length, bytes) in parts {
+            let length = length.map(|n| format!("Content-Length: {n}\r\n")).unwrap_or_default();
+            body.extend_from_slice(
+                format!("--B\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{filename}\"\r\n{length}\r\n")
+                    .as_bytes(),
+            );
+            body.extend_from_slice(bytes);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(b"--B--\r\n");
+        let chunks: Vec<std::result::Result<bytes::Bytes, std::io::Error>> =
+            body.chunks(7).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
+        let paths: Vec<String> = paths.iter().map(|p| (*p).to_owned()).collect();
+        let paths: Vec<&String> = paths.iter().collect();
+        BulkParts::new(futures_util::stream::iter(chunks), "B".to_owned(), &paths, most, "sb")
+    }
+
+    /// The next part, copied into memory when it is a file: (path, bytes or error).
+    async fn next_copied(
+        bulk: &mut BulkParts,
+    ) -> Result<Option<(String, std::result::Result<Vec<u8>, String>)>> {
+        Ok(match bulk.next().await? {
+            None => None,
+            Some(Part::Error { path, error }) => Some((path, Err(error))),
+            Some(Part::File { path, field, announced }) => {
+                let mut bytes = Vec::new();
+                let copied = bulk.copy(field, &path, announced, &mut bytes, &mut |_, _| {}).await?;
+                assert_eq!(copied.as_ref().map(|d| d.size), Ok(bytes.len() as u64));
+                Some((path, copied.map(|_| bytes)))
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn parts_are_read_in_order_skipping_paths_not_asked_for() {
+        let error = r#"{"statusCode":404,"code":"FILE_NOT_FOUND","message":"gone"}"#.as_bytes();
+        let parts: &[(&str, &str, Option<u64>, &[u8])] = &[
+            ("file", "/a", Some(12), b"hello\r\nthere"),
+            ("file", "/other", None, b"not asked for"),
+            ("error", "/b", None, error),
+            ("file", "/c", None, b""),
+        ];
+        let mut bulk = bulk(parts, &["/a", "/b", "/c"], 1 << 20);
+        let mut read = Vec::new();
+        while let Some(part) = next_copied(&mut bulk).await.unwrap() {
+            read.push(part);
+        }
+        assert_eq!(
+            read,
+            [
+                ("/a".to_owned(), Ok(b"hello\r\nthere".to_vec())),
+                ("/b".to_owned(), Err("file_not_found".to_owned())),
+                ("/c".to_owned(), Ok(Vec::new())),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_part_is_held_to_its_announced_length_and_to_the_bound() {
+        let more = bulk(&[("file", "/a", Some(4), b"12345")], &["/a"], 1 << 20);
+        let err = next_copied(&mut { more }).await.unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "Daytona: bulk download in sandbox sb: the part of /a sent more than the 4 bytes it announced"
+        );
+        let fewer = bulk(&[("file", "/a", Some(6), b"12345")], &["/a"], 1 << 20);
+        let err = next_copied(&mut { fewer }).await.unwrap_err().to_string();
+        assert!(err.ends_with("the part of /a ended after 5 of the 6 bytes it announced"), "{err}");
+        let announced = bulk(&[("file", "/a", Some(9), b"123456789")], &["/a"], 8);
+        let err = next_copied(&mut { announced }).await.unwrap_err();
+        assert!(matches!(err, SandboxError::TooLarge { limit: 8, .. }), "{err}");
+        let unannounced = bulk(&[("file", "/a", None, b"123456789")], &["/a"], 8);
+        let err = next_copied(&mut { unannounced }).await.unwrap_err();
+        assert!(matches!(err, SandboxError::TooLarge { limit: 8, .. }), "{err}");
+        let garbled = "--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/a\"\r\nContent-Length: x\r\n\r\n1\r\n--B--\r\n";
+        let chunks = vec![Ok::<_, std::io::Error>(bytes::Bytes::from(garbled))];
+        let paths = ["/a".to_owned()];
+        let mut garbled =
+            BulkParts::new(futures_util::stream::iter(chunks), "B".to_owned(), &[&paths[0]], 8, "sb");
+        let err = garbled.next().await.err().unwrap().to_string();
+        assert!(err.contains("announces a length that is not one"), "{err}");
     }
 
     #[test]
