@@ -263,7 +263,7 @@ impl Confiner {
             Some(Built { ruleset, short, programs }) => (Some(ruleset), short, programs),
             None => (None, Vec::new(), None),
         };
-        report::add_rules(&mut report, profile, &short, programs.as_ref());
+        report::add_rules(&mut report, profile, &short, programs.as_ref(), self.user.switch.is_some());
         let strict = report.mode == Mode::Strict;
         if strict && report.level != Level::Full && report.level != Level::NotRequested {
             return Some(Err(ConfineError::NotEnforceable {
@@ -539,7 +539,7 @@ impl Confiner {
         let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
         let mut report = self.report_with(profile, links, cgroups);
         let (short, programs) = &self.rules_at_start;
-        report::add_rules(&mut report, profile, short, programs.as_ref());
+        report::add_rules(&mut report, profile, short, programs.as_ref(), self.user.switch.is_some());
         report
     }
 
