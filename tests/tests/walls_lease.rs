@@ -28,8 +28,22 @@ struct Agentd {
 impl Agentd {
     /// Starts agentd serving `profile` in `cwd`: `Err(stderr)` when it refuses to start.
     fn start(profile: &Path, cwd: &Path) -> Result<Self, String> {
+        Self::start_through(&[], profile, cwd)
+    }
+
+    /// [`Agentd::start`] through `wrapper`, a command that ends by running its arguments.
+    fn start_through(wrapper: &[&str], profile: &Path, cwd: &Path) -> Result<Self, String> {
         let token = format!("lease-{}", rand::random::<u64>());
-        let mut child = Command::new(agentd_tests::binary("agentd"))
+        let agentd = agentd_tests::binary("agentd");
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(&agentd);
+                command
+            }
+            None => Command::new(&agentd),
+        };
+        let mut child = command
             .args(["serve", "--listen", "127.0.0.1:0", "--profile"])
             .arg(profile)
             .env("AGENTD_TOKEN", &token)
@@ -172,6 +186,46 @@ async fn a_second_agentd_cannot_take_a_live_sessions_roots() {
     assert_eq!(r.output.as_deref(), Some("the first session\nmore\nkilled\nagain\n"), "{r:?}");
     after_kill.end(nix::sys::signal::Signal::SIGTERM);
     assert_eq!(meta(&private).uid(), 0, "given back to agentd's user");
+}
+
+/// The same directory by another path (a bind mount, in a mount namespace of the test's own) is no
+/// overlap by identity of the roots, but the live agentd's sandbox user's files are still not taken.
+#[tokio::test]
+async fn a_live_agentds_files_are_not_taken_through_another_path() {
+    if !as_root() {
+        return;
+    }
+    let top = tempfile::tempdir().unwrap();
+    let top_path = top.path().canonicalize().unwrap();
+    let (w, alias) = (top_path.join("w"), top_path.join("alias"));
+    std::fs::create_dir(&w).unwrap();
+    std::fs::create_dir(&alias).unwrap();
+    set_mode(&top_path, 0o755);
+    let config = tempfile::tempdir().unwrap();
+    let roots = |name: &str, root: &Path| {
+        profile(
+            config.path(),
+            name,
+            &format!("name = \"{name}\"\nwritable_roots = [\"{}\"]\n", root.display()),
+        )
+    };
+    let first = Agentd::start(&roots("first", &w), &w).unwrap();
+    let sb = first.connect().await;
+    let r = run(&sb, "mkdir sub && echo mine > sub/private && chmod 600 sub/private").await;
+    assert_eq!(r.exit_code, 0, "{r:?}");
+    let private = w.join("sub/private");
+    let owner = sandbox_id(first.pid());
+
+    let bind = format!("mount --bind {} {} && exec \"$0\" \"$@\"", w.join("sub").display(), alias.display());
+    let wrapper = ["unshare", "-m", "--propagation", "private", "sh", "-c", bind.as_str()];
+    let mut second = Agentd::start_through(&wrapper, &roots("alias", &alias), &top_path).unwrap();
+    let r =
+        run(&second.connect().await, &format!("cat {0}/private; echo theirs > {0}/private", alias.display()))
+            .await;
+    assert_ne!(r.exit_code, 0, "{r:?}");
+    second.end(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!((meta(&private).uid(), meta(&private).mode() & 0o777), (owner, 0o600));
+    assert_eq!(std::fs::read_to_string(&private).unwrap(), "mine\n");
 }
 
 #[tokio::test]
