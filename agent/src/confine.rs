@@ -85,6 +85,8 @@ pub enum ConfineError {
     NotEnforceable { profile: String, notes: String },
     #[error("profile `{profile}`: cannot prepare its rules: {message}")]
     Prepare { profile: String, message: String },
+    #[error(transparent)]
+    Lease(#[from] lease::record::LeaseError),
 }
 
 /// The server's profile and what this machine offers to enforce it.
@@ -261,7 +263,7 @@ impl Confiner {
             Some(Built { ruleset, short, programs }) => (Some(ruleset), short, programs),
             None => (None, Vec::new(), None),
         };
-        report::add_rules(&mut report, profile, &short, programs.as_ref());
+        report::add_rules(&mut report, profile, &short, programs.as_ref(), self.user.switch.is_some());
         let strict = report.mode == Mode::Strict;
         if strict && report.level != Level::Full && report.level != Level::NotRequested {
             return Some(Err(ConfineError::NotEnforceable {
@@ -537,7 +539,7 @@ impl Confiner {
         let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
         let mut report = self.report_with(profile, links, cgroups);
         let (short, programs) = &self.rules_at_start;
-        report::add_rules(&mut report, profile, short, programs.as_ref());
+        report::add_rules(&mut report, profile, short, programs.as_ref(), self.user.switch.is_some());
         report
     }
 
@@ -548,16 +550,16 @@ impl Confiner {
     }
 
     /// Lends `roots` (the workspace and writable roots) to the sandbox user, when commands run as
-    /// one ([`lease`]); what it returns gives them back at shutdown. File system work: before
-    /// serving, or off the runtime.
-    pub fn lend_roots(&self, roots: Vec<PathBuf>) -> Lent {
+    /// one ([`lease`]); what it returns gives them back at shutdown. Refused when a root overlaps one
+    /// a live agentd lent ([`lease::record`]). File system work: before serving, or off the runtime.
+    pub fn lend_roots(&self, roots: Vec<PathBuf>) -> Result<Lent, ConfineError> {
         let Some(to) =
             self.user.switch.filter(|_| self.profile.user == agentd_protocol::profile::User::Sandbox)
         else {
-            return Lent { roots: Vec::new(), back: None };
+            return Ok(Lent { roots: Vec::new(), back: None, shared: lease::Shared::new(), lease: None });
         };
         let agentd = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
-        let lend = lease::Handover { to, from: Some(agentd.0), sandbox_ids: true };
+        let mut lend = lease::Handover { to, from: Some(agentd.0), sandbox_ids: true, spared: Vec::new() };
         // A root beneath a directory the sandbox user cannot search (root's home, pytest's 0700
         // temp dirs) is lent in vain: said once, in every report.
         let unreachable: Vec<String> = roots
@@ -576,11 +578,50 @@ impl Confiner {
             tracing::warn!("{note}");
         }
         let _ = self.unreachable_roots.set(unreachable);
+        // Recorded before anything changes hands: what the walk would take or enter at the top.
+        let recorded = roots
+            .iter()
+            .filter(|root| lease::lends_root(root, &lend))
+            .filter_map(|root| {
+                Some(lease::record::Root {
+                    path: root.display().to_string(),
+                    chain: lease::record::chain(root)?,
+                })
+            })
+            .collect();
+        let record = lease::record::Record { pid: std::process::id(), uid: to.0, roots: recorded };
+        let (held, live) = lease::record::lease(Path::new(lease::record::DIR), &record)?;
+        lend.spared = live;
+        let denied = self.denied_paths();
+        let mut shared = lease::Shared::new();
         for root in &roots {
-            let changed = lease::hand_over(root, &lend);
+            let direction = lease::Direction::Lend { denied: &denied, shared: &mut shared };
+            let changed = lease::hand_over(root, &lend, direction);
             tracing::debug!("{} lent to uid {}: {changed} entries", root.display(), to.0);
         }
-        Lent { roots, back: Some(lease::Handover { to: agentd, from: Some(to.0), sandbox_ids: false }) }
+        let back = lease::Handover { to: agentd, from: Some(to.0), sandbox_ids: false, spared: Vec::new() };
+        Ok(Lent { roots, back: Some(back), shared, lease: Some(held) })
+    }
+
+    /// What the profile's permission rules deny of a real path, as the kernel reads them
+    /// ([`permits::plan_permissions`]: a pattern covers what matches it now).
+    fn denied_paths(&self) -> impl Fn(&Path) -> lease::Denied + use<> {
+        use agentd_protocol::permission::Operation;
+        let plan = Permissions::new(&self.profile.permissions)
+            .map(|rules| permits::plan_permissions(&rules))
+            .unwrap_or_default();
+        let found = |operation: Operation| -> Vec<(PathBuf, bool)> {
+            let denied =
+                plan.denied.iter().filter(|(_, op)| *op == operation).map(|(p, _)| (p.clone(), false));
+            let allowed =
+                plan.allowed.iter().filter(|(_, op)| *op == operation).map(|(p, _)| (p.clone(), true));
+            denied.chain(allowed).collect()
+        };
+        let (read, write) = (found(Operation::Read), found(Operation::Write));
+        move |path: &Path| lease::Denied {
+            read: !crate::permission::allowed_at(&read, path),
+            write: !crate::permission::allowed_at(&write, path),
+        }
     }
 
     /// Where file work for the sandbox runs: on [`FileWorkers`] that carry the server profile's
@@ -644,16 +685,22 @@ impl Confiner {
 pub struct Lent {
     roots: Vec<PathBuf>,
     back: Option<lease::Handover>,
+    /// Denied entries whose group was lent, with their group and mode before.
+    shared: lease::Shared,
+    /// The record that the roots are lent, held until they are given back.
+    lease: Option<lease::record::Lease>,
 }
 
 impl Lent {
-    /// Gives back to agentd's user what the sandbox user owns in the roots (agentd is shutting down).
+    /// Gives back to agentd's user what the sandbox user owns in the roots, and their group and
+    /// mode to the denied entries it could read (agentd is shutting down); then ends the lease.
     pub fn give_back(self) {
         if let Some(back) = &self.back {
             for root in &self.roots {
-                lease::hand_over(root, back);
+                lease::hand_over(root, back, lease::Direction::Back { shared: &self.shared });
             }
         }
+        drop(self.lease);
     }
 }
 

@@ -338,7 +338,13 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
                 Some(roots) => roots.iter().map(PathBuf::from).collect(),
                 None => vec![workspace.clone()],
             };
-            Some(shared.confiner.lend_roots(roots))
+            match shared.confiner.lend_roots(roots) {
+                Ok(lent) => Some(lent),
+                Err(err) => {
+                    let _ = std::fs::remove_dir_all(&scratch);
+                    return Err(err.into());
+                }
+            }
         }
         None => None,
     };

@@ -202,6 +202,16 @@ pub fn boundaries(targets: &[(PermissionMode, bool, Vec<PathBuf>)]) -> Vec<(Path
     out
 }
 
+/// Whether `path` (real, absolute) is allowed where `boundaries` (what [`boundaries`] returns for
+/// one operation) say: the deepest boundary at or above it decides; none, allowed. Pure.
+pub fn allowed_at(boundaries: &[(PathBuf, bool)], path: &Path) -> bool {
+    boundaries
+        .iter()
+        .filter(|(at, _)| path.starts_with(at))
+        .max_by_key(|(at, _)| at.components().count())
+        .is_none_or(|(_, allowed)| *allowed)
+}
+
 /// `path` made absolute against `cwd` and normalized by its text (`.`, `..`, doubled `/`), as
 /// deepagents' `validate_path` does; what the rules are matched against, with the real path.
 pub fn lexical(path: &str, cwd: &Path) -> String {
@@ -355,6 +365,19 @@ mod tests {
             (Deny, true, vec![p("/")]),
         ];
         assert_eq!(boundaries(&nested), vec![(p("/"), false), (p("/ws"), true), (p("/ws/secret"), false)]);
+    }
+
+    #[test]
+    fn the_deepest_boundary_above_a_path_decides() {
+        let p = |s: &str| PathBuf::from(s);
+        let found = vec![(p("/ws/src"), false), (p("/ws/src/gen"), true), (p("/ws/src/gen/secret"), false)];
+        assert!(allowed_at(&found, Path::new("/ws")));
+        assert!(allowed_at(&found, Path::new("/ws/srcx")), "by component, not by text");
+        assert!(!allowed_at(&found, Path::new("/ws/src")), "the subtree's own directory");
+        assert!(!allowed_at(&found, Path::new("/ws/src/a")));
+        assert!(allowed_at(&found, Path::new("/ws/src/gen/x")));
+        assert!(!allowed_at(&found, Path::new("/ws/src/gen/secret/y")));
+        assert!(allowed_at(&[], Path::new("/ws")));
     }
 
     #[test]

@@ -125,12 +125,14 @@ pub(super) fn enforcement(profile: &SandboxProfile, machine: &Machine, withheld:
 
 /// Adds what the kernel makes of `permissions` and `allowed_commands`: `short[i]`, why rule `i`
 /// is covered less than its text says (from the plan, [`super::permits`]); `programs`, the files
-/// given the execute right (`None`: not resolved, e.g. in `hello`).
+/// given the execute right (`None`: not resolved, e.g. in `hello`); `apart`, commands run as a
+/// user of their own, so what a deny rule names keeps its owner ([`super::lease`]).
 pub(super) fn add_rules(
     report: &mut Enforcement,
     profile: &SandboxProfile,
     short: &[Vec<String>],
     programs: Option<&Programs>,
+    apart: bool,
 ) {
     let abi = report.landlock_abi;
     report.permissions = profile
@@ -159,6 +161,23 @@ pub(super) fn add_rules(
                      between a writable root and these paths cannot get new entries or lose old ones either"
                         .to_owned(),
                 );
+            }
+            if rule.mode == PermissionMode::Deny {
+                // Landlock has no right for chmod, utime or chown: ownership is the wall.
+                if !apart {
+                    notes.push(
+                        "commands run as agentd's own user, who owns these paths: their mode, times and \
+                         owner are not kept from commands"
+                            .to_owned(),
+                    );
+                } else if !short.get(i).is_none_or(Vec::is_empty) {
+                    notes.push(
+                        "what a command makes that the kernel does not cover is the sandbox user's: its \
+                         mode, times and owner too (agentd keeps its owner only on what the rule named \
+                         when agentd started)"
+                            .to_owned(),
+                    );
+                }
             }
             RuleEnforcement { rule: rule.to_string(), level, notes }
         })

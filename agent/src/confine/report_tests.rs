@@ -197,3 +197,19 @@ fn the_report_takes_what_the_child_measured() {
     assert_eq!(levels(&report), (No, No, No, No));
     assert_eq!(report.privileges, No);
 }
+
+#[test]
+fn a_deny_rule_says_what_of_its_paths_metadata_is_not_kept() {
+    let p = profile(
+        "name = \"p\"\nwritable_roots = [\"/w\"]\n[[permissions]]\noperations = [\"write\"]\npaths = [\"/w/a\"]\nmode = \"deny\"\n",
+    );
+    let notes = |short: &[Vec<String>], apart| {
+        let mut report = enforcement(&p, &machine(7, true), &[]);
+        add_rules(&mut report, &p, short, None, apart);
+        report.permissions[0].notes.clone()
+    };
+    let owner = |notes: &[String]| notes.iter().any(|n| n.contains("mode, times and owner"));
+    assert!(!owner(&notes(&[vec![]], true)), "named and lent apart: kept");
+    assert!(owner(&notes(&[vec!["/w/a does not exist now".into()]], true)));
+    assert!(owner(&notes(&[vec![]], false)), "commands own what agentd's user owns");
+}
