@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agentd_protocol::limits::{
     MAX_ATTACHMENTS, MAX_JOURNAL_BYTES_TOTAL, MAX_KEPT_PROCESSES, MAX_RETAINED_RESULTS, MAX_STDIN_WAITING,
-    RESULT_RETENTION_SECS,
+    PROCESSES_PAGE, RESULT_RETENTION_SECS,
 };
 use agentd_protocol::{ErrorCode, ExecResult, ProcessInfo, ProcessState, StdinMode, TerminalSize};
 use thiserror::Error;
@@ -101,6 +101,8 @@ pub struct Processes {
     /// Random, per agentd start: the prefix of every id.
     instance: String,
     next: AtomicU64,
+    /// The order of the next process's start (from 1): the `from` of a `processes` page.
+    order: AtomicU64,
     table: Mutex<Table>,
 }
 
@@ -130,7 +132,7 @@ impl Processes {
             random = (nanos ^ std::process::id()).to_le_bytes();
         }
         let instance = random.iter().map(|b| format!("{b:02x}")).collect();
-        Self { instance, next: AtomicU64::new(1), table: Mutex::default() }
+        Self { instance, next: AtomicU64::new(1), order: AtomicU64::new(1), table: Mutex::default() }
     }
 
     /// Admits a new process: a kept one within the bounds (the oldest retained results make room
@@ -170,6 +172,7 @@ impl Processes {
         };
         let process = Arc::new(Process {
             id: id.clone(),
+            order: self.order.fetch_add(1, Ordering::Relaxed),
             command: wanted.command,
             started: SystemTime::now(),
             keep: wanted.keep,
@@ -208,11 +211,24 @@ impl Processes {
         self.table().by_id.get(id).cloned().ok_or_else(|| ProcessError::Unknown(id.to_owned()))
     }
 
-    /// Every process, oldest first.
-    pub fn list(&self) -> Vec<ProcessInfo> {
-        let mut all: Vec<Arc<Process>> = self.table().by_id.values().cloned().collect();
-        all.sort_by_key(|p| p.started);
-        all.iter().map(|p| p.info()).collect()
+    /// A page of the processes that started at or after `from` (their order of start), oldest
+    /// first, each command cut to what a listing shows; and where the next page starts, if one
+    /// does. A page of the longest entries fits one reply (`limits::PROCESSES_PAGE`).
+    pub fn list(&self, from: u64) -> (Vec<ProcessInfo>, Option<u64>) {
+        let mut page: Vec<Arc<Process>> =
+            self.table().by_id.values().filter(|p| p.order >= from).cloned().collect();
+        page.sort_by_key(|p| p.order);
+        let next = page.get(PROCESSES_PAGE).map(|p| p.order);
+        page.truncate(PROCESSES_PAGE);
+        let infos = page
+            .iter()
+            .map(|p| {
+                let mut info = p.info();
+                info.cut_command();
+                info
+            })
+            .collect();
+        (infos, next)
     }
 
     /// Drops a finished process's result and journal.
@@ -296,6 +312,8 @@ fn getrandom(buf: &mut [u8]) -> io::Result<()> {
 /// One exec, named across connections.
 pub struct Process {
     pub id: String,
+    /// Its place in the order of starts.
+    order: u64,
     pub command: String,
     started: SystemTime,
     pub keep: Option<Option<Duration>>,
@@ -600,6 +618,8 @@ impl Drop for Waiting<'_> {
 
 #[cfg(test)]
 mod tests {
+    use agentd_protocol::limits::MAX_LISTED_COMMAND_BYTES;
+
     use super::*;
 
     fn wanted(keep: bool, cap: u64) -> Wanted {
@@ -613,14 +633,14 @@ mod tests {
         let b = processes.start(wanted(true, 1)).unwrap();
         assert_ne!(a.id, b.id);
         assert!(a.id.starts_with(&processes.instance));
-        assert_eq!(processes.list().len(), 2);
+        assert_eq!(processes.list(0).0.len(), 2);
         a.ended(&mut ExecResult::default());
         b.ended(&mut ExecResult::default());
         assert_eq!(processes.get(&a.id).err(), Some(ProcessError::Unknown(a.id.clone())));
         assert_eq!(processes.get(&b.id).map(|p| p.info().state).ok(), Some(ProcessState::Exited));
         assert!(matches!(a.attach(false), Err(ProcessError::NotKept(_))));
         processes.forget(&b.id).unwrap();
-        assert_eq!(processes.list().len(), 0);
+        assert_eq!(processes.list(0).0.len(), 0);
     }
 
     #[tokio::test]
@@ -672,6 +692,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn listings_come_in_pages_with_long_commands_cut() {
+        let processes = Arc::new(Processes::new());
+        let long = "x".repeat(MAX_LISTED_COMMAND_BYTES * 2);
+        let all: Vec<_> = (0..PROCESSES_PAGE + 2)
+            .map(|_| processes.start(Wanted { command: long.clone(), ..wanted(false, 1) }).unwrap())
+            .collect();
+        let (first, next) = processes.list(0);
+        assert_eq!(first.len(), PROCESSES_PAGE);
+        assert_eq!(first[0].process, all[0].id);
+        assert!(first.iter().all(|p| p.command_truncated && p.command.len() == MAX_LISTED_COMMAND_BYTES));
+        // A process that ends between pages moves nothing: the next page starts where it said.
+        all[1].ended(&mut ExecResult::default());
+        let (second, last) = processes.list(next.unwrap());
+        assert_eq!(second.iter().map(|p| p.process.clone()).collect::<Vec<_>>(), [
+            all[PROCESSES_PAGE].id.clone(),
+            all[PROCESSES_PAGE + 1].id.clone()
+        ]);
+        assert_eq!(last, None);
+        assert_eq!(processes.get(&all[0].id).unwrap().command, long, "only the listing is cut");
+    }
+
+    #[tokio::test]
     async fn a_kept_process_that_never_started_leaves_no_made_up_result() {
         let processes = Arc::new(Processes::new());
         let process = processes.start(wanted(true, MAX_JOURNAL_BYTES_TOTAL)).unwrap();
@@ -696,7 +738,7 @@ mod tests {
             .collect();
         assert!(processes.get(&all[0].id).is_err(), "the oldest went");
         assert!(processes.get(&all[1].id).is_ok());
-        assert_eq!(processes.list().len(), MAX_RETAINED_RESULTS);
+        assert_eq!(processes.list(0).0.len(), MAX_RETAINED_RESULTS);
     }
 
     #[tokio::test]

@@ -164,6 +164,26 @@ pub const MAX_STDIN_WRITE: usize = 1024 * 1024;
 /// that does not read: flow control is the answer to each write.
 pub const MAX_STDIN_WAITING: usize = 4;
 
+/// Bytes of a process's command a `processes` listing shows, as JSON text; the rest is cut
+/// (`command_truncated`). A command may be as long as a message (16 MiB): 200 retained ones once
+/// made a 23 MiB listing, past [`MAX_REPLY_BYTES`]. `wait` and `attach` are not cut (one process).
+pub const MAX_LISTED_COMMAND_BYTES: usize = 4096;
+
+/// Bytes of one listed process's other fields at most, as JSON: its id (at most 64 bytes), a
+/// signal name, a dozen numbers and flags with their names (about 450 bytes in all, measured in
+/// `limits::tests`), with room to spare.
+pub const LISTED_PROCESS_FIELDS_BYTES: usize = 1024;
+
+/// Processes in one `processes` reply; past it, the reply says `next` and the client asks again
+/// from there.
+pub const PROCESSES_PAGE: usize = 1000;
+
+// A full page of the longest entries fits one reply.
+const _: () = assert!(
+    PROCESSES_PAGE * (MAX_LISTED_COMMAND_BYTES + LISTED_PROCESS_FIELDS_BYTES + 1) + REPLY_ENVELOPE_BYTES
+        <= MAX_REPLY_BYTES
+);
+
 /// Bytes `s` takes inside a JSON string as serde_json writes it (quotes excluded): what a reply
 /// budget counts.
 pub fn json_escaped_len(s: &str) -> usize {
@@ -204,6 +224,41 @@ mod tests {
             let written = serde_json::to_string(s).unwrap();
             assert_eq!(json_escaped_len(s), written.len() - 2, "{s:?}");
         }
+    }
+
+    #[test]
+    fn the_longest_listed_process_fits_its_share_of_a_page() {
+        use crate::process::{ProcessInfo, ProcessState, StdinMode, TerminalSize};
+        let mut info = ProcessInfo {
+            process: "p".repeat(crate::message::MAX_PROCESS_NAME),
+            // Every byte escaped to six.
+            command: "\u{1}".repeat(MAX_TEXT_MESSAGE),
+            state: ProcessState::Exited,
+            pid: u32::MAX,
+            started: f64::MAX,
+            ended: Some(f64::MAX),
+            exit_code: Some(i32::MIN),
+            signal: Some("SIGRTMAX-14".to_owned()),
+            timed_out: true,
+            cancelled: true,
+            abandoned: true,
+            total_bytes: u64::MAX,
+            stored_bytes: u64::MAX,
+            stray_processes: Some(u32::MAX),
+            kept: true,
+            keep: Some(f64::MAX),
+            attached: u32::MAX,
+            stdin: Some(StdinMode::Pipe),
+            pty: Some(TerminalSize { rows: u16::MAX, cols: u16::MAX }),
+            command_truncated: false,
+        };
+        info.cut_command();
+        assert!(info.command_truncated);
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(json.len() <= MAX_LISTED_COMMAND_BYTES + LISTED_PROCESS_FIELDS_BYTES, "{}", json.len());
+        let mut short = ProcessInfo { command: "echo hi".to_owned(), ..ProcessInfo::default() };
+        short.cut_command();
+        assert_eq!((short.command.as_str(), short.command_truncated), ("echo hi", false));
     }
 
     #[test]

@@ -103,3 +103,107 @@ async fn kill_of_a_finished_kept_process_never_signals_the_process_that_took_its
     let _ = other.wait();
     assert!(alive, "the process that took the number was signalled by `kill`");
 }
+
+/// The next text message, as sent.
+async fn next_text(ws: &mut Ws) -> String {
+    use futures_util::StreamExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        let frame = tokio::time::timeout(Duration::from_secs(30), ws.next()).await.expect("in time");
+        if let Message::Text(text) = frame.expect("open").expect("frame") {
+            return text.as_str().to_owned();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_listing_of_many_long_commands_stays_under_the_reply_limit_and_agentctl_ps_works() {
+    use agentd_protocol::limits::{MAX_LISTED_COMMAND_BYTES, MAX_REPLY_BYTES};
+    let daemon = Daemon::start();
+    let mut ws = greeted(&daemon).await;
+    // 200 retained results of 120 KiB commands: a 23 MiB listing before.
+    let long = format!(": {}; exit 3", "x".repeat(120 << 10));
+    for id in 1..=200u64 {
+        let request = json!({"type": "exec", "id": id, "command": long, "keep": 0});
+        let started = ask(&mut ws, request).await;
+        assert_eq!(started["type"], "exec_started", "{started}");
+        let ended = recv_json(&mut ws).await;
+        assert_eq!(ended["exit_code"], 3, "{ended}");
+    }
+    send_text(&mut ws, json!({"type": "processes", "id": 500}).to_string()).await;
+    let text = next_text(&mut ws).await;
+    assert!(text.len() <= MAX_REPLY_BYTES, "a {} byte reply", text.len());
+    let listed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(listed["type"], "processes_result", "{}", &text[..200]);
+    let processes = listed["processes"].as_array().unwrap();
+    assert_eq!(processes.len(), 200);
+    assert!(listed.get("next").is_none(), "one page");
+    for process in processes {
+        assert_eq!(process["command_truncated"], true);
+        let command = process["command"].as_str().unwrap();
+        assert!(command.len() <= MAX_LISTED_COMMAND_BYTES && long.starts_with(command));
+    }
+
+    let agentctl = |args: &[&str]| {
+        let out = Command::new(agentd_tests::binary("agentctl"))
+            .arg("--url")
+            .arg(&daemon.url)
+            .args(args)
+            .env("AGENTD_TOKEN", &daemon.token)
+            .env_remove("AGENTCTL_SESSION")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "agentctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let table = agentctl(&["ps"]);
+    let rows: Vec<&str> = table.lines().skip(1).collect();
+    assert_eq!(rows.len(), 200, "{}", &table[..table.len().min(2000)]);
+    assert!(rows.iter().all(|row| row.contains(" exited ") && row.ends_with('…')), "{}", rows[0]);
+    let json: Value = serde_json::from_str(&agentctl(&["--json", "ps"])).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 200);
+}
+
+#[tokio::test]
+async fn one_client_with_its_kept_processes_all_taken_starves_no_other_client() {
+    use agentd_host::BaseSandbox as _;
+    use agentd_protocol::limits::MAX_KEPT_PROCESSES;
+    // A ceiling for everything the kept processes start, where the machine has one.
+    let cap = PidsCap::new(2048);
+    let wrapper = cap.as_ref().map(PidsCap::enter);
+    let wrapper: Vec<&str> = match &wrapper {
+        Some(enter) => vec!["sh", "-c", enter, "sh"],
+        None => Vec::new(),
+    };
+    let daemon = Daemon::launch(&wrapper, tempfile::tempdir().unwrap(), &[], None);
+    let mut greedy = greeted(&daemon).await;
+    let mut id = 0;
+    let mut kept = |command: &str, keep: f64| {
+        id += 1;
+        json!({"type": "exec", "id": id, "command": command, "keep": keep, "stream": true})
+    };
+    // Its whole budget of kept processes, then as many executes as a host heals (kept 30 s).
+    for _ in 0..MAX_KEPT_PROCESSES {
+        let started = ask(&mut greedy, kept("exec sleep 60", 0.0)).await;
+        assert_eq!(started["type"], "exec_started", "{started}");
+    }
+    let over = ask(&mut greedy, kept("true", 0.0)).await;
+    assert_eq!(over["code"], "limit_reached", "{over}");
+    for _ in 0..32 {
+        let started = ask(&mut greedy, kept("exec sleep 60", 30.0)).await;
+        assert_eq!(started["type"], "exec_started", "an execute the host heals is no kept process: {started}");
+    }
+
+    // Another client: its plain execute (kept to heal, over TCP) and its own kept exec run.
+    let other = agentd_host::AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    let plain = other.execute("echo fine", None).await.unwrap();
+    assert_eq!((plain.output.as_str(), plain.exit_code), ("fine\n", Some(0)), "{plain:?}");
+    let mut second = greeted(&daemon).await;
+    let started =
+        ask(&mut second, json!({"type": "exec", "id": 1, "command": "echo kept", "keep": 0, "stream": true})).await;
+    assert_eq!(started["type"], "exec_started", "{started}");
+    drop(greedy);
+    drop(second);
+    drop(daemon);
+    drop(cap);
+}

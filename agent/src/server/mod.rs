@@ -365,9 +365,9 @@ impl Session {
             }
             ClientMessage::Exec(request) => self.exec(request).await,
             ClientMessage::Attach(request) => self.attach(request).await,
-            ClientMessage::Processes(_) => {
-                let processes = self.shared.processes.list();
-                self.send(ServerMessage::ProcessesResult(ProcessesResult { id, processes })).await;
+            ClientMessage::Processes(request) => {
+                let (processes, next) = self.shared.processes.list(request.from);
+                self.send(ServerMessage::ProcessesResult(ProcessesResult { id, processes, next })).await;
             }
             ClientMessage::Kill(request) => self.kill(request).await,
             ClientMessage::Wait(request) => self.wait(request).await,
