@@ -125,17 +125,36 @@ pub const MAX_LARGE_MESSAGES: usize = 2;
 /// disconnected, so a slow sender cannot keep the permits from others.
 pub const LARGE_MESSAGE_TIMEOUT_SECS: u64 = 30;
 
-/// Kept processes (`keep`) running at once; one more is refused (`limit_reached`). Each holds a
-/// journal file, its pipes, and its process tree past its connection: this bounds what clients
-/// that leave their processes behind can make agentd hold.
+/// Kept processes (`keep` above [`MAX_HEALING_GRACE_SECS`], or `0`) one client (one connection)
+/// may have running at once; one more is refused (`limit_reached`). Each holds a journal file,
+/// its pipes, and its process tree past its connection: this bounds what one client that leaves
+/// its processes behind can make agentd hold, and leaves room for other clients.
 pub const MAX_KEPT_PROCESSES: usize = 128;
+
+/// Kept processes (as [`MAX_KEPT_PROCESSES`] counts them) running at once across all clients; one
+/// more is refused (`limit_reached`).
+pub const MAX_KEPT_PROCESSES_TOTAL: usize = 4 * MAX_KEPT_PROCESSES;
+
+/// The longest `keep` grace, in seconds, of an exec kept to heal: a host keeps every `execute`
+/// over TCP this long so that a dropped link can attach again. Such an exec is on a budget of its
+/// own ([`MAX_HEALING_PROCESSES`]), not the kept processes', so one client's kept processes never
+/// make another's executes fail; its capture is a plain exec's (at most [`MAX_INLINE_CAPTURE`]).
+pub const MAX_HEALING_GRACE_SECS: f64 = 30.0;
+
+/// Execs kept to heal (a grace of at most [`MAX_HEALING_GRACE_SECS`]) one client may have running
+/// at once: as many as it may have requests in flight.
+pub const MAX_HEALING_PROCESSES: usize = MAX_IN_FLIGHT;
+
+/// Execs kept to heal running at once across all clients: as many as all clients may have
+/// requests in flight. Past their connection they run at most their grace.
+pub const MAX_HEALING_PROCESSES_TOTAL: usize = MAX_IN_FLIGHT_GLOBAL;
 
 /// Bytes one process's journal may hold: its capture cap (`max_capture_bytes`, clamped to the
 /// offload cap). Output past it is counted and dropped, and an attach reports it as a gap.
 pub const MAX_JOURNAL_BYTES: u64 = MAX_OFFLOAD_CAPTURE_BYTES;
 
-/// Bytes all journals together may hold on disk: a running kept process counts its whole cap, a
-/// retained one what it stored. A new kept process over it first makes the oldest retained results
+/// Bytes all journals together may hold on disk: a running kept process counts its whole cap (an
+/// exec kept to heal counts none: its capture is a plain exec's), a retained one what it stored. A new kept process over it first makes the oldest retained results
 /// go, then is refused (`limit_reached`). It bounds the disk left processes can fill.
 pub const MAX_JOURNAL_BYTES_TOTAL: u64 = 4 * 1024 * 1024 * 1024;
 
