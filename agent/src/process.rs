@@ -70,7 +70,9 @@ pub enum ProcessError {
          before it keeps another"
     )]
     TooManyKept,
-    #[error("{MAX_KEPT_PROCESSES_TOTAL} kept processes are running in all: one must end before another is kept")]
+    #[error(
+        "{MAX_KEPT_PROCESSES_TOTAL} kept processes are running in all: one must end before another is kept"
+    )]
     TooManyKeptInAll,
     #[error(
         "{MAX_HEALING_PROCESSES} executes kept to heal (a `keep` of at most {MAX_HEALING_GRACE_SECS} s) of \
@@ -177,7 +179,9 @@ pub fn admit(budget: Budget, own: Counts, all: Counts) -> Result<(), ProcessErro
         Budget::Kept if all.kept >= MAX_KEPT_PROCESSES_TOTAL => Err(ProcessError::TooManyKeptInAll),
         Budget::Kept => Ok(()),
         Budget::Healing if own.healing >= MAX_HEALING_PROCESSES => Err(ProcessError::TooManyHealing),
-        Budget::Healing if all.healing >= MAX_HEALING_PROCESSES_TOTAL => Err(ProcessError::TooManyHealingInAll),
+        Budget::Healing if all.healing >= MAX_HEALING_PROCESSES_TOTAL => {
+            Err(ProcessError::TooManyHealingInAll)
+        }
         Budget::Healing => Ok(()),
     }
 }
@@ -860,8 +864,10 @@ mod tests {
         let processes = Arc::new(Processes::new());
         let (greedy, other) = (processes.client(), processes.client());
         let kept = |client| Wanted { client, ..wanted(true, 1) };
-        let healing = |client| Wanted { client, keep: Some(Some(Duration::from_secs(30))), ..wanted(true, 1) };
-        let running: Vec<_> = (0..MAX_KEPT_PROCESSES).map(|_| processes.start(kept(greedy)).unwrap()).collect();
+        let healing =
+            |client| Wanted { client, keep: Some(Some(Duration::from_secs(30))), ..wanted(true, 1) };
+        let running: Vec<_> =
+            (0..MAX_KEPT_PROCESSES).map(|_| processes.start(kept(greedy)).unwrap()).collect();
         assert_eq!(processes.start(kept(greedy)).err(), Some(ProcessError::TooManyKept));
         assert!(processes.start(healing(greedy)).is_ok());
         assert!(processes.start(kept(other)).is_ok());
@@ -886,10 +892,10 @@ mod tests {
         // A process that ends between pages moves nothing: the next page starts where it said.
         all[1].ended(&mut ExecResult::default());
         let (second, last) = processes.list(next.unwrap());
-        assert_eq!(second.iter().map(|p| p.process.clone()).collect::<Vec<_>>(), [
-            all[PROCESSES_PAGE].id.clone(),
-            all[PROCESSES_PAGE + 1].id.clone()
-        ]);
+        assert_eq!(
+            second.iter().map(|p| p.process.clone()).collect::<Vec<_>>(),
+            [all[PROCESSES_PAGE].id.clone(), all[PROCESSES_PAGE + 1].id.clone()]
+        );
         assert_eq!(last, None);
         assert_eq!(processes.get(&all[0].id).unwrap().command, long, "only the listing is cut");
     }

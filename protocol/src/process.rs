@@ -188,7 +188,8 @@ impl ProcessInfo {
     /// Cuts `command` to its first [`MAX_LISTED_COMMAND_BYTES`](crate::limits::MAX_LISTED_COMMAND_BYTES)
     /// as JSON text (on a character boundary), and says so.
     pub fn cut_command(&mut self) {
-        let kept = crate::limits::json_prefix_within(&self.command, crate::limits::MAX_LISTED_COMMAND_BYTES).len();
+        let kept =
+            crate::limits::json_prefix_within(&self.command, crate::limits::MAX_LISTED_COMMAND_BYTES).len();
         if kept < self.command.len() {
             self.command.truncate(kept);
             self.command_truncated = true;

@@ -76,12 +76,18 @@ async fn kill_of_a_finished_kept_process_never_signals_the_process_that_took_its
     // A kept process that ends at once: its shell is reaped, its number free.
     let started = ask(&mut ws, json!({"type": "exec", "id": 1, "command": "exit 0", "keep": 0})).await;
     assert_eq!(started["type"], "exec_started", "{started}");
-    let (process, number) = (started["process"].as_str().unwrap().to_owned(), started["pid"].as_u64().unwrap());
+    let (process, number) =
+        (started["process"].as_str().unwrap().to_owned(), started["pid"].as_u64().unwrap());
     let ended = recv_json(&mut ws).await;
-    assert_eq!((ended["type"].as_str(), ended["exit_code"].as_i64()), (Some("exec_result"), Some(0)), "{ended}");
+    assert_eq!(
+        (ended["type"].as_str(), ended["exit_code"].as_i64()),
+        (Some("exec_result"), Some(0)),
+        "{ended}"
+    );
 
     // Another process takes that number, and leads a process group of that number (`setsid`).
-    let script = format!("echo {} > /proc/sys/kernel/ns_last_pid; setsid sleep 60 & echo $!; wait", number - 1);
+    let script =
+        format!("echo {} > /proc/sys/kernel/ns_last_pid; setsid sleep 60 & echo $!; wait", number - 1);
     let mut other = Command::new("nsenter")
         .arg("--target")
         .arg(agentd[0].to_string())
@@ -90,7 +96,8 @@ async fn kill_of_a_finished_kept_process_never_signals_the_process_that_took_its
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(other.stdout.take().unwrap()), &mut line).unwrap();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(other.stdout.take().unwrap()), &mut line)
+        .unwrap();
     assert_eq!(line.trim(), number.to_string(), "the other process took the reaped shell's number");
 
     let killed = ask(&mut ws, json!({"type": "kill", "id": 2, "process": process})).await;
@@ -191,7 +198,10 @@ async fn one_client_with_its_kept_processes_all_taken_starves_no_other_client() 
     assert_eq!(over["code"], "limit_reached", "{over}");
     for _ in 0..32 {
         let started = ask(&mut greedy, kept("exec sleep 60", 30.0)).await;
-        assert_eq!(started["type"], "exec_started", "an execute the host heals is no kept process: {started}");
+        assert_eq!(
+            started["type"], "exec_started",
+            "an execute the host heals is no kept process: {started}"
+        );
     }
 
     // Another client: its plain execute (kept to heal, over TCP) and its own kept exec run.
@@ -200,7 +210,8 @@ async fn one_client_with_its_kept_processes_all_taken_starves_no_other_client() 
     assert_eq!((plain.output.as_str(), plain.exit_code), ("fine\n", Some(0)), "{plain:?}");
     let mut second = greeted(&daemon).await;
     let started =
-        ask(&mut second, json!({"type": "exec", "id": 1, "command": "echo kept", "keep": 0, "stream": true})).await;
+        ask(&mut second, json!({"type": "exec", "id": 1, "command": "echo kept", "keep": 0, "stream": true}))
+            .await;
     assert_eq!(started["type"], "exec_started", "{started}");
     drop(greedy);
     drop(second);

@@ -26,8 +26,8 @@ use agentd_protocol::fs::{
     WriteResult,
 };
 use agentd_protocol::limits::{
-    HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_INLINE_CAPTURE, MAX_TEXT_MESSAGE,
-    MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
+    HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_INLINE_CAPTURE,
+    MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
 };
 use agentd_protocol::permission::Operation;
 use agentd_protocol::process::{ProcessDone, ProcessesResult};
