@@ -6,7 +6,15 @@
 //! process under one of them. A kept process counts its attachments (the exec's own connection,
 //! every `attach` in flight); when the last goes, its `keep` grace starts, and past it the kill
 //! ladder ends it (`abandoned`). What the bounds of `protocol/src/limits.rs` allow is decided here,
-//! over plain counts, before anything starts.
+//! over plain counts, before anything starts ([`admit`]).
+//!
+//! Kept processes are counted per client and in all, on two budgets ([`Budget`]): a process kept
+//! with a grace of at most `MAX_HEALING_GRACE_SECS` is an execute a host keeps only to heal a
+//! dropped link (every `execute` over TCP), counted apart from the processes kept for longer, so
+//! that neither kind takes the other's room and no client takes all of either. A client is one
+//! connection: every client presents the same token and `hello` names none, so a connection is
+//! the finest identity the wire has (a client that opens more connections gets more budgets, up
+//! to the totals).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -16,8 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agentd_protocol::limits::{
-    MAX_ATTACHMENTS, MAX_JOURNAL_BYTES_TOTAL, MAX_KEPT_PROCESSES, MAX_RETAINED_RESULTS, MAX_STDIN_WAITING,
-    RESULT_RETENTION_SECS,
+    MAX_ATTACHMENTS, MAX_HEALING_GRACE_SECS, MAX_HEALING_PROCESSES, MAX_HEALING_PROCESSES_TOTAL,
+    MAX_JOURNAL_BYTES_TOTAL, MAX_KEPT_PROCESSES, MAX_KEPT_PROCESSES_TOTAL, MAX_RETAINED_RESULTS,
+    MAX_STDIN_WAITING, PROCESSES_PAGE, RESULT_RETENTION_SECS,
 };
 use agentd_protocol::{ErrorCode, ExecResult, ProcessInfo, ProcessState, StdinMode, TerminalSize};
 use thiserror::Error;
@@ -56,8 +65,25 @@ pub enum ProcessError {
     Starting(String),
     #[error("process `{0}` exists already: nothing was started; attach to it")]
     Exists(String),
-    #[error("{MAX_KEPT_PROCESSES} kept processes are running: one must end before another is kept")]
+    #[error(
+        "{MAX_KEPT_PROCESSES} kept processes of this client (its connection) are running: one must end \
+         before it keeps another"
+    )]
     TooManyKept,
+    #[error(
+        "{MAX_KEPT_PROCESSES_TOTAL} kept processes are running in all: one must end before another is kept"
+    )]
+    TooManyKeptInAll,
+    #[error(
+        "{MAX_HEALING_PROCESSES} executes kept to heal (a `keep` of at most {MAX_HEALING_GRACE_SECS} s) of \
+         this client (its connection) are running: one must end before it starts another"
+    )]
+    TooManyHealing,
+    #[error(
+        "{MAX_HEALING_PROCESSES_TOTAL} executes kept to heal (a `keep` of at most {MAX_HEALING_GRACE_SECS} s) \
+         are running in all: one must end before another starts"
+    )]
+    TooManyHealingInAll,
     #[error(
         "the journals of kept processes would take more than {MAX_JOURNAL_BYTES_TOTAL} bytes: `forget` \
          finished ones, or ask for a smaller `max_capture_bytes`"
@@ -76,7 +102,12 @@ impl ProcessError {
         match self {
             Self::Unknown(_) => ErrorCode::UnknownProcess,
             Self::Exists(_) => ErrorCode::ProcessExists,
-            Self::TooManyKept | Self::JournalsFull | Self::TooManyAttached(_) => ErrorCode::LimitReached,
+            Self::TooManyKept
+            | Self::TooManyKeptInAll
+            | Self::TooManyHealing
+            | Self::TooManyHealingInAll
+            | Self::JournalsFull
+            | Self::TooManyAttached(_) => ErrorCode::LimitReached,
             Self::TooManyWrites(_) => ErrorCode::TooManyRequests,
             Self::Resize(..) => ErrorCode::Internal,
             _ => ErrorCode::ProcessState,
@@ -94,6 +125,65 @@ pub struct Wanted {
     pub journal_cap: u64,
     /// The client's name for it (a kept one's); `None`: agentd names it.
     pub name: Option<String>,
+    /// The client that starts it ([`Processes::client`]).
+    pub client: u64,
+}
+
+/// Which budget a process is counted on while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    /// Not kept: it ends with its connection, bounded as every request is (in flight).
+    Unkept,
+    /// Kept for at most [`MAX_HEALING_GRACE_SECS`] with no client attached: an execute kept only
+    /// so that a dropped link can attach again. Its capture is a plain exec's (`MAX_INLINE_CAPTURE`)
+    /// and it reserves nothing of the journals' budget.
+    Healing,
+    /// Kept for longer, or with no grace limit.
+    Kept,
+}
+
+impl Budget {
+    /// The budget of a process with this `keep` (`Some(None)`: kept with no grace limit).
+    pub fn of(keep: Option<Option<Duration>>) -> Self {
+        match keep {
+            None => Self::Unkept,
+            Some(Some(grace)) if grace.as_secs_f64() <= MAX_HEALING_GRACE_SECS => Self::Healing,
+            Some(_) => Self::Kept,
+        }
+    }
+}
+
+/// Running kept processes, by budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub kept: usize,
+    pub healing: usize,
+}
+
+impl Counts {
+    fn of(&mut self, budget: Budget) -> Option<&mut usize> {
+        match budget {
+            Budget::Unkept => None,
+            Budget::Healing => Some(&mut self.healing),
+            Budget::Kept => Some(&mut self.kept),
+        }
+    }
+}
+
+/// Whether one more process on `budget` may start, with `own` running of its client's and `all`
+/// of every client's. Pure.
+pub fn admit(budget: Budget, own: Counts, all: Counts) -> Result<(), ProcessError> {
+    match budget {
+        Budget::Unkept => Ok(()),
+        Budget::Kept if own.kept >= MAX_KEPT_PROCESSES => Err(ProcessError::TooManyKept),
+        Budget::Kept if all.kept >= MAX_KEPT_PROCESSES_TOTAL => Err(ProcessError::TooManyKeptInAll),
+        Budget::Kept => Ok(()),
+        Budget::Healing if own.healing >= MAX_HEALING_PROCESSES => Err(ProcessError::TooManyHealing),
+        Budget::Healing if all.healing >= MAX_HEALING_PROCESSES_TOTAL => {
+            Err(ProcessError::TooManyHealingInAll)
+        }
+        Budget::Healing => Ok(()),
+    }
 }
 
 /// Every process of this agentd.
@@ -101,14 +191,20 @@ pub struct Processes {
     /// Random, per agentd start: the prefix of every id.
     instance: String,
     next: AtomicU64,
+    /// The order of the next process's start (from 1): the `from` of a `processes` page.
+    order: AtomicU64,
+    /// The next client's number ([`Processes::client`]).
+    clients: AtomicU64,
     table: Mutex<Table>,
 }
 
 #[derive(Default)]
 struct Table {
     by_id: HashMap<String, Arc<Process>>,
-    /// Kept processes running now.
-    kept_running: usize,
+    /// Kept processes running now, in all.
+    running: Counts,
+    /// Kept processes running now, by client (clients with none are not listed).
+    by_client: HashMap<u64, Counts>,
     /// Finished kept processes with when they ended, oldest end first.
     retained: VecDeque<(String, Instant)>,
     /// Journal bytes: a running kept process's cap, a retained one's stored bytes.
@@ -130,7 +226,13 @@ impl Processes {
             random = (nanos ^ std::process::id()).to_le_bytes();
         }
         let instance = random.iter().map(|b| format!("{b:02x}")).collect();
-        Self { instance, next: AtomicU64::new(1), table: Mutex::default() }
+        Self {
+            instance,
+            next: AtomicU64::new(1),
+            order: AtomicU64::new(1),
+            clients: AtomicU64::new(1),
+            table: Mutex::default(),
+        }
     }
 
     /// Admits a new process: a kept one within the bounds (the oldest retained results make room
@@ -144,20 +246,20 @@ impl Processes {
         {
             return Err(ProcessError::Exists(name.clone()));
         }
-        if wanted.keep.is_some() {
-            if table.kept_running >= MAX_KEPT_PROCESSES {
-                return Err(ProcessError::TooManyKept);
-            }
+        let budget = Budget::of(wanted.keep);
+        let own = table.by_client.get(&wanted.client).copied().unwrap_or_default();
+        admit(budget, own, table.running)?;
+        if budget == Budget::Kept {
             let gone = make_room(&mut table, wanted.journal_cap);
             if table.journal_bytes.saturating_add(wanted.journal_cap) > MAX_JOURNAL_BYTES_TOTAL {
                 drop(table);
                 remove_journals(gone);
                 return Err(ProcessError::JournalsFull);
             }
-            table.kept_running += 1;
             table.journal_bytes += wanted.journal_cap;
             remove_journals(gone);
         }
+        table.count(budget, wanted.client, true);
         let id = match wanted.name {
             Some(name) => name,
             // A client's name may look like one of these: the next count then.
@@ -170,9 +272,12 @@ impl Processes {
         };
         let process = Arc::new(Process {
             id: id.clone(),
+            order: self.order.fetch_add(1, Ordering::Relaxed),
             command: wanted.command,
             started: SystemTime::now(),
             keep: wanted.keep,
+            budget,
+            client: wanted.client,
             pty: wanted.pty,
             journal_cap: wanted.journal_cap,
             cancel: Cancel::default(),
@@ -204,15 +309,33 @@ impl Processes {
         table
     }
 
+    /// A new client's number: what its processes are counted under.
+    pub fn client(&self) -> u64 {
+        self.clients.fetch_add(1, Ordering::Relaxed)
+    }
+
     pub fn get(&self, id: &str) -> Result<Arc<Process>, ProcessError> {
         self.table().by_id.get(id).cloned().ok_or_else(|| ProcessError::Unknown(id.to_owned()))
     }
 
-    /// Every process, oldest first.
-    pub fn list(&self) -> Vec<ProcessInfo> {
-        let mut all: Vec<Arc<Process>> = self.table().by_id.values().cloned().collect();
-        all.sort_by_key(|p| p.started);
-        all.iter().map(|p| p.info()).collect()
+    /// A page of the processes that started at or after `from` (their order of start), oldest
+    /// first, each command cut to what a listing shows; and where the next page starts, if one
+    /// does. A page of the longest entries fits one reply (`limits::PROCESSES_PAGE`).
+    pub fn list(&self, from: u64) -> (Vec<ProcessInfo>, Option<u64>) {
+        let mut page: Vec<Arc<Process>> =
+            self.table().by_id.values().filter(|p| p.order >= from).cloned().collect();
+        page.sort_by_key(|p| p.order);
+        let next = page.get(PROCESSES_PAGE).map(|p| p.order);
+        page.truncate(PROCESSES_PAGE);
+        let infos = page
+            .iter()
+            .map(|p| {
+                let mut info = p.info();
+                info.cut_command();
+                info
+            })
+            .collect();
+        (infos, next)
     }
 
     /// Drops a finished process's result and journal.
@@ -232,9 +355,11 @@ impl Processes {
     /// `process` did not start or lost its result: it leaves the table, its reservations with it.
     fn failed(&self, process: &Arc<Process>) {
         let mut table = lock(&self.table);
-        if table.by_id.remove(&process.id).is_some() && process.keep.is_some() {
-            table.kept_running = table.kept_running.saturating_sub(1);
-            table.journal_bytes = table.journal_bytes.saturating_sub(process.journal_cap);
+        if table.by_id.remove(&process.id).is_some() {
+            table.count(process.budget, process.client, false);
+            if process.budget == Budget::Kept {
+                table.journal_bytes = table.journal_bytes.saturating_sub(process.journal_cap);
+            }
         }
     }
 
@@ -246,9 +371,12 @@ impl Processes {
                 table.by_id.remove(&process.id);
                 return;
             }
-            table.kept_running = table.kept_running.saturating_sub(1);
-            table.journal_bytes =
-                table.journal_bytes.saturating_sub(process.journal_cap).saturating_add(stored);
+            table.count(process.budget, process.client, false);
+            if process.budget == Budget::Kept {
+                table.journal_bytes = table.journal_bytes.saturating_sub(process.journal_cap);
+            }
+            // A retained result's journal counts what it stored, whichever its budget was.
+            table.journal_bytes = table.journal_bytes.saturating_add(stored);
             table.retained.push_back((process.id.clone(), Instant::now()));
             let mut gone = Vec::new();
             while table.retained.len() > MAX_RETAINED_RESULTS {
@@ -258,6 +386,25 @@ impl Processes {
             gone
         };
         remove_journals(gone);
+    }
+}
+
+impl Table {
+    /// One more (`start`) or one fewer process running on `budget` for `client`.
+    fn count(&mut self, budget: Budget, client: u64, start: bool) {
+        let step = |count: &mut usize| {
+            *count = if start { count.saturating_add(1) } else { count.saturating_sub(1) };
+        };
+        if let Some(count) = self.running.of(budget) {
+            step(count);
+        }
+        let own = self.by_client.entry(client).or_default();
+        if let Some(count) = own.of(budget) {
+            step(count);
+        }
+        if *own == Counts::default() {
+            self.by_client.remove(&client);
+        }
     }
 }
 
@@ -296,9 +443,13 @@ fn getrandom(buf: &mut [u8]) -> io::Result<()> {
 /// One exec, named across connections.
 pub struct Process {
     pub id: String,
+    /// Its place in the order of starts.
+    order: u64,
     pub command: String,
     started: SystemTime,
     pub keep: Option<Option<Duration>>,
+    budget: Budget,
+    client: u64,
     pub pty: Option<TerminalSize>,
     journal_cap: u64,
     /// Ends the exec with the kill ladder (`cancel`, `kill`, a grace that ran out).
@@ -600,10 +751,19 @@ impl Drop for Waiting<'_> {
 
 #[cfg(test)]
 mod tests {
+    use agentd_protocol::limits::MAX_LISTED_COMMAND_BYTES;
+
     use super::*;
 
     fn wanted(keep: bool, cap: u64) -> Wanted {
-        Wanted { command: "true".into(), keep: keep.then_some(None), pty: None, journal_cap: cap, name: None }
+        Wanted {
+            command: "true".into(),
+            keep: keep.then_some(None),
+            pty: None,
+            journal_cap: cap,
+            name: None,
+            client: 1,
+        }
     }
 
     #[tokio::test]
@@ -613,14 +773,14 @@ mod tests {
         let b = processes.start(wanted(true, 1)).unwrap();
         assert_ne!(a.id, b.id);
         assert!(a.id.starts_with(&processes.instance));
-        assert_eq!(processes.list().len(), 2);
+        assert_eq!(processes.list(0).0.len(), 2);
         a.ended(&mut ExecResult::default());
         b.ended(&mut ExecResult::default());
         assert_eq!(processes.get(&a.id).err(), Some(ProcessError::Unknown(a.id.clone())));
         assert_eq!(processes.get(&b.id).map(|p| p.info().state).ok(), Some(ProcessState::Exited));
         assert!(matches!(a.attach(false), Err(ProcessError::NotKept(_))));
         processes.forget(&b.id).unwrap();
-        assert_eq!(processes.list().len(), 0);
+        assert_eq!(processes.list(0).0.len(), 0);
     }
 
     #[tokio::test]
@@ -671,6 +831,75 @@ mod tests {
         assert!(processes.start(wanted(true, 1)).is_ok(), "a finished one stored nothing");
     }
 
+    #[test]
+    fn budgets_are_per_client_and_in_all_and_healing_executes_have_their_own() {
+        let grace = |secs: f64| Some(Some(Duration::from_secs_f64(secs)));
+        assert_eq!(Budget::of(None), Budget::Unkept);
+        assert_eq!(Budget::of(grace(MAX_HEALING_GRACE_SECS)), Budget::Healing);
+        assert_eq!(Budget::of(grace(0.2)), Budget::Healing);
+        assert_eq!(Budget::of(grace(MAX_HEALING_GRACE_SECS + 0.001)), Budget::Kept);
+        assert_eq!(Budget::of(Some(None)), Budget::Kept, "no grace limit");
+        let counts = |kept, healing| Counts { kept, healing };
+        let none = Counts::default();
+        // A client with its whole kept budget: it is refused, another client is not.
+        let full = counts(MAX_KEPT_PROCESSES, 0);
+        assert_eq!(admit(Budget::Kept, full, full), Err(ProcessError::TooManyKept));
+        assert_eq!(admit(Budget::Kept, none, full), Ok(()));
+        assert_eq!(admit(Budget::Healing, full, full), Ok(()), "its executes still heal");
+        assert_eq!(admit(Budget::Unkept, full, full), Ok(()));
+        // The totals.
+        let all_kept = counts(MAX_KEPT_PROCESSES_TOTAL, 0);
+        assert_eq!(admit(Budget::Kept, none, all_kept), Err(ProcessError::TooManyKeptInAll));
+        assert_eq!(admit(Budget::Healing, none, all_kept), Ok(()));
+        let healing = counts(0, MAX_HEALING_PROCESSES);
+        assert_eq!(admit(Budget::Healing, healing, healing), Err(ProcessError::TooManyHealing));
+        assert_eq!(admit(Budget::Healing, none, healing), Ok(()));
+        assert_eq!(admit(Budget::Kept, healing, healing), Ok(()));
+        let all_healing = counts(0, MAX_HEALING_PROCESSES_TOTAL);
+        assert_eq!(admit(Budget::Healing, none, all_healing), Err(ProcessError::TooManyHealingInAll));
+    }
+
+    #[tokio::test]
+    async fn one_client_filling_its_budget_leaves_room_for_others() {
+        let processes = Arc::new(Processes::new());
+        let (greedy, other) = (processes.client(), processes.client());
+        let kept = |client| Wanted { client, ..wanted(true, 1) };
+        let healing =
+            |client| Wanted { client, keep: Some(Some(Duration::from_secs(30))), ..wanted(true, 1) };
+        let running: Vec<_> =
+            (0..MAX_KEPT_PROCESSES).map(|_| processes.start(kept(greedy)).unwrap()).collect();
+        assert_eq!(processes.start(kept(greedy)).err(), Some(ProcessError::TooManyKept));
+        assert!(processes.start(healing(greedy)).is_ok());
+        assert!(processes.start(kept(other)).is_ok());
+        assert!(processes.start(healing(other)).is_ok());
+        // One ends: the greedy client may keep one more.
+        running[0].ended(&mut ExecResult::default());
+        assert!(processes.start(kept(greedy)).is_ok());
+        assert_eq!(processes.start(kept(greedy)).err(), Some(ProcessError::TooManyKept));
+    }
+
+    #[tokio::test]
+    async fn listings_come_in_pages_with_long_commands_cut() {
+        let processes = Arc::new(Processes::new());
+        let long = "x".repeat(MAX_LISTED_COMMAND_BYTES * 2);
+        let all: Vec<_> = (0..PROCESSES_PAGE + 2)
+            .map(|_| processes.start(Wanted { command: long.clone(), ..wanted(false, 1) }).unwrap())
+            .collect();
+        let (first, next) = processes.list(0);
+        assert_eq!(first.len(), PROCESSES_PAGE);
+        assert_eq!(first[0].process, all[0].id);
+        assert!(first.iter().all(|p| p.command_truncated && p.command.len() == MAX_LISTED_COMMAND_BYTES));
+        // A process that ends between pages moves nothing: the next page starts where it said.
+        all[1].ended(&mut ExecResult::default());
+        let (second, last) = processes.list(next.unwrap());
+        assert_eq!(
+            second.iter().map(|p| p.process.clone()).collect::<Vec<_>>(),
+            [all[PROCESSES_PAGE].id.clone(), all[PROCESSES_PAGE + 1].id.clone()]
+        );
+        assert_eq!(last, None);
+        assert_eq!(processes.get(&all[0].id).unwrap().command, long, "only the listing is cut");
+    }
+
     #[tokio::test]
     async fn a_kept_process_that_never_started_leaves_no_made_up_result() {
         let processes = Arc::new(Processes::new());
@@ -696,7 +925,7 @@ mod tests {
             .collect();
         assert!(processes.get(&all[0].id).is_err(), "the oldest went");
         assert!(processes.get(&all[1].id).is_ok());
-        assert_eq!(processes.list().len(), MAX_RETAINED_RESULTS);
+        assert_eq!(processes.list(0).0.len(), MAX_RETAINED_RESULTS);
     }
 
     #[tokio::test]
@@ -710,6 +939,7 @@ mod tests {
                 pty: None,
                 journal_cap: 1,
                 name: None,
+                client: 1,
             })
             .unwrap();
         let own = process.attach(true).unwrap();

@@ -125,17 +125,36 @@ pub const MAX_LARGE_MESSAGES: usize = 2;
 /// disconnected, so a slow sender cannot keep the permits from others.
 pub const LARGE_MESSAGE_TIMEOUT_SECS: u64 = 30;
 
-/// Kept processes (`keep`) running at once; one more is refused (`limit_reached`). Each holds a
-/// journal file, its pipes, and its process tree past its connection: this bounds what clients
-/// that leave their processes behind can make agentd hold.
+/// Kept processes (`keep` above [`MAX_HEALING_GRACE_SECS`], or `0`) one client (one connection)
+/// may have running at once; one more is refused (`limit_reached`). Each holds a journal file,
+/// its pipes, and its process tree past its connection: this bounds what one client that leaves
+/// its processes behind can make agentd hold, and leaves room for other clients.
 pub const MAX_KEPT_PROCESSES: usize = 128;
+
+/// Kept processes (as [`MAX_KEPT_PROCESSES`] counts them) running at once across all clients; one
+/// more is refused (`limit_reached`).
+pub const MAX_KEPT_PROCESSES_TOTAL: usize = 4 * MAX_KEPT_PROCESSES;
+
+/// The longest `keep` grace, in seconds, of an exec kept to heal: a host keeps every `execute`
+/// over TCP this long so that a dropped link can attach again. Such an exec is on a budget of its
+/// own ([`MAX_HEALING_PROCESSES`]), not the kept processes', so one client's kept processes never
+/// make another's executes fail; its capture is a plain exec's (at most [`MAX_INLINE_CAPTURE`]).
+pub const MAX_HEALING_GRACE_SECS: f64 = 30.0;
+
+/// Execs kept to heal (a grace of at most [`MAX_HEALING_GRACE_SECS`]) one client may have running
+/// at once: as many as it may have requests in flight.
+pub const MAX_HEALING_PROCESSES: usize = MAX_IN_FLIGHT;
+
+/// Execs kept to heal running at once across all clients: as many as all clients may have
+/// requests in flight. Past their connection they run at most their grace.
+pub const MAX_HEALING_PROCESSES_TOTAL: usize = MAX_IN_FLIGHT_GLOBAL;
 
 /// Bytes one process's journal may hold: its capture cap (`max_capture_bytes`, clamped to the
 /// offload cap). Output past it is counted and dropped, and an attach reports it as a gap.
 pub const MAX_JOURNAL_BYTES: u64 = MAX_OFFLOAD_CAPTURE_BYTES;
 
-/// Bytes all journals together may hold on disk: a running kept process counts its whole cap, a
-/// retained one what it stored. A new kept process over it first makes the oldest retained results
+/// Bytes all journals together may hold on disk: a running kept process counts its whole cap (an
+/// exec kept to heal counts none: its capture is a plain exec's), a retained one what it stored. A new kept process over it first makes the oldest retained results
 /// go, then is refused (`limit_reached`). It bounds the disk left processes can fill.
 pub const MAX_JOURNAL_BYTES_TOTAL: u64 = 4 * 1024 * 1024 * 1024;
 
@@ -163,6 +182,26 @@ pub const MAX_STDIN_WRITE: usize = 1024 * 1024;
 /// (`too_many_requests`). With [`MAX_STDIN_WRITE`] it bounds the input agentd holds for a process
 /// that does not read: flow control is the answer to each write.
 pub const MAX_STDIN_WAITING: usize = 4;
+
+/// Bytes of a process's command a `processes` listing shows, as JSON text; the rest is cut
+/// (`command_truncated`). A command may be as long as a message (16 MiB): 200 retained ones once
+/// made a 23 MiB listing, past [`MAX_REPLY_BYTES`]. `wait` and `attach` are not cut (one process).
+pub const MAX_LISTED_COMMAND_BYTES: usize = 4096;
+
+/// Bytes of one listed process's other fields at most, as JSON: its id (at most 64 bytes), a
+/// signal name, a dozen numbers and flags with their names (about 450 bytes in all, measured in
+/// `limits::tests`), with room to spare.
+pub const LISTED_PROCESS_FIELDS_BYTES: usize = 1024;
+
+/// Processes in one `processes` reply; past it, the reply says `next` and the client asks again
+/// from there.
+pub const PROCESSES_PAGE: usize = 1000;
+
+// A full page of the longest entries fits one reply.
+const _: () = assert!(
+    PROCESSES_PAGE * (MAX_LISTED_COMMAND_BYTES + LISTED_PROCESS_FIELDS_BYTES + 1) + REPLY_ENVELOPE_BYTES
+        <= MAX_REPLY_BYTES
+);
 
 /// Bytes `s` takes inside a JSON string as serde_json writes it (quotes excluded): what a reply
 /// budget counts.
@@ -204,6 +243,41 @@ mod tests {
             let written = serde_json::to_string(s).unwrap();
             assert_eq!(json_escaped_len(s), written.len() - 2, "{s:?}");
         }
+    }
+
+    #[test]
+    fn the_longest_listed_process_fits_its_share_of_a_page() {
+        use crate::process::{ProcessInfo, ProcessState, StdinMode, TerminalSize};
+        let mut info = ProcessInfo {
+            process: "p".repeat(crate::message::MAX_PROCESS_NAME),
+            // Every byte escaped to six.
+            command: "\u{1}".repeat(MAX_TEXT_MESSAGE),
+            state: ProcessState::Exited,
+            pid: u32::MAX,
+            started: f64::MAX,
+            ended: Some(f64::MAX),
+            exit_code: Some(i32::MIN),
+            signal: Some("SIGRTMAX-14".to_owned()),
+            timed_out: true,
+            cancelled: true,
+            abandoned: true,
+            total_bytes: u64::MAX,
+            stored_bytes: u64::MAX,
+            stray_processes: Some(u32::MAX),
+            kept: true,
+            keep: Some(f64::MAX),
+            attached: u32::MAX,
+            stdin: Some(StdinMode::Pipe),
+            pty: Some(TerminalSize { rows: u16::MAX, cols: u16::MAX }),
+            command_truncated: false,
+        };
+        info.cut_command();
+        assert!(info.command_truncated);
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(json.len() <= MAX_LISTED_COMMAND_BYTES + LISTED_PROCESS_FIELDS_BYTES, "{}", json.len());
+        let mut short = ProcessInfo { command: "echo hi".to_owned(), ..ProcessInfo::default() };
+        short.cut_command();
+        assert_eq!((short.command.as_str(), short.command_truncated), ("echo hi", false));
     }
 
     #[test]

@@ -39,11 +39,15 @@ pub struct AttachRequest {
     pub stream: bool,
 }
 
-/// Lists the processes agentd holds: running ones and retained results.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Lists the processes agentd holds: running ones and retained results, oldest first, a page of
+/// at most [`PROCESSES_PAGE`](crate::limits::PROCESSES_PAGE) at a time.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessesRequest {
     pub id: u64,
+    /// Where the page starts: the `next` of the page before (absent or 0: the oldest process).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub from: u64,
 }
 
 /// Ends a process: the kill ladder (as a timeout), or one signal.
@@ -122,7 +126,12 @@ pub enum ProcessState {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ProcessInfo {
     pub process: String,
+    /// The command, its first [`MAX_LISTED_COMMAND_BYTES`](crate::limits::MAX_LISTED_COMMAND_BYTES)
+    /// (as JSON text) in a listing; `command_truncated` says when it was cut.
     pub command: String,
+    /// `command` is a prefix of a longer command.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub command_truncated: bool,
     pub state: ProcessState,
     /// The shell's pid (also its process group and session).
     pub pid: u32,
@@ -165,11 +174,31 @@ pub struct ProcessInfo {
     pub pty: Option<TerminalSize>,
 }
 
-/// The answer to `processes`.
+/// The answer to `processes`: one page.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ProcessesResult {
     pub id: u64,
     pub processes: Vec<ProcessInfo>,
+    /// More processes follow: ask again with this as `from`. Absent: this page is the last.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<u64>,
+}
+
+impl ProcessInfo {
+    /// Cuts `command` to its first [`MAX_LISTED_COMMAND_BYTES`](crate::limits::MAX_LISTED_COMMAND_BYTES)
+    /// as JSON text (on a character boundary), and says so.
+    pub fn cut_command(&mut self) {
+        let kept =
+            crate::limits::json_prefix_within(&self.command, crate::limits::MAX_LISTED_COMMAND_BYTES).len();
+        if kept < self.command.len() {
+            self.command.truncate(kept);
+            self.command_truncated = true;
+        }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The answer to `kill`.

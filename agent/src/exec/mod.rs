@@ -364,7 +364,8 @@ impl Executor {
             });
             let (launch, exited) = spawned.map_err(ExecError::spawn)?;
             let cgroup = cleanup.as_ref().and_then(|cleanup| cleanup.cgroup().map(Path::to_owned));
-            let target = Target { root: launch.pid, tag, cgroup };
+            let leader = tree::Leader::new(launch.pid, Arc::clone(&self.reaper));
+            let target = Target { root: launch.pid, leader, tag, cgroup };
             running.insert(seq, target.clone());
             (target, exited, launch, report, cleanup)
         };
@@ -525,7 +526,7 @@ impl Executor {
             }
             if result.stray_processes.is_none() && pipe_held {
                 // No cgroup to ask: a `/proc` scan, only when a process is known to be left.
-                let left = tree::members(target.root, &target.tag).len();
+                let left = target.members().len();
                 result.stray_processes = Some(u32::try_from(left).unwrap_or(u32::MAX));
             }
             finish_capture(capture, &mode, &mut result).map(|()| result)

@@ -87,6 +87,17 @@ impl Reaper {
         Ok((made, rx))
     }
 
+    /// Runs `f` while the tracked child `pid` is not reaped yet, with reaping held off until it
+    /// returns; `None` once it was reaped (or if it was never tracked). Until then the pid number,
+    /// and the process group and session it leads, are that child's (an exited child keeps its
+    /// number as a zombie until it is reaped): a signal sent from `f` by number reaches it or its
+    /// group, never a process that took the number after it.
+    pub fn while_unreaped<T>(&self, pid: u32, f: impl FnOnce() -> T) -> Option<T> {
+        let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
+        let tracked = i32::try_from(pid).is_ok_and(|pid| waiters.contains_key(&pid));
+        tracked.then(f)
+    }
+
     /// Reaps every exited child; hands tracked statuses to their waiters, drops orphans' statuses.
     fn reap_all(&self) {
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);

@@ -13,19 +13,32 @@
 //! environment is not found. A process whose first thread ended alone reads as a zombie in
 //! `/proc/<pid>/stat`; it counts as live while any of its threads does.
 //!
+//! A pid is a number the kernel gives again once its process was reaped, so no signal here goes to
+//! a number alone. The shell's process group is signalled only while the shell is not reaped yet
+//! ([`Leader`]: the reaper holds off meanwhile, so the number is still the shell's). Every other
+//! signal goes through a pidfd opened for a pid a scan found, and only if a second scan, made after
+//! the pidfd was opened, still finds that pid ([`signal_confirmed`]): the pidfd's process was then
+//! the member the scan saw, and a pidfd reaches its own process or, once that is reaped, nothing. (A
+//! finished kept process's `kill` once sent SIGTERM, then SIGKILL, to the process group of whatever
+//! process had taken its reaped shell's number.)
+//!
 //! Every `/proc` scan, cgroup read and signal round runs on the blocking pool ([`off_runtime`]); only
 //! the waits between rounds are on the runtime thread. Forty timeouts scanning `/proc` with 1500
 //! processes around once held every other connection's `exec true` for 12 s.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use nix::errno::Errno;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::time::{Instant, sleep};
+
+use super::reaper::Reaper;
 
 /// Name of the environment variable every exec's processes inherit.
 pub const TAG_VAR: &str = "AGENTD_EXEC_TAG";
@@ -124,6 +137,106 @@ fn has_tag(pid: i32, tag_entry: &[u8]) -> bool {
     }
 }
 
+/// A process found by a scan, held by a pidfd so that a signal reaches it and no other.
+struct Held {
+    pid: i32,
+    /// `None` on a kernel without pidfds (before 5.3): the number is all there is.
+    fd: Option<OwnedFd>,
+}
+
+impl Held {
+    /// `None`: the process is gone already.
+    fn open(pid: i32) -> Option<Self> {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; the
+        // descriptor is owned by nothing else.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd >= 0 {
+            let fd = i32::try_from(fd).ok()?;
+            // SAFETY: a descriptor the kernel just returned to us, owned here alone.
+            return Some(Self { pid, fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }) });
+        }
+        match Errno::last() {
+            Errno::ENOSYS => Some(Self { pid, fd: None }),
+            _ => None,
+        }
+    }
+
+    /// True if the signal was delivered.
+    fn signal(&self, signal: Signal) -> bool {
+        match &self.fd {
+            Some(fd) => {
+                // SAFETY: pidfd_send_signal reads a descriptor we own, a signal number, and no
+                // siginfo (null) with no flags.
+                let rc = unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        fd.as_raw_fd(),
+                        signal as libc::c_int,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    )
+                };
+                rc == 0
+            }
+            None => kill(Pid::from_raw(self.pid), signal).is_ok(),
+        }
+    }
+}
+
+/// Sends `signal` to each of `found` (pids a scan found) that `rescan`, run once after every one
+/// of them is held by a pidfd, finds again; returns how many got it. A pid found twice was, at the
+/// second scan, the held process (it cannot have taken the number of one reaped before, since the
+/// holder kept its own number while it was alive), so only the processes the scans mean get the
+/// signal, however the numbers are reused meanwhile. Blocking.
+pub fn signal_confirmed(found: Vec<i32>, rescan: impl FnOnce() -> Vec<i32>, signal: Signal) -> usize {
+    if found.is_empty() {
+        return 0;
+    }
+    let held: Vec<Held> = found.into_iter().filter_map(Held::open).collect();
+    if held.is_empty() {
+        return 0;
+    }
+    let again: HashSet<i32> = rescan().into_iter().collect();
+    held.iter().filter(|held| again.contains(&held.pid) && held.signal(signal)).count()
+}
+
+/// [`signal_confirmed`] with one scan function: what it finds now, confirmed by what it finds next.
+fn signal_found(scan: &dyn Fn() -> Vec<i32>, signal: Signal) -> usize {
+    signal_confirmed(scan(), scan, signal)
+}
+
+/// An exec's shell, the leader of its process group and session, as the reaper knows it.
+#[derive(Clone)]
+pub struct Leader {
+    pub pid: u32,
+    reaper: Arc<Reaper>,
+}
+
+impl std::fmt::Debug for Leader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leader").field("pid", &self.pid).finish_non_exhaustive()
+    }
+}
+
+impl Leader {
+    pub fn new(pid: u32, reaper: Arc<Reaper>) -> Self {
+        Self { pid, reaper }
+    }
+
+    /// The shell has not been reaped: its number (and its group's) is still its own.
+    pub fn unreaped(&self) -> bool {
+        self.reaper.while_unreaped(self.pid, || ()).is_some()
+    }
+
+    /// Signals the shell's process group while the shell is not reaped; false after (its number
+    /// may be another process's by then, so nothing is sent). Blocking (briefly holds off the
+    /// reaper).
+    fn signal_group(&self, signal: Signal) -> bool {
+        let pgid = Pid::from_raw(self.pid as i32);
+        self.reaper.while_unreaped(self.pid, || killpg(pgid, signal).is_ok()).unwrap_or(false)
+    }
+}
+
 /// Parent pid → live children, from one scan of `/proc`.
 struct ProcessTree {
     children: HashMap<i32, Vec<i32>>,
@@ -161,16 +274,24 @@ impl ProcessTree {
     }
 }
 
-/// The live processes of the exec whose shell is `root` and whose tag is `tag`.
-pub fn members(root: u32, tag: &str) -> Vec<i32> {
-    members_in(&ProcessTree::scan(), root, tag)
+/// The live processes of the exec whose shell is `leader` and whose tag is `tag`, by the tree and
+/// the tag: the shell and its descendants while the shell is not reaped (read after the scan, so
+/// the scan saw its number as the shell's), then the tagged alone.
+fn tree_members(leader: &Leader, tag: &str) -> (ProcessTree, Vec<i32>) {
+    let tree = ProcessTree::scan();
+    let root = leader.unreaped().then_some(leader.pid);
+    let members = members_in(&tree, root, tag);
+    (tree, members)
 }
 
-fn members_in(tree: &ProcessTree, root: u32, tag: &str) -> Vec<i32> {
-    let root = root as i32;
-    let mut out: HashSet<i32> = tree.descendants(root).into_iter().collect();
-    if tree.is_live(root) {
-        out.insert(root);
+fn members_in(tree: &ProcessTree, root: Option<u32>, tag: &str) -> Vec<i32> {
+    let mut out: HashSet<i32> = HashSet::new();
+    if let Some(root) = root {
+        let root = root as i32;
+        out.extend(tree.descendants(root));
+        if tree.is_live(root) {
+            out.insert(root);
+        }
     }
     // Orphans that escaped the tree were re-parented to agentd: look for the tag among its other
     // descendants only, which keeps the environ reads few.
@@ -258,9 +379,7 @@ async fn stop_all(scan: impl Fn() -> (Vec<i32>, usize) + Send + Sync + 'static) 
             if running == 0 {
                 return true;
             }
-            for pid in all {
-                let _ = kill(Pid::from_raw(pid), Signal::SIGSTOP);
-            }
+            signal_confirmed(all, || round().0, Signal::SIGSTOP);
             false
         })
         .await;
@@ -280,10 +399,9 @@ async fn kill_until_gone(scan: impl Fn() -> Vec<i32> + Send + Sync + 'static) ->
         let round = Arc::clone(&scan);
         let found = off_runtime(move || {
             let all = round();
-            for pid in &all {
-                let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
-            }
-            all.len()
+            let found = all.len();
+            signal_confirmed(all, &*round, Signal::SIGKILL);
+            found
         })
         .await;
         if found == 0 {
@@ -299,6 +417,8 @@ async fn kill_until_gone(scan: impl Fn() -> Vec<i32> + Send + Sync + 'static) ->
 pub struct Target {
     /// The shell: root of the exec's tree, and its session and process group id.
     pub root: u32,
+    /// The shell as the reaper knows it: whether its number is still its own.
+    pub leader: Leader,
     /// The exec's tag (the value of [`TAG_VAR`]).
     pub tag: String,
     /// The exec's own pids cgroup, when it has one: then it alone says who the members are.
@@ -311,25 +431,24 @@ impl Target {
     pub fn members(&self) -> Vec<i32> {
         match &self.cgroup {
             Some(dir) => cgroup_procs(dir).unwrap_or_default(),
-            None => members(self.root, &self.tag),
+            None => self.tree_members(),
         }
     }
 
-    /// Sends `signal` once to every live member; returns how many there were. Blocking.
+    /// The live members by the tree and the tag (see [`tree_members`]). Blocking.
+    pub fn tree_members(&self) -> Vec<i32> {
+        tree_members(&self.leader, &self.tag).1
+    }
+
+    /// Sends `signal` once to every live member; returns how many got it. Blocking.
     pub fn signal_members(&self, signal: Signal) -> usize {
-        let members = self.members();
-        for &pid in &members {
-            let _ = kill(Pid::from_raw(pid), signal);
-        }
-        members.len()
+        signal_found(&|| self.members(), signal)
     }
 
-    /// Signals the shell's process group and every member.
+    /// Signals the shell's process group (while the shell is not reaped) and every member.
     fn signal_all(&self, signal: Signal) {
-        let _ = killpg(Pid::from_raw(self.root as i32), signal);
-        for pid in self.members() {
-            let _ = kill(Pid::from_raw(pid), signal);
-        }
+        self.leader.signal_group(signal);
+        self.signal_members(signal);
     }
 }
 
@@ -366,33 +485,35 @@ impl TimeoutLadder {
                 sleep(POLL).await;
             }
         }
-        let (root, tag) = (target.root, target.tag.clone());
+        let root = target.root;
         let left = match &target.cgroup {
             Some(dir) => {
                 let mut left = 0;
                 if !gone {
-                    let _ = killpg(Pid::from_raw(root as i32), Signal::SIGKILL);
+                    let group = Arc::clone(&target);
+                    off_runtime(move || group.leader.signal_group(Signal::SIGKILL)).await;
                     left = end_cgroups(vec![dir.clone()]).await;
                 }
                 // Only a process that moved itself out of the cgroup (root, where landlock does not
                 // withhold the cgroup tree) is left for the tree and the tag: one scan, usually empty.
-                left + kill_until_gone(move || members(root, &tag)).await
+                let rest = Arc::clone(&target);
+                left + kill_until_gone(move || rest.tree_members()).await
             }
             None if gone => 0,
             None => {
                 // What is left is stopped first (a fork bomb cannot outrun that), then killed.
-                let _ = killpg(Pid::from_raw(root as i32), Signal::SIGSTOP);
                 let stopping = Arc::clone(&target);
                 stop_all(move || {
-                    let tree = ProcessTree::scan();
-                    let members = members_in(&tree, stopping.root, &stopping.tag);
+                    stopping.leader.signal_group(Signal::SIGSTOP);
+                    let (tree, members) = tree_members(&stopping.leader, &stopping.tag);
                     let running = members.iter().filter(|pid| !tree.stopped.contains(pid)).count();
                     (members, running)
                 })
                 .await;
+                let killing = Arc::clone(&target);
                 kill_until_gone(move || {
-                    let _ = killpg(Pid::from_raw(root as i32), Signal::SIGKILL);
-                    members(root, &tag)
+                    killing.leader.signal_group(Signal::SIGKILL);
+                    killing.tree_members()
                 })
                 .await
             }
@@ -421,6 +542,20 @@ mod tests {
         let looped: HashMap<i32, i32> = [(7, 8), (8, 7)].into();
         assert!(is_descendant(7, 50, |pid| looped.get(&pid).copied()));
         assert!(parse_stat("12 (a) b) c) S 34 12").is_some_and(|(s, p)| s == "S" && p == 34));
+    }
+
+    #[test]
+    fn a_signal_goes_only_to_a_pid_found_again_after_it_was_held() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Not found again: nothing is sent.
+        assert_eq!(signal_confirmed(vec![pid], Vec::new, Signal::SIGKILL), 0);
+        assert!(child.try_wait().unwrap().is_none());
+        // Found again while held: sent, to it.
+        assert_eq!(signal_confirmed(vec![pid], || vec![pid], Signal::SIGKILL), 1);
+        assert!(child.wait().unwrap().code().is_none());
+        // Reaped: its number reaches nothing, whatever a scan says.
+        assert_eq!(signal_confirmed(vec![pid], || vec![pid], Signal::SIGKILL), 0);
     }
 
     #[test]

@@ -26,8 +26,8 @@ use agentd_protocol::fs::{
     WriteResult,
 };
 use agentd_protocol::limits::{
-    HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_TEXT_MESSAGE,
-    MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
+    HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_INLINE_CAPTURE,
+    MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
 };
 use agentd_protocol::permission::Operation;
 use agentd_protocol::process::{ProcessDone, ProcessesResult};
@@ -52,7 +52,7 @@ use crate::confine::{ConfineError, Confiner, FileWork};
 use crate::exec::{CaptureMode, Confined, ExecSpec, Executor, Watchers, offload_target, tree};
 use crate::inbound::{LargeMessages, Meter, Metered};
 use crate::outbox::{self, Outbox, Room};
-use crate::process::{ProcessError, Processes, Wanted};
+use crate::process::{Budget, ProcessError, Processes, Wanted};
 use crate::registry::{Admitted, Connections, Global, Handle, Requests, Slot};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
@@ -229,7 +229,8 @@ async fn session<S>(
     let activity = admitted.map(Admitted::activity);
     let requests = Arc::new(Requests::new(Arc::clone(&shared.global), activity));
     let blocking = Arc::new(Semaphore::new(MAX_BLOCKING_PER_CONNECTION));
-    let mut session = Session { shared, out, requests, blocking, greeted: false };
+    let client = shared.processes.client();
+    let mut session = Session { shared, out, requests, blocking, greeted: false, client };
     let evicted = async {
         match admitted {
             Some(admitted) => admitted.evicted().await,
@@ -322,6 +323,8 @@ struct Session {
     blocking: Arc<Semaphore>,
     /// A `hello` was answered; before it only `hello` is served.
     greeted: bool,
+    /// What this connection's kept processes are counted under: a client is a connection.
+    client: u64,
 }
 
 impl Session {
@@ -365,9 +368,9 @@ impl Session {
             }
             ClientMessage::Exec(request) => self.exec(request).await,
             ClientMessage::Attach(request) => self.attach(request).await,
-            ClientMessage::Processes(_) => {
-                let processes = self.shared.processes.list();
-                self.send(ServerMessage::ProcessesResult(ProcessesResult { id, processes })).await;
+            ClientMessage::Processes(request) => {
+                let (processes, next) = self.shared.processes.list(request.from);
+                self.send(ServerMessage::ProcessesResult(ProcessesResult { id, processes, next })).await;
             }
             ClientMessage::Kill(request) => self.kill(request).await,
             ClientMessage::Wait(request) => self.wait(request).await,
@@ -495,12 +498,16 @@ impl Session {
     async fn exec(&mut self, request: ExecRequest) {
         let (id, stream) = (request.id, request.stream);
         let command = request.command.clone();
-        let (spec, keep, name) = match self.exec_spec(request).await {
+        let (mut spec, keep, name) = match self.exec_spec(request).await {
             Ok(spec) => spec,
             Err(err) => return self.send(err.into_reply()).await,
         };
+        if Budget::of(keep) == Budget::Healing {
+            // A plain exec's capture: a healing exec reserves nothing of the journals' budget.
+            spec.max_capture_bytes = spec.max_capture_bytes.min(MAX_INLINE_CAPTURE);
+        }
         let journal_cap = crate::exec::journal_cap(spec.max_capture_bytes);
-        let wanted = Wanted { command, keep, pty: spec.pty, journal_cap, name };
+        let wanted = Wanted { command, keep, pty: spec.pty, journal_cap, name, client: self.client };
         let process = match self.shared.processes.start(wanted) {
             Ok(process) => process,
             Err(err) => return self.reply_error(Some(id), err.code(), err.to_string()).await,

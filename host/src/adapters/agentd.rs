@@ -35,8 +35,9 @@ pub use crate::adapters::capped::FILE_MAX as DOWNLOAD_FILES_MOST;
 /// ([`Link::agentd_outlives`]: `ws://`, `wss://`, a bridge such as Kubernetes' exec stream): a Unix
 /// socket link does not drop but with agentd itself, and an agentd served over one exec's stdio
 /// (`docker-exec:`) lives only as long as that link; either way the command ends with agentd, so
-/// those execs are not kept.
-pub const HEAL_GRACE_SECS: f64 = 30.0;
+/// those execs are not kept. agentd counts an exec kept this long on a budget of its own, apart
+/// from the processes kept for longer, so one client's kept processes never make it fail.
+pub const HEAL_GRACE_SECS: f64 = agentd_protocol::limits::MAX_HEALING_GRACE_SECS;
 
 /// Longest pause between two attempts to reconnect while healing.
 const HEAL_BACKOFF_MAX: Duration = Duration::from_secs(1);

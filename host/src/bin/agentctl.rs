@@ -928,16 +928,20 @@ fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
         eprintln!("agentctl: no session is up");
         return Ok(ExitCode::SUCCESS);
     };
-    let pid = nix::unistd::Pid::from_raw(session.pid as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    // The recorded pid is a number: once that agentd has ended, another process may have it.
+    // Only the process that serves the session's socket is signalled, through a pidfd.
+    let agentd = SessionAgentd::open(&session);
+    if let Some(agentd) = &agentd {
+        agentd.signal(nix::sys::signal::Signal::SIGTERM);
+    }
     // Until its last thread has ended: its first one reads as a zombie while the others still end.
-    let alive = || live_threads(session.pid as i32).is_some();
+    let alive = || agentd.as_ref().is_some_and(SessionAgentd::alive);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     while alive() && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    if alive() {
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+    if let Some(agentd) = agentd.as_ref().filter(|_| alive()) {
+        agentd.signal(nix::sys::signal::Signal::SIGKILL);
         // agentd did not finish its own cleaning (a storm starved it): end what it started here.
         let left = end_tagged(session.pid);
         if left > 0 {
@@ -953,6 +957,58 @@ fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
     std::fs::remove_file(&path)?;
     println!("agentd down (pid {})", session.pid);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The session's agentd, held by a pidfd: signals reach it, never a process that took its number.
+struct SessionAgentd {
+    pid: i32,
+    fd: std::os::fd::OwnedFd,
+}
+
+impl SessionAgentd {
+    /// The process with the session's pid, if it is the agentd serving the session's socket
+    /// (`--unix PATH` on its command line, read once the pidfd holds the process).
+    fn open(session: &SessionFile) -> Option<Self> {
+        use std::os::fd::FromRawFd as _;
+        let pid = i32::try_from(session.pid).ok()?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let fd = i32::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+        // SAFETY: a descriptor the kernel just returned, owned here alone.
+        let held = Self { pid, fd: unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) } };
+        let socket = session.url.strip_prefix("unix:")?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let serves = cmdline.split(|b| *b == 0).any(|arg| arg == socket.as_bytes());
+        // Read after the pidfd was opened: if the process it holds is still there, the command
+        // line was its own.
+        (serves && held.alive()).then_some(held)
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        self.send(signal as libc::c_int);
+    }
+
+    /// Some thread of it has not ended (its first one reads as a zombie while others still end).
+    fn alive(&self) -> bool {
+        // Signal 0 only asks whether the held process is there.
+        self.send(0) && live_threads(self.pid).is_some()
+    }
+
+    fn send(&self, signal: libc::c_int) -> bool {
+        use std::os::fd::AsRawFd as _;
+        // SAFETY: pidfd_send_signal reads a descriptor we own, a signal number, and no siginfo
+        // (null) with no flags.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                self.fd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        rc == 0
+    }
 }
 
 /// Stops, then SIGKILLs, every process carrying the exec tag of the agentd `agentd`

@@ -15,6 +15,11 @@ use super::{Incoming, Link, OutputSink, Route, refused, unexpected};
 use crate::deadlines::within;
 use crate::error::{Result, SandboxError};
 
+/// Pages of `processes` the host reads at most (each at most `limits::PROCESSES_PAGE` processes,
+/// a few MiB): more than an agentd's bounds let it hold, so a sandbox that keeps saying `next`
+/// cannot hold the caller or fill its memory.
+pub const MOST_LISTED_PAGES: usize = 64;
+
 /// Where a kept exec got to when its link dropped: its process id (once `exec_started` came) and
 /// the output bytes delivered to the caller so far.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -174,12 +179,29 @@ impl Link {
         .await
     }
 
-    /// Every process agentd holds.
+    /// Every process agentd holds, oldest first, page after page (long commands come cut:
+    /// `command_truncated`). A listing of more than [`MOST_LISTED_PAGES`] pages, or whose pages do
+    /// not move forward, is refused as a protocol error.
     pub async fn processes(&self) -> Result<Vec<ProcessInfo>> {
-        match self.ask(|id| ClientMessage::Processes(ProcessesRequest { id })).await? {
-            ServerMessage::ProcessesResult(result) => Ok(result.processes),
-            other => Err(unexpected(&other)),
+        let mut all = Vec::new();
+        let mut from = 0;
+        for _ in 0..MOST_LISTED_PAGES {
+            let page = match self.ask(|id| ClientMessage::Processes(ProcessesRequest { id, from })).await? {
+                ServerMessage::ProcessesResult(result) => result,
+                other => return Err(unexpected(&other)),
+            };
+            all.extend(page.processes);
+            match page.next {
+                None => return Ok(all),
+                Some(next) if next > from => from = next,
+                Some(next) => {
+                    return Err(SandboxError::Protocol(format!(
+                        "a `processes` page from {from} said the next starts at {next}, not after it"
+                    )));
+                }
+            }
         }
+        Err(SandboxError::Protocol(format!("agentd listed more than {MOST_LISTED_PAGES} pages of processes")))
     }
 
     /// Ends `process` with the kill ladder, or sends it one `signal`; returns how many processes

@@ -46,7 +46,11 @@ fn row(process: &ProcessInfo) -> String {
     };
     let exit = process.exit_code.map_or("-".to_owned(), |code| code.to_string());
     let flat = process.command.replace('\n', " ");
-    let command = agentd_host::escape_controls(&flat);
+    let mut command = agentd_host::escape_controls(&flat).into_owned();
+    if process.command_truncated {
+        // agentd lists a long command's head only.
+        command.push('…');
+    }
     format!(
         "{:<14} {:<8} {:>7} {:>5} {:>12}  {command}",
         process.process, state, process.pid, exit, process.total_bytes
