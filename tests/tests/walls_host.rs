@@ -235,6 +235,17 @@ fn a_command_cannot_steer_agentctl_through_its_session_files() {
     let _ = in_home().args(["exec", "--", "true"]).output().unwrap();
     let _ = in_home().arg("down").output().unwrap();
     drop(stray);
+    let mut no_harm = |after: &str| {
+        assert!(decoy.alive(), "{after}: agentctl killed a pid the command chose");
+        assert!(outside.path().join("keep").exists(), "{after}: agentctl removed a directory the command chose");
+        let sent: Vec<String> = heard.try_iter().collect();
+        assert!(
+            !sent.iter().any(|request| request.contains("root-secret-3e9f")),
+            "{after}: the root-only file was sent as the token: {sent:?}"
+        );
+        assert!(sent.is_empty(), "{after}: agentctl connected to the command's listener: {sent:?}");
+    };
+    no_harm("workspace $HOME");
 
     // A session file elsewhere that agentctl did not write alone: another user's, then a symlink.
     let state = tempfile::tempdir().unwrap();
@@ -267,11 +278,7 @@ fn a_command_cannot_steer_agentctl_through_its_session_files() {
         }
     }
 
-    assert!(decoy.alive(), "agentctl killed a pid the command chose");
-    assert!(outside.path().join("keep").exists(), "agentctl removed a directory the command chose");
-    let sent: Vec<String> = heard.try_iter().collect();
-    assert!(!sent.iter().any(|request| request.contains("root-secret-3e9f")), "the root-only file was sent: {sent:?}");
-    assert!(sent.is_empty(), "agentctl connected to the command's listener: {sent:?}");
+    no_harm("a planted session file");
 }
 
 /// (13) A command scans every process's arguments for agentctl's token: `--token` is refused
