@@ -110,10 +110,14 @@ fn check_own(fd: impl AsFd, path: &Path, kind: SFlag, private: bool) -> Result<u
 
 /// Opens the session's directory, never through a symlink, and checks it is this user's alone.
 fn open_dir(dir: &Path) -> Result<OwnedFd, SessionError> {
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let fd = nix::fcntl::open(dir, flags, Mode::empty()).map_err(SessionError::io(dir))?;
+    let fd = open_dir_unchecked(dir)?;
     check_own(&fd, dir, SFlag::S_IFDIR, false)?;
     Ok(fd)
+}
+
+fn open_dir_unchecked(dir: &Path) -> Result<OwnedFd, SessionError> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    nix::fcntl::open(dir, flags, Mode::empty()).map_err(SessionError::io(dir))
 }
 
 /// Reads a small private file of this user: opened without following a symlink, regular, this
@@ -144,13 +148,15 @@ pub fn read_private(dir: impl AsFd, name: &std::ffi::OsStr, path: &Path) -> Resu
 pub fn read() -> Result<Option<SessionFile>, SessionError> {
     let path = path()?;
     let (dir, name) = split(&path)?;
-    let dir_fd = match open_dir(dir) {
+    let dir_fd = match open_dir_unchecked(dir) {
         Err(SessionError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             return Ok(None);
         }
         other => other?,
     };
+    // The file first: another user (a command) is told it may not read it, as the kernel says.
     let Some(text) = read_private(&dir_fd, name, &path)? else { return Ok(None) };
+    check_own(&dir_fd, dir, SFlag::S_IFDIR, false)?;
     let session: SessionFile =
         serde_json::from_str(&text).map_err(|source| SessionError::Json { path: path.clone(), source })?;
     if !session.agentd_alive() {
