@@ -121,6 +121,9 @@ pub struct Confiner {
     ipc: std::sync::OnceLock<Option<OwnedFd>>,
     /// agentd's `PATH` less what the sandbox user cannot search, when commands become one.
     sandbox_path: Option<String>,
+    /// The note naming the directories of agentd's `PATH` that commands cannot search, when some
+    /// exist and the profile sets no `PATH` of its own.
+    unreachable_path: Option<String>,
     /// Notes on writable roots the sandbox user cannot reach ([`Confiner::lend_roots`]).
     unreachable_roots: std::sync::OnceLock<Vec<String>>,
     /// What the server profile's `permissions` and `allowed_commands` came to when agentd started
@@ -148,9 +151,21 @@ impl Confiner {
     pub fn new(profile: SandboxProfile, withheld: Vec<Withheld>) -> Self {
         let profile_user = profile.user;
         let user = identity::decide(profile_user, &identity::Facts::read());
-        let sandbox_path = user.switch.and_then(|(uid, gid)| {
-            std::env::var("PATH").ok().map(|path| identity::searchable_path(&path, uid, gid))
+        let searchable = user.switch.and_then(|(uid, gid)| {
+            std::env::var("PATH").ok().map(|path| (uid, identity::searchable_path(&path, uid, gid)))
         });
+        let unreachable_path = searchable
+            .as_ref()
+            .filter(|(_, path)| !path.unreachable.is_empty() && !profile.env.contains_key("PATH"))
+            .map(|(uid, path)| {
+                format!(
+                    "PATH: {} not searchable by the sandbox user (uid {uid}), so commands cannot run \
+                     the programs there; install them where that user can reach them (/usr/local/bin, \
+                     /opt), or make the directories on the way searchable (chmod o+x)",
+                    path.unreachable.join(", ")
+                )
+            });
+        let sandbox_path = searchable.map(|(_, path)| path.path);
         let network_filter = if seccomp::kernel_has_seccomp() {
             match seccomp::network_filter() {
                 Ok(program) => Some(Arc::new(program)),
@@ -183,6 +198,7 @@ impl Confiner {
             root: nix::unistd::geteuid().is_root(),
             user,
             sandbox_path,
+            unreachable_path,
             unreachable_roots: std::sync::OnceLock::new(),
             ipc: std::sync::OnceLock::new(),
         }
@@ -538,6 +554,8 @@ impl Confiner {
         let now = self.watch.as_ref().map(watch::Watch::current);
         let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
         let mut report = self.report_with(profile, links, cgroups);
+        // Said at start, not in every command's result: it is the machine's, not the command's.
+        report.notes.extend(self.unreachable_path.iter().cloned());
         let (short, programs) = &self.rules_at_start;
         report::add_rules(&mut report, profile, short, programs.as_ref(), self.user.switch.is_some());
         report
@@ -547,6 +565,15 @@ impl Confiner {
     /// sandbox user cannot search (`None`: agentd's own).
     pub fn sandbox_path(&self) -> Option<&str> {
         self.sandbox_path.as_deref()
+    }
+
+    /// Says, once at start, which directories of agentd's `PATH` commands cannot search (the
+    /// hello's report says it too, so `agentctl status` shows it): a tool installed there (a pyenv
+    /// or nvm under root's home) would otherwise be missing for commands without a word.
+    pub fn warn_unreachable_path(&self) {
+        if let Some(note) = &self.unreachable_path {
+            tracing::warn!("{note}");
+        }
     }
 
     /// Lends `roots` (the workspace and writable roots) to the sandbox user, when commands run as

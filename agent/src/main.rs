@@ -334,6 +334,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     // first command (and back to agentd's user at the end).
     let lent = match &shared.policy.profile {
         Some(profile) => {
+            shared.confiner.warn_unreachable_path();
             let roots = match &profile.profile().writable_roots {
                 Some(roots) => roots.iter().map(PathBuf::from).collect(),
                 None => vec![workspace.clone()],

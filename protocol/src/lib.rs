@@ -18,7 +18,8 @@
 //!   expansion, whole paths, and the include globs of `glob` and `grep`.
 //! - [`framing`]: a random quoted-heredoc delimiter that never occurs in the command it frames.
 //! - [`permission`]: path permission rules (deepagents' `FilesystemPermission` shape).
-//! - [`profile`]: sandbox profiles, per-request tightening, and the report of what was enforced.
+//! - [`profile`]: sandbox profiles, per-request tightening, and the report of what was enforced;
+//!   [`profile::env`]: which of the harness's variables a sandbox the host starts passes on.
 //! - [`process`]: processes that outlive their connection: `keep`, `attach` from a byte offset,
 //!   `processes`, `kill`, `wait`, `forget`, a stdin pipe and a terminal.
 //! - [`meta`]: the result meta line with a random per-call sentinel, so command output cannot forge it.

@@ -588,6 +588,13 @@ class LocalSandbox(Sandbox):
     this machine's paths (the workspace is :attr:`workspace`). A denied directory that does not exist
     yet is covered from the first command after it appears, not for the command that makes it (the
     report says ``partial`` meanwhile).
+
+    ``env_allowlist``: what of this process's environment commands get beside the minimal set
+    (``PATH``, ``HOME``, ``USER``, ``LOGNAME``, ``SHELL``, ``LANG``, ``LANGUAGE``, ``LC_*``,
+    ``TERM``, ``COLORTERM``, ``TZ``, ``TMPDIR``): names, or prefixes ending in ``*``. Nothing else
+    reaches them (or their agentd): a name that looks like a secret (``*KEY*``, ``*SECRET*``,
+    ``*TOKEN*``, ``*PASSWORD*``, ``*CREDENTIAL*``) only when named exactly, so the harness's API
+    keys stay with it.
     """
 
     def __init__(
@@ -599,10 +606,14 @@ class LocalSandbox(Sandbox):
         exec_margin: float | None = None,
         silence_deadline: float | None = None,
         permissions: Iterable[Any] | None = None,
+        env_allowlist: Iterable[str] | None = None,
     ) -> None:
         roots = None if writable_roots is None else [os.fspath(root) for root in writable_roots]
         rules = None if permissions is None else permission_rules(permissions)
-        native = _agentd.Sandbox.local(roots, confined, connect_deadline, exec_margin, silence_deadline, rules)
+        names = None if env_allowlist is None else list(env_allowlist)
+        native = _agentd.Sandbox.local(
+            roots, confined, connect_deadline, exec_margin, silence_deadline, rules, names
+        )
         super().__init__(native)
 
     @property

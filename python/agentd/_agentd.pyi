@@ -30,6 +30,7 @@ class Sandbox:
         exec_margin: float | None = None,
         silence_deadline: float | None = None,
         permissions: list[dict[str, Any]] | None = None,
+        env_allowlist: list[str] | None = None,
     ) -> Sandbox:
         """``permissions``: ``[{"operations": ["read" | "write", …], "paths": ["/abs/glob", …],
         "mode": "allow" | "deny"}, …]`` (``agentd.permission_rules`` makes them), first match wins;

@@ -151,9 +151,12 @@ impl Sandbox {
     /// Starts the embedded default: a private agentd on a Unix socket with a temporary workspace,
     /// confined by the default profile (`confined=False`: by the machine only) with
     /// `writable_roots` also writable (created when missing) and `permissions` (a list of
-    /// `{"operations", "paths", "mode"}` dicts, first match wins) in its profile.
+    /// `{"operations", "paths", "mode"}` dicts, first match wins) in its profile. Commands get the
+    /// minimal environment (`PATH`, `HOME`, `LANG`, …) and the variables `env_allowlist` names
+    /// (names, or prefixes ending in `*`; a secret-looking name only when named exactly).
     #[staticmethod]
-    #[pyo3(signature = (writable_roots = None, confined = true, connect_deadline = None, exec_margin = None, silence_deadline = None, permissions = None))]
+    #[pyo3(signature = (writable_roots = None, confined = true, connect_deadline = None, exec_margin = None, silence_deadline = None, permissions = None, env_allowlist = None))]
+    #[expect(clippy::too_many_arguments, reason = "Python keyword arguments, one per option")]
     fn local(
         py: Python<'_>,
         writable_roots: Option<Vec<PathBuf>>,
@@ -162,14 +165,21 @@ impl Sandbox {
         exec_margin: Option<f64>,
         silence_deadline: Option<f64>,
         permissions: Option<&Bound<'_, PyAny>>,
+        env_allowlist: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let deadlines = calls::deadlines(connect_deadline, exec_margin, silence_deadline)?;
         let permissions = permissions.map(crate::permissions::rules).transpose()?.unwrap_or_default();
+        let env_allowlist = env_allowlist.unwrap_or_default();
+        for entry in &env_allowlist {
+            agentd_protocol::profile::env::check_named(entry)
+                .map_err(|why| pyo3::exceptions::PyValueError::new_err(format!("env_allowlist: {why}")))?;
+        }
         let options = LocalOptions {
             confined,
             writable_roots: writable_roots.unwrap_or_default(),
             deadlines: Some(deadlines),
             permissions,
+            env_allowlist,
         };
         // Started on a runtime worker, not on the calling thread: agentd gets SIGTERM when the thread
         // that forked it ends (`PR_SET_PDEATHSIG` follows the thread), and a Python thread (a thread

@@ -174,14 +174,28 @@ impl Identity {
     }
 }
 
+/// A `PATH` value for commands of another user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxPath {
+    /// The value without the directories the user cannot search.
+    pub path: String,
+    /// Directories that exist but that the user cannot search (a pyenv or nvm under root's home):
+    /// the programs there are out of the commands' reach, which a person should be told.
+    pub unreachable: Vec<String>,
+}
+
 /// `path` (a `PATH` value) without the directories `uid`:`gid` cannot search (`/root/.cargo/bin` in
 /// root's `PATH`): a shell that meets one reports a missing command as "Permission denied".
-pub fn searchable_path(path: &str, uid: u32, gid: u32) -> String {
-    std::env::split_paths(path)
-        .filter(|dir| searchable(dir, uid, gid))
-        .map(|dir| dir.to_string_lossy().into_owned())
-        .collect::<Vec<_>>()
-        .join(":")
+pub fn searchable_path(path: &str, uid: u32, gid: u32) -> SandboxPath {
+    let (kept, dropped): (Vec<_>, Vec<_>) =
+        std::env::split_paths(path).partition(|dir| searchable(dir, uid, gid));
+    let text = |dir: &std::path::PathBuf| dir.to_string_lossy().into_owned();
+    SandboxPath {
+        path: kept.iter().map(text).collect::<Vec<_>>().join(":"),
+        unreachable: dropped.iter().enumerate().filter(|(at, dir)| {
+            dir.is_absolute() && dir.is_dir() && !dropped[..*at].contains(dir)
+        }).map(|(_, dir)| text(dir)).collect(),
+    }
 }
 
 /// Whether `uid`:`gid` (no supplementary groups) can search `dir` and every directory above it.
@@ -237,7 +251,13 @@ mod tests {
         std::fs::set_permissions(top.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let path = format!("/usr/bin:{}:{}:relative:/nonexistent", closed.display(), open.display());
         let id = sandbox_id(1);
-        assert_eq!(searchable_path(&path, id, id), format!("/usr/bin:{}", open.display()));
+        assert_eq!(
+            searchable_path(&path, id, id),
+            SandboxPath {
+                path: format!("/usr/bin:{}", open.display()),
+                unreachable: vec![closed.display().to_string()]
+            }
+        );
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! start), never in a file. A process that can reach the socket (another sandbox's command, a
 //! container sharing the directory, anything of the same user) cannot connect without it, whatever
 //! its ancestry; agentd also refuses its own commands by their process.
+//!
+//! What that agentd and its commands see of this process's environment: the minimal set and the
+//! names the caller gives ([`agentd_protocol::profile::env`]), never the harness's secrets.
 
 use std::io::{BufRead as _, BufReader};
 use std::mem::ManuallyDrop;
@@ -17,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentd_protocol::permission::PermissionRule;
+use agentd_protocol::profile::env as passed_env;
 use agentd_protocol::profile::{Limits, Mode, SandboxProfile};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
@@ -155,11 +159,21 @@ pub struct LocalOptions {
     /// Path permissions, first match wins (deepagents' `FilesystemPermission` shape): the file
     /// verbs check them and landlock holds every command to them. Refused when not `confined`.
     pub permissions: Vec<PermissionRule>,
+    /// Variables of this process's environment commands get beside the minimal set (`PATH`,
+    /// `HOME`, `LANG`, …): names, or prefixes ending in `*`; a name that looks like a secret passes
+    /// only when named exactly ([`agentd_protocol::profile::env`]).
+    pub env_allowlist: Vec<String>,
 }
 
 impl Default for LocalOptions {
     fn default() -> Self {
-        Self { confined: true, writable_roots: Vec::new(), deadlines: None, permissions: Vec::new() }
+        Self {
+            confined: true,
+            writable_roots: Vec::new(),
+            deadlines: None,
+            permissions: Vec::new(),
+            env_allowlist: Vec::new(),
+        }
     }
 }
 
@@ -181,6 +195,9 @@ impl LocalSandbox {
                 "permissions need a confined sandbox: agentd enforces them through its profile".to_owned(),
             ));
         }
+        for entry in &options.env_allowlist {
+            passed_env::check_named(entry).map_err(|why| SandboxError::Start(format!("env_allowlist: {why}")))?;
+        }
         let workspace = tempfile::Builder::new().prefix("agentd-workspace-").tempdir()?;
         let confinement = if options.confined {
             let mut roots = Vec::with_capacity(options.writable_roots.len());
@@ -197,12 +214,13 @@ impl LocalSandbox {
         let profile = confinement.as_ref().map(DefaultProfile::file);
         let socket_dir = socket_dir()?;
         let token = crate::adapters::inject::random_hex();
-        let (child, started) = spawn_agentd(
+        let (child, started) = spawn_agentd_passing(
             workspace.path(),
             socket_dir.path(),
             Lifetime::TiedToParent,
             profile.as_deref(),
             TokenSource::Env(&token),
+            &options.env_allowlist,
         )?;
         let mut guard = ChildGuard(Some(child));
         let deadlines = match options.deadlines {
@@ -313,8 +331,12 @@ pub fn socket_dir() -> Result<tempfile::TempDir> {
     Ok(tempfile::Builder::new().prefix("agentd-socket-").tempdir()?)
 }
 
+/// agentd's own settings, passed to it beside the environment its commands get.
+const AGENTD_SETTINGS: &[&str] = &["AGENTD_LOG"];
+
 /// Starts `agentd serve` on a Unix socket in `socket_dir` (which should be private), in `workspace`,
-/// with the sandbox profile in `profile` if given, requiring the bearer token `token`.
+/// with the sandbox profile in `profile` if given, requiring the bearer token `token`. Its
+/// environment, and so its commands', is this process's minimal set ([`spawn_agentd_passing`]).
 pub fn spawn_agentd(
     workspace: &Path,
     socket_dir: &Path,
@@ -322,9 +344,27 @@ pub fn spawn_agentd(
     profile: Option<&Path>,
     token: TokenSource<'_>,
 ) -> Result<(Child, Started)> {
+    spawn_agentd_passing(workspace, socket_dir, lifetime, profile, token, &[])
+}
+
+/// [`spawn_agentd`], with the variables of this process's environment that `env_allowlist` names
+/// passed on too ([`agentd_protocol::profile::env::passes`]). The rest (the harness's API keys
+/// and credentials) never reaches agentd: not its commands, not its `/proc/<pid>/environ`.
+pub fn spawn_agentd_passing(
+    workspace: &Path,
+    socket_dir: &Path,
+    lifetime: Lifetime,
+    profile: Option<&Path>,
+    token: TokenSource<'_>,
+    env_allowlist: &[String],
+) -> Result<(Child, Started)> {
     let binary = agentd_binary()?;
     let mut command = Command::new(&binary);
+    let settings = AGENTD_SETTINGS.iter().filter_map(|name| Some((*name, std::env::var_os(name)?)));
     command
+        .env_clear()
+        .envs(passed_env::passing(std::env::vars_os(), env_allowlist))
+        .envs(settings)
         .arg("serve")
         .arg("--unix")
         .arg(socket_dir.join("agentd.sock"))

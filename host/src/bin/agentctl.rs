@@ -8,6 +8,8 @@
 //! [`processes`]: processes that outlive agentctl (`exec --detach`, `ps`, `attach`, `kill`) and the
 //! interactive `shell`.
 //!
+//! [`session`]: the `up` session's files, trusted only when no command could have written them.
+//!
 //! [`cleanup`]: what agentctl creates for one command it removes however the command ends
 //! (SIGINT/SIGTERM included).
 
@@ -18,7 +20,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use agentd_host::adapters::local::{
-    DefaultProfile, Lifetime, LocalOptions, Started, TokenSource, socket_dir, spawn_agentd,
+    DefaultProfile, Lifetime, LocalOptions, Started, TokenSource, socket_dir, spawn_agentd_passing,
 };
 use agentd_host::derived::shell_quote;
 use agentd_host::download::download_to_path;
@@ -30,15 +32,17 @@ use agentd_protocol::profile::{Enforcement, Level, Mode, ProfileOverride};
 use agentd_protocol::{ExecRequest, FsRequest, FsResponse};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::{Deserialize, Serialize};
 
 use crate::cleanup::{Stop, Waited};
+use crate::session::SessionFile;
 
 // Its own file beside this one: the signal handling and removal of what a command created.
 #[path = "agentctl/cleanup.rs"]
 mod cleanup;
 #[path = "agentctl/processes.rs"]
 mod processes;
+#[path = "agentctl/session.rs"]
+mod session;
 
 /// Exit status for agentctl's own failures (unreachable sandbox, bad arguments, spawn failure).
 const AGENTCTL_FAILED: u8 = 125;
@@ -58,9 +62,10 @@ struct Cli {
     /// agentd to attach to, e.g. ws://127.0.0.1:7700.
     #[arg(long, global = true, env = "AGENTD_URL")]
     url: Option<String>,
-    /// Bearer token for --url (prefer the AGENTD_TOKEN variable: arguments are visible in ps).
-    #[arg(long, global = true, env = "AGENTD_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    /// A file holding the bearer token for --url; else the AGENTD_TOKEN variable. Never an
+    /// argument: every process of the machine can read another's arguments (/proc/PID/cmdline).
+    #[arg(long, global = true, value_name = "FILE")]
+    token_file: Option<PathBuf>,
     /// Print results as JSON (the protocol's result types) for scripts.
     #[arg(long, global = true)]
     json: bool,
@@ -81,8 +86,18 @@ struct Cli {
     /// command (deny rules only: they tighten its profile for that command).
     #[arg(long = "permission", global = true, value_name = "MODE:OPS:PATH")]
     permissions: Vec<PermissionRule>,
+    /// A variable of agentctl's environment that commands of a sandbox agentctl starts (the private
+    /// one, `up`) get, beside PATH, HOME, LANG, LC_*, TERM, TZ, USER, LOGNAME, SHELL, TMPDIR: a name,
+    /// or a prefix ending in `*`; repeatable. Nothing else passes: a name that looks like a secret
+    /// (*KEY*, *SECRET*, *TOKEN*, *PASSWORD*, *CREDENTIAL*) only when named exactly.
+    #[arg(long = "pass-env", global = true, value_name = "NAME", value_parser = pass_env)]
+    pass_env: Vec<String>,
     #[command(subcommand)]
     command: Cmd,
+}
+
+fn pass_env(raw: &str) -> Result<String, String> {
+    agentd_protocol::profile::env::check_named(raw).map(|()| raw.to_owned())
 }
 
 fn deadline(raw: &str) -> Result<Duration, String> {
@@ -225,7 +240,7 @@ struct ExecArgs {
     /// Working directory (relative to the workspace unless absolute).
     #[arg(long)]
     cwd: Option<String>,
-    /// Extra environment variable, KEY=VALUE (repeatable).
+    /// Extra environment variable, KEY=VALUE, or KEY for agentctl's own value (repeatable).
     #[arg(long = "env", value_parser = parse_env)]
     env: Vec<(String, String)>,
     /// Start it kept and print only its process id: it runs on after agentctl exits (`agentctl
@@ -241,29 +256,12 @@ struct ExecArgs {
 fn parse_env(raw: &str) -> Result<(String, String), String> {
     match raw.split_once('=') {
         Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
-        _ => Err(format!("expected KEY=VALUE, got `{raw}`")),
+        None if !raw.is_empty() => match std::env::var(raw) {
+            Ok(value) => Ok((raw.to_owned(), value)),
+            Err(_) => Err(format!("`{raw}` is not set in agentctl's environment")),
+        },
+        _ => Err(format!("expected KEY=VALUE or KEY, got `{raw}`")),
     }
-}
-
-/// What `agentctl up` leaves for later commands.
-#[derive(Serialize, Deserialize)]
-struct SessionFile {
-    /// `unix:PATH` of the session's agentd.
-    url: String,
-    /// For a session recorded by an older agentctl (a TCP url).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    token: Option<String>,
-    /// The file holding the token agentd requires (mode 0600 in the session's private socket
-    /// directory; agentd withholds it from its commands). The secret is never in this file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    token_file: Option<PathBuf>,
-    pid: u32,
-    workspace: PathBuf,
-    /// The workspace was created by `up`, so `down` removes it.
-    owns_workspace: bool,
-    /// The profile's private tmp and profile directory, removed by `down`.
-    #[serde(default)]
-    private_dirs: Vec<PathBuf>,
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -340,21 +338,24 @@ async fn target(cli: &Cli) -> Result<Target, Box<dyn std::error::Error>> {
         return Ok(Target::Spec(provider::open(&spec).await?));
     }
     if let Some(url) = &cli.url {
-        return Ok(Target::Remote(AgentdSandbox::connect(url, cli.token.as_deref()).await?));
-    }
-    if let Some(session) = read_session()? {
-        let token = match &session.token_file {
+        let token = match &cli.token_file {
             Some(file) => Some(
-                std::fs::read_to_string(file)
-                    .map_err(|e| format!("the session's token {}: {e}", file.display()))?
-                    .trim()
-                    .to_owned(),
+                std::fs::read_to_string(file).map_err(|e| format!("--token-file {}: {e}", file.display()))?,
             ),
-            None => session.token.clone(),
+            None => std::env::var("AGENTD_TOKEN").ok(),
         };
-        return Ok(Target::Remote(AgentdSandbox::connect(&session.url, token.as_deref()).await?));
+        let token = token.as_deref().map(str::trim);
+        return Ok(Target::Remote(AgentdSandbox::connect(url, token).await?));
     }
-    let options = LocalOptions { permissions: cli.permissions.clone(), ..LocalOptions::default() };
+    if let Some(session) = session::read()? {
+        let token = session.token()?;
+        return Ok(Target::Remote(AgentdSandbox::connect(&session.url, Some(&token)).await?));
+    }
+    let options = LocalOptions {
+        permissions: cli.permissions.clone(),
+        env_allowlist: cli.pass_env.clone(),
+        ..LocalOptions::default()
+    };
     Ok(Target::Private(LocalSandbox::start_with(&options).await?))
 }
 
@@ -418,7 +419,7 @@ async fn in_sandbox(cli: &Cli) -> Result<ExitCode, Box<dyn std::error::Error>> {
         | Cmd::Gc => None,
     };
     // Rules a sandbox agentctl does not start can only reach it with a command.
-    let own = cli.sandbox.is_none() && cli.url.is_none() && read_session()?.is_none();
+    let own = cli.sandbox.is_none() && cli.url.is_none() && session::read()?.is_none();
     if !cli.permissions.is_empty() && !own && !matches!(cli.command, Cmd::Exec(_)) {
         return Err("--permission: this sandbox's file verbs follow its own profile; with a sandbox \
                     agentctl does not start, only `exec` takes rules"
@@ -825,49 +826,28 @@ async fn download(
     }
 }
 
-fn session_path() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("AGENTCTL_SESSION") {
-        return Ok(PathBuf::from(path));
-    }
-    let home = std::env::var_os("HOME").ok_or("HOME is not set; set AGENTCTL_SESSION to a file path")?;
-    Ok(PathBuf::from(home).join(".agentd").join("session.json"))
-}
-
-/// The `up` session, if one is recorded and its agentd is alive.
-fn read_session() -> Result<Option<SessionFile>, Box<dyn std::error::Error>> {
-    let path = session_path()?;
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(format!("{}: {err}", path.display()).into()),
-    };
-    let session: SessionFile = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !Path::new(&format!("/proc/{}", session.pid)).exists() {
-        eprintln!("agentctl: the `up` session (pid {}) is gone; removing {}", session.pid, path.display());
-        let _ = std::fs::remove_file(&path);
-        return Ok(None);
-    }
-    Ok(Some(session))
-}
-
 fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::error::Error>> {
-    if let Some(session) = read_session()? {
+    if let Some(session) = session::read()? {
         return Err(format!(
             "a session is already up ({} pid {}); run `agentctl down` first",
             session.url, session.pid
         )
         .into());
     }
-    let path = session_path()?;
-    let (workspace, owns_workspace) = match workspace {
-        Some(dir) => (std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?, false),
+    let path = session::path()?;
+    let given = match workspace {
+        Some(dir) => Some(std::fs::canonicalize(dir).map_err(|e| format!("{}: {e}", dir.display()))?),
+        None => None,
+    };
+    // Before anything is made: the session's files are never where commands may write.
+    let session_dir = session::prepare(&path, given.as_deref())?;
+    let (workspace, owns_workspace) = match given {
+        Some(dir) => (dir, false),
         None => (tempfile::Builder::new().prefix("agentd-session-").tempdir()?.keep(), true),
     };
     let log_path = path.with_extension("log");
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
+    let log_name = log_path.file_name().ok_or("the session's log has no file name")?;
+    let log = session::create_own(&session_dir, log_name, &log_path, true)?;
     // The same default profile as the embedded sandbox: writes only to the workspace and a private tmp.
     let profile = DefaultProfile::create_with(&workspace, &[], &cli.permissions)?;
     let socket_dir = socket_dir()?;
@@ -879,12 +859,13 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
         .mode(0o600)
         .open(&token_file)?
         .write_all(agentd_host::adapters::inject::random_hex().as_bytes())?;
-    let spawned = spawn_agentd(
+    let spawned = spawn_agentd_passing(
         &workspace,
         socket_dir.path(),
         Lifetime::Detached { log },
         Some(&profile.file()),
         TokenSource::File(&token_file),
+        &cli.pass_env,
     );
     let (tmp, profile_dir) = profile.keep();
     let socket_dir = socket_dir.keep();
@@ -899,21 +880,15 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
     };
     let session = SessionFile {
         url: url.clone(),
-        token: None,
-        token_file: Some(token_file),
+        token_file,
         pid,
         workspace: workspace.clone(),
         owns_workspace,
         private_dirs: vec![tmp, profile_dir, socket_dir],
     };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
     // No secret in it (the token stays in its own file), but it names this user's sandbox:
     // readable by this user only.
-    let mut file =
-        std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
-    file.write_all(serde_json::to_string_pretty(&session)?.as_bytes())?;
+    session::write(&session_dir, &path, &session)?;
     if cli.json {
         println!("{}", serde_json::json!({"url": url, "pid": pid, "workspace": workspace}));
     } else {
@@ -922,9 +897,11 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
     Ok(ExitCode::SUCCESS)
 }
 
+/// Stops the session's agentd and removes what `up` made. What it acts on comes from a session
+/// file [`session::read`] trusts, and the pid is signalled only while it is that session's agentd.
 fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
-    let path = session_path()?;
-    let Some(session) = read_session()? else {
+    let path = session::path()?;
+    let Some(session) = session::read()? else {
         eprintln!("agentctl: no session is up");
         return Ok(ExitCode::SUCCESS);
     };
@@ -954,7 +931,7 @@ fn down() -> Result<ExitCode, Box<dyn std::error::Error>> {
     for dir in &session.private_dirs {
         let _ = std::fs::remove_dir_all(dir);
     }
-    std::fs::remove_file(&path)?;
+    session::remove(&path)?;
     println!("agentd down (pid {})", session.pid);
     Ok(ExitCode::SUCCESS)
 }
