@@ -66,7 +66,6 @@ use std::sync::Arc;
 
 use agentd_protocol::profile::{Enforcement, Level, Mode, SandboxProfile};
 use landlock::RulesetCreated;
-use seccompiler::BpfProgram;
 use thiserror::Error;
 
 use crate::admission::ServerProfile;
@@ -93,9 +92,9 @@ pub struct Confiner {
     /// Names the per-command cgroups.
     next_plan: std::sync::atomic::AtomicU64,
     abi: u32,
-    /// The seccomp program of `network = "deny"`, built once; `None` where this build or kernel has
-    /// no seccomp filter.
-    network_filter: Option<Arc<BpfProgram>>,
+    /// The seccomp programs of `network = "deny"` and `allowed_commands`, built once; `None` where
+    /// this build or kernel has no seccomp filter.
+    filters: Option<seccomp::Filters>,
     /// Kept from every command under a profile.
     withheld: Vec<Withheld>,
     /// Rulesets built for earlier commands, reused while unchanged (a few, oldest dropped first).
@@ -149,11 +148,11 @@ impl Confiner {
         let sandbox_path = user.switch.and_then(|(uid, gid)| {
             std::env::var("PATH").ok().map(|path| identity::searchable_path(&path, uid, gid))
         });
-        let network_filter = if seccomp::kernel_has_seccomp() {
-            match seccomp::network_filter() {
-                Ok(program) => Some(Arc::new(program)),
+        let filters = if seccomp::kernel_has_seccomp() {
+            match seccomp::Filters::build() {
+                Ok(filters) => Some(filters),
                 Err(err) => {
-                    tracing::warn!("network = \"deny\" will lack its seccomp filter: {err}");
+                    tracing::warn!("network = \"deny\" and allowed_commands will lack their seccomp filter: {err}");
                     None
                 }
             }
@@ -163,15 +162,20 @@ impl Confiner {
         let short = Permissions::new(&profile.permissions)
             .map(|rules| permits::plan_permissions(&rules).short)
             .unwrap_or_default();
+        let writer = writer(&user);
         let programs = profile.allowed_commands.as_deref().map(|allowed| {
-            permits::resolve_programs(allowed, &permits::command_path(&profile, sandbox_path.as_deref()))
+            permits::resolve_programs(
+                allowed,
+                &permits::command_path(&profile, sandbox_path.as_deref()),
+                &permits::Writable::of(&profile, writer),
+            )
         });
         Self {
             rules_at_start: (short, programs),
             profile,
             next_plan: Default::default(),
             abi: kernel_landlock_abi(),
-            network_filter,
+            filters,
             withheld,
             rulesets: Default::default(),
             watch: watch::Watch::new(),
@@ -246,7 +250,7 @@ impl Confiner {
             Some(now) => self.links_ready(now)?,
         };
         let cgroups = self.cgroups_ready(build)?;
-        let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
+        let want = intent(profile, self.abi, self.filters.is_some(), !self.withheld.is_empty());
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
         let built = match (want.landlock, now) {
             (false, _) => None,
@@ -261,7 +265,7 @@ impl Confiner {
             Some(Built { ruleset, short, programs }) => (Some(ruleset), short, programs),
             None => (None, Vec::new(), None),
         };
-        report::add_rules(&mut report, profile, &short, programs.as_ref());
+        report::add_rules(&mut report, profile, &short, programs.as_ref(), self.filters.is_some());
         let strict = report.mode == Mode::Strict;
         if strict && report.level != Level::Full && report.level != Level::NotRequested {
             return Some(Err(ConfineError::NotEnforceable {
@@ -269,7 +273,11 @@ impl Confiner {
                 notes: reasons(&report),
             }));
         }
-        let filter = if want.seccomp { self.network_filter.clone() } else { None };
+        let filter = if want.seccomp {
+            self.filters.as_ref().and_then(|filters| filters.get(report::filter_rules(profile)))
+        } else {
+            None
+        };
         let mut rlimits = vec![(libc::RLIMIT_CORE, 0, 0)];
         let limits = &profile.limits;
         // A hard CPU limit one second above the soft one: the command gets SIGXCPU (which the
@@ -430,7 +438,11 @@ impl Confiner {
                 let permissions = Permissions::new(&profile.permissions)?;
                 let permits = permits::plan_permissions(&permissions);
                 let programs = profile.allowed_commands.as_deref().map(|allowed| {
-                    permits::resolve_programs(allowed, &permits::command_path(profile, self.sandbox_path()))
+                    permits::resolve_programs(
+                        allowed,
+                        &permits::command_path(profile, self.sandbox_path()),
+                        &permits::Writable::of(profile, writer(&self.user)),
+                    )
                 });
                 let ruleset = build_ruleset(
                     profile,
@@ -537,7 +549,7 @@ impl Confiner {
         let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
         let mut report = self.report_with(profile, links, cgroups);
         let (short, programs) = &self.rules_at_start;
-        report::add_rules(&mut report, profile, short, programs.as_ref());
+        report::add_rules(&mut report, profile, short, programs.as_ref(), self.filters.is_some());
         report
     }
 
@@ -596,7 +608,7 @@ impl Confiner {
         profile.allowed_commands = None;
         let profile = &profile;
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
-        let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
+        let want = intent(profile, self.abi, self.filters.is_some(), !self.withheld.is_empty());
         let ruleset = match want.landlock {
             true => Some(Option::<OwnedFd>::from(self.ruleset(profile, want).map_err(prepare)?.ruleset)),
             false => None,
@@ -623,7 +635,7 @@ impl Confiner {
         let processes_contained = profile.limits.processes.is_none() || cgroups || unprivileged;
         let machine = Machine {
             abi: self.abi,
-            seccomp: self.network_filter.is_some(),
+            seccomp: self.filters.is_some(),
             processes_contained,
             privileges: self.user.level,
         };
@@ -637,6 +649,18 @@ impl Confiner {
             report.level = overall(&report);
         }
         report
+    }
+}
+
+/// Who commands under `user` write as, where no writable root bounds them: the `(uid, gid)` the
+/// file modes are checked for, `None` when its capabilities write everywhere (root under
+/// `user = "agentd"`).
+fn writer(user: &identity::Decision) -> Option<(u32, u32)> {
+    let own = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+    match user.switch {
+        Some(ids) => Some(ids),
+        None if own.0 == 0 && !user.drop => None,
+        None => Some(own),
     }
 }
 
