@@ -9,7 +9,8 @@
 //! 4. `no_new_privs`, then landlock (filesystem rules, TCP rules, scopes): landlock needs
 //!    `no_new_privs` for an unprivileged caller, and once it is in force the child could no longer
 //!    open what it needs for the steps above;
-//! 5. the seccomp filter of `network = "deny"` ([`seccomp`]) last, so no step above meets it;
+//! 5. the seccomp filter of `network = "deny"` and `allowed_commands` ([`seccomp`]) last, so no
+//!    step above meets it;
 //! 6. what landlock and seccomp reported goes back to the parent through the memory they share until
 //!    the exec ([`ChildStatus`]), and a strict profile that got less than it asked for stops here:
 //!    `spawn` fails and nothing runs.
@@ -37,7 +38,8 @@
 //! - [`child`]: the child's steps and what it measured;
 //! - [`ruleset`]: the landlock ruleset and the kernel's ABI; [`carve`]: the withheld paths;
 //!   [`permits`]: the profile's `permissions` and `allowed_commands` as landlock rules;
-//!   [`watch`]: knowing a cached ruleset is still right; [`seccomp`]: `network = "deny"`'s filter;
+//!   [`watch`]: knowing a cached ruleset is still right; [`seccomp`]: the filter of `network =
+//!   "deny"` and `allowed_commands`;
 //! - [`cgroup`]: the per-command pids cgroups' lifecycle and the commands' task budget;
 //! - [`identity`]: who a command (and the file work) becomes, the profile's `user`; [`lease`]: the
 //!   writable roots lent to that user;

@@ -13,9 +13,15 @@
 //! **Programs.** With `allowed_commands`, no grant carries the execute right; it is granted only
 //! to the shell, each listed program (found on `PATH`, or absolute; symlinks followed) and the
 //! ELF interpreters they name (`PT_INTERP`). A copied binary is a new file without the right.
+//! Landlock grants an inode what was resolved when the ruleset was made, so a program is granted
+//! only when no step of its resolution (the `PATH` directory, each symlink, the file) is one a
+//! command can change ([`Writable`]): a link in the workspace re-pointed after the grant would
+//! otherwise carry the right to whatever it names next. A multi-call program (busybox) answers to
+//! every applet's name, so granting it grants them all: the report names them ([`Programs::multi_call`]).
 //! Not covered, and said in the report: an allowed interpreter runs whatever its language can, and
 //! the dynamic loader, which must be executable for any dynamic program to start, loads any
-//! program it is handed (`ld.so /usr/bin/curl`).
+//! program it is handed (`ld.so /usr/bin/curl`). memfds, which landlock does not see, are the
+//! seccomp filter's ([`super::seccomp`]).
 
 use std::path::{Path, PathBuf};
 
@@ -376,11 +382,12 @@ fn other_names(asked: &[String], file: &Path, names: &[String]) -> Vec<String> {
     let own = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let bases: Vec<String> =
         asked.iter().map(|a| stem(a.rsplit('/').next().unwrap_or(a))).chain([stem(&own)]).collect();
+    // One name is the other, or the other with a part added after or before a dash
+    // (`git-upload-pack`, `x86_64-linux-gnu-gcc`, `ld` for `ld-linux-x86-64`).
+    let related = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}-")) || a.ends_with(&format!("-{b}"));
     let same = |name: &str| {
         let name = stem(name);
-        bases.iter().any(|base| {
-            name == *base || name.starts_with(&format!("{base}-")) || name.ends_with(&format!("-{base}"))
-        })
+        bases.iter().any(|base| related(&name, base) || related(base, &name))
     };
     let mut others: Vec<String> = names.iter().filter(|n| !same(n)).cloned().collect();
     if MULTI_CALL.contains(&stem(&own).as_str()) {
@@ -517,6 +524,7 @@ mod tests {
             ("gcc", "/usr/bin/x86_64-linux-gnu-gcc-12", &["gcc", "gcc-12", "x86_64-linux-gnu-gcc"]),
             ("vi", "/usr/bin/vim.basic", &["vi", "vim"]),
             ("/usr/bin/ls", "/usr/bin/ls", &["ls"]),
+            ("/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", &["ld.so"]),
         ] {
             assert_eq!(other_names(&names(&[asked]), Path::new(file), &names(found)), Vec::<String>::new(), "{asked}");
         }
