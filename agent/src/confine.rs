@@ -154,7 +154,9 @@ impl Confiner {
             match seccomp::Filters::build() {
                 Ok(filters) => Some(filters),
                 Err(err) => {
-                    tracing::warn!("network = \"deny\" and allowed_commands will lack their seccomp filter: {err}");
+                    tracing::warn!(
+                        "network = \"deny\" and allowed_commands will lack their seccomp filter: {err}"
+                    );
                     None
                 }
             }
@@ -267,7 +269,7 @@ impl Confiner {
             Some(Built { ruleset, short, programs }) => (Some(ruleset), short, programs),
             None => (None, Vec::new(), None),
         };
-        report::add_rules(&mut report, profile, &short, programs.as_ref(), self.filters.is_some());
+        report::add_rules(&mut report, profile, &short, programs.as_ref(), self.exec_walls());
         let strict = report.mode == Mode::Strict;
         if strict && report.level != Level::Full && report.level != Level::NotRequested {
             return Some(Err(ConfineError::NotEnforceable {
@@ -551,8 +553,13 @@ impl Confiner {
         let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
         let mut report = self.report_with(profile, links, cgroups);
         let (short, programs) = &self.rules_at_start;
-        report::add_rules(&mut report, profile, short, programs.as_ref(), self.filters.is_some());
+        report::add_rules(&mut report, profile, short, programs.as_ref(), self.exec_walls());
         report
+    }
+
+    /// What `allowed_commands` rests on here besides landlock.
+    fn exec_walls(&self) -> report::ExecWalls {
+        report::ExecWalls { memfd_filter: self.filters.is_some(), capabilities: writer(&self.user).is_none() }
     }
 
     /// The `PATH` commands get when the profile sets none: agentd's, less the directories the

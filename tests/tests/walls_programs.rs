@@ -2,7 +2,9 @@
 //! program written into memory (`memfd_create`) and executed from there; a multi-call binary
 //! (busybox) allowed under one of its names, answering to all of them; an allowed name resolved
 //! through a directory commands can write (a venv in the workspace), re-linked to another
-//! program. Each attack is run as it got through before; what the report says is checked with it.
+//! program; and, for commands that keep root's capabilities, shared memory executed through
+//! `/proc/self/map_files`. Each attack is run as it got through before; what the report says is
+//! checked with it.
 //!
 //! Needs landlock (ABI ≥ 4, as the profile tests) and python3; the busybox attack takes the
 //! busybox binary out of the `agentd-busybox` image (Docker). Without them each test prints one
@@ -34,7 +36,8 @@ async fn capability(sandbox: &AgentdSandbox) -> Enforcement {
 }
 
 fn python3() -> bool {
-    let found = std::process::Command::new("python3").arg("-c").arg("pass").status().is_ok_and(|s| s.success());
+    let found =
+        std::process::Command::new("python3").arg("-c").arg("pass").status().is_ok_and(|s| s.success());
     if !found {
         skip(Need::Python3, "python3 is not on PATH");
     }
@@ -136,7 +139,8 @@ async fn allowing_one_name_of_busybox_is_not_reported_as_allowing_one_program() 
             b.display()
         )
     };
-    let attacks = ["ls >/dev/null; id", "ls >/dev/null; busybox id", &format!("ls >/dev/null; {}/id", b.display())];
+    let attacks =
+        ["ls >/dev/null; id", "ls >/dev/null; busybox id", &format!("ls >/dev/null; {}/id", b.display())];
 
     // Best effort: the attack runs (busybox answers as `id`), and the result says `partial`,
     // naming `id`.
@@ -178,9 +182,11 @@ async fn a_program_allowed_through_a_writable_directory_is_not_granted() {
     assert_eq!(relink.exit_code, 0, "{relink:?}");
     assert_eq!(std::fs::read_link(w.join("venv/bin/python")).unwrap(), Path::new("/usr/bin/id"));
     // The next command, and one whose own profile makes its ruleset anew (a narrower list).
-    let narrower = ProfileOverride { allowed_commands: Some(vec!["python".into()]), ..ProfileOverride::default() };
+    let narrower =
+        ProfileOverride { allowed_commands: Some(vec!["python".into()]), ..ProfileOverride::default() };
     for profile in [None, Some(Box::new(narrower))] {
-        let request = ExecRequest { command: "python".into(), timeout: Some(20.0), profile, ..ExecRequest::default() };
+        let request =
+            ExecRequest { command: "python".into(), timeout: Some(20.0), profile, ..ExecRequest::default() };
         let out = sb.exec(request, None).await.unwrap().output.unwrap_or_default();
         assert!(!out.contains("uid="), "the re-linked python ran /usr/bin/id: {out}");
     }
@@ -188,6 +194,52 @@ async fn a_program_allowed_through_a_writable_directory_is_not_granted() {
     let out = first.output.clone().unwrap_or_default();
     assert!(!out.contains("42") && out.contains("Permission denied"), "{out}");
     let report = first.enforcement.expect("a report");
-    let note = format!("`python` is not granted: it resolves through {}, which commands can change", w.display());
+    let note =
+        format!("`python` is not granted: it resolves through {}, which commands can change", w.display());
     assert!(report.notes.iter().any(|n| n.contains(&note)), "{:?}", report.notes);
+}
+
+/// Shared anonymous memory holding `/usr/bin/id`, executed through `/proc/self/map_files` (which
+/// only a command with `CAP_SYS_ADMIN` may open).
+const FROM_SHARED_MEMORY: &str = r#"
+import mmap, os
+data = open("/usr/bin/id", "rb").read()
+m = mmap.mmap(-1, (len(data) + 4095) // 4096 * 4096, mmap.MAP_SHARED)
+m.write(data)
+for line in open("/proc/self/maps"):
+    r, perms, off, dev, ino = line.split()[:5]
+    if perms.endswith("s") and "dev/zero" in line:
+        start, end = r.split("-")
+        path = f"/proc/self/map_files/{int(start, 16):x}-{int(end, 16):x}"
+        os.execv(path, ["id"])
+print("no mapping")
+"#;
+
+#[tokio::test]
+async fn commands_with_root_capabilities_are_not_reported_as_held_to_their_programs() {
+    if !python3() {
+        return;
+    }
+    let profile = |mode: &str| {
+        format!(
+            "name = \"root-python\"\nmode = \"{mode}\"\nuser = \"agentd\"\nwritable_roots = [\"{{W}}\"]\n\
+             allowed_commands = [\"python3\"]\n[env]\nPATH = \"/usr/bin:/bin\"\n"
+        )
+    };
+    if !nix::unistd::geteuid().is_root() {
+        return skip(Need::Root, "agentd is not root here: its commands have no capabilities to keep");
+    }
+    let files = [("shared.py", FROM_SHARED_MEMORY)];
+    let Some((_daemon, sb, _dir)) = profiled(&profile("best_effort"), &files).await else { return };
+    // The attack is real: root's commands run /usr/bin/id from shared memory...
+    let r = run(&sb, "python3 shared.py").await.unwrap();
+    let report = r.enforcement.expect("a report");
+    assert!(r.output.as_deref().is_some_and(|o| o.contains("uid=")), "{:?}", r.output);
+    // ...so the report does not call the programs held.
+    assert_eq!(report.programs, Level::Partial, "python3 ran /usr/bin/id: {:?}", report.notes);
+    assert!(report.notes.iter().any(|n| n.contains("/proc/self/map_files")), "{:?}", report.notes);
+    // Strict: nothing runs.
+    let Some((_daemon, sb, _dir)) = profiled(&profile("strict"), &files).await else { return };
+    let err = run(&sb, "python3 shared.py").await.expect_err("strict ran it");
+    assert!(matches!(err, SandboxError::Refused { code: ErrorCode::NotEnforceable, .. }), "{err:?}");
 }

@@ -170,7 +170,9 @@ impl Writable {
     /// For `profile`'s commands, which run as `writer` when they may write beyond the roots.
     pub fn of(profile: &SandboxProfile, writer: Option<(u32, u32)>) -> Self {
         match &profile.writable_roots {
-            Some(roots) => Self::Roots(roots.iter().map(|root| real(Path::new(root)).unwrap_or_else(|| root.into())).collect()),
+            Some(roots) => Self::Roots(
+                roots.iter().map(|root| real(Path::new(root)).unwrap_or_else(|| root.into())).collect(),
+            ),
             None => Self::Modes(writer),
         }
     }
@@ -227,7 +229,11 @@ pub fn resolve_programs(allowed: &[String], path: &str, writable: &Writable) -> 
     }
     for name in allowed {
         let found = if name.contains('/') {
-            Path::new(name).is_absolute().then(|| walk(Path::new(name))).flatten().filter(|p| executable(&p.real))
+            Path::new(name)
+                .is_absolute()
+                .then(|| walk(Path::new(name)))
+                .flatten()
+                .filter(|p| executable(&p.real))
         } else {
             // The shell takes the first executable match; a relative entry is the command's own
             // directory, where nothing has the execute right.
@@ -275,7 +281,8 @@ pub fn resolve_programs(allowed: &[String], path: &str, writable: &Writable) -> 
 
 /// Where programs live on every layout, looked through for the other names of a granted file
 /// besides the `PATH`'s directories.
-const STANDARD_BIN_DIRS: [&str; 6] = ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"];
+const STANDARD_BIN_DIRS: [&str; 6] =
+    ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"];
 
 /// Programs that answer to each of their applets' names (`busybox id`, or `id` linked to it),
 /// known by their file's name even where no link shows it.
@@ -384,7 +391,8 @@ fn other_names(asked: &[String], file: &Path, names: &[String]) -> Vec<String> {
         asked.iter().map(|a| stem(a.rsplit('/').next().unwrap_or(a))).chain([stem(&own)]).collect();
     // One name is the other, or the other with a part added after or before a dash
     // (`git-upload-pack`, `x86_64-linux-gnu-gcc`, `ld` for `ld-linux-x86-64`).
-    let related = |a: &str, b: &str| a == b || a.starts_with(&format!("{b}-")) || a.ends_with(&format!("-{b}"));
+    let related =
+        |a: &str, b: &str| a == b || a.starts_with(&format!("{b}-")) || a.ends_with(&format!("-{b}"));
     let same = |name: &str| {
         let name = stem(name);
         bases.iter().any(|base| related(&name, base) || related(base, &name))
@@ -526,7 +534,11 @@ mod tests {
             ("/usr/bin/ls", "/usr/bin/ls", &["ls"]),
             ("/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", &["ld.so"]),
         ] {
-            assert_eq!(other_names(&names(&[asked]), Path::new(file), &names(found)), Vec::<String>::new(), "{asked}");
+            assert_eq!(
+                other_names(&names(&[asked]), Path::new(file), &names(found)),
+                Vec::<String>::new(),
+                "{asked}"
+            );
         }
     }
 
@@ -534,7 +546,10 @@ mod tests {
     fn a_multi_call_program_is_never_missed() {
         // Applets linked to it, under the name asked for or its own.
         let applets = names(&["busybox", "ls", "id", "wget", "nc"]);
-        assert_eq!(other_names(&names(&["ls"]), Path::new("/w/bin/ls"), &applets), names(&["busybox", "id", "nc", "wget"]));
+        assert_eq!(
+            other_names(&names(&["ls"]), Path::new("/w/bin/ls"), &applets),
+            names(&["busybox", "id", "nc", "wget"])
+        );
         assert_eq!(
             other_names(&names(&["ls"]), Path::new("/bin/busybox"), &applets),
             names(&["any of busybox's applets", "id", "nc", "wget"])

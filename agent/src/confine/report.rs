@@ -124,16 +124,24 @@ pub(super) fn enforcement(profile: &SandboxProfile, machine: &Machine, withheld:
     report
 }
 
+/// What `allowed_commands` rests on here besides landlock's execute rights.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ExecWalls {
+    /// The seccomp filter that refuses unsealed memfds exists for this build and kernel.
+    pub(super) memfd_filter: bool,
+    /// Commands keep root's capabilities (`user = "agentd"` of a root agentd).
+    pub(super) capabilities: bool,
+}
+
 /// Adds what the kernel makes of `permissions` and `allowed_commands`: `short[i]`, why rule `i`
 /// is covered less than its text says (from the plan, [`super::permits`]); `programs`, the files
-/// given the execute right (`None`: not resolved); `seccomp`, whether the seccomp filter that
-/// refuses unsealed memfds exists here.
+/// given the execute right (`None`: not resolved).
 pub(super) fn add_rules(
     report: &mut Enforcement,
     profile: &SandboxProfile,
     short: &[Vec<String>],
     programs: Option<&Programs>,
-    seccomp: bool,
+    walls: ExecWalls,
 ) {
     let abi = report.landlock_abi;
     report.permissions = profile
@@ -180,8 +188,17 @@ pub(super) fn add_rules(
                     level = Level::Partial;
                 }
             }
-            if !seccomp {
+            if !walls.memfd_filter {
                 report.notes.push(format!("allowed_commands: {NO_MEMFD_SEAL}"));
+                level = Level::Partial;
+            }
+            if walls.capabilities {
+                report.notes.push(
+                    "allowed_commands: commands keep root's capabilities (user = \"agentd\"), and with \
+                     CAP_SYS_ADMIN one can execute shared memory it wrote, through /proc/self/map_files: \
+                     landlock does not cover those files"
+                        .to_owned(),
+                );
                 level = Level::Partial;
             }
             report.notes.push(format!(
