@@ -9,7 +9,8 @@
 //! 4. `no_new_privs`, then landlock (filesystem rules, TCP rules, scopes): landlock needs
 //!    `no_new_privs` for an unprivileged caller, and once it is in force the child could no longer
 //!    open what it needs for the steps above;
-//! 5. the seccomp filter of `network = "deny"` ([`seccomp`]) last, so no step above meets it;
+//! 5. the seccomp filter of `network = "deny"` and `allowed_commands` ([`seccomp`]) last, so no
+//!    step above meets it;
 //! 6. what landlock and seccomp reported goes back to the parent through the memory they share until
 //!    the exec ([`ChildStatus`]), and a strict profile that got less than it asked for stops here:
 //!    `spawn` fails and nothing runs.
@@ -37,7 +38,8 @@
 //! - [`child`]: the child's steps and what it measured;
 //! - [`ruleset`]: the landlock ruleset and the kernel's ABI; [`carve`]: the withheld paths;
 //!   [`permits`]: the profile's `permissions` and `allowed_commands` as landlock rules;
-//!   [`watch`]: knowing a cached ruleset is still right; [`seccomp`]: `network = "deny"`'s filter;
+//!   [`watch`]: knowing a cached ruleset is still right; [`seccomp`]: the filter of `network =
+//!   "deny"` and `allowed_commands`;
 //! - [`cgroup`]: the per-command pids cgroups' lifecycle and the commands' task budget;
 //! - [`identity`]: who a command (and the file work) becomes, the profile's `user`; [`lease`]: the
 //!   writable roots lent to that user;
@@ -66,7 +68,6 @@ use std::sync::Arc;
 
 use agentd_protocol::profile::{Enforcement, Level, Mode, SandboxProfile};
 use landlock::RulesetCreated;
-use seccompiler::BpfProgram;
 use thiserror::Error;
 
 use crate::admission::ServerProfile;
@@ -95,9 +96,9 @@ pub struct Confiner {
     /// Names the per-command cgroups.
     next_plan: std::sync::atomic::AtomicU64,
     abi: u32,
-    /// The seccomp program of `network = "deny"`, built once; `None` where this build or kernel has
-    /// no seccomp filter.
-    network_filter: Option<Arc<BpfProgram>>,
+    /// The seccomp programs of `network = "deny"` and `allowed_commands`, built once; `None` where
+    /// this build or kernel has no seccomp filter.
+    filters: Option<seccomp::Filters>,
     /// Kept from every command under a profile.
     withheld: Vec<Withheld>,
     /// Rulesets built for earlier commands, reused while unchanged (a few, oldest dropped first).
@@ -166,11 +167,13 @@ impl Confiner {
                 )
             });
         let sandbox_path = searchable.map(|(_, path)| path.path);
-        let network_filter = if seccomp::kernel_has_seccomp() {
-            match seccomp::network_filter() {
-                Ok(program) => Some(Arc::new(program)),
+        let filters = if seccomp::kernel_has_seccomp() {
+            match seccomp::Filters::build() {
+                Ok(filters) => Some(filters),
                 Err(err) => {
-                    tracing::warn!("network = \"deny\" will lack its seccomp filter: {err}");
+                    tracing::warn!(
+                        "network = \"deny\" and allowed_commands will lack their seccomp filter: {err}"
+                    );
                     None
                 }
             }
@@ -180,15 +183,20 @@ impl Confiner {
         let short = Permissions::new(&profile.permissions)
             .map(|rules| permits::plan_permissions(&rules).short)
             .unwrap_or_default();
+        let writer = writer(&user);
         let programs = profile.allowed_commands.as_deref().map(|allowed| {
-            permits::resolve_programs(allowed, &permits::command_path(&profile, sandbox_path.as_deref()))
+            permits::resolve_programs(
+                allowed,
+                &permits::command_path(&profile, sandbox_path.as_deref()),
+                &permits::Writable::of(&profile, writer),
+            )
         });
         Self {
             rules_at_start: (short, programs),
             profile,
             next_plan: Default::default(),
             abi: kernel_landlock_abi(),
-            network_filter,
+            filters,
             withheld,
             rulesets: Default::default(),
             watch: watch::Watch::new(),
@@ -264,7 +272,7 @@ impl Confiner {
             Some(now) => self.links_ready(now)?,
         };
         let cgroups = self.cgroups_ready(build)?;
-        let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
+        let want = intent(profile, self.abi, self.filters.is_some(), !self.withheld.is_empty());
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
         let built = match (want.landlock, now) {
             (false, _) => None,
@@ -279,7 +287,8 @@ impl Confiner {
             Some(Built { ruleset, short, programs }) => (Some(ruleset), short, programs),
             None => (None, Vec::new(), None),
         };
-        report::add_rules(&mut report, profile, &short, programs.as_ref(), self.user.switch.is_some());
+        let apart = self.user.switch.is_some();
+        report::add_rules(&mut report, profile, &short, programs.as_ref(), apart, self.exec_walls());
         let strict = report.mode == Mode::Strict;
         if strict && report.level != Level::Full && report.level != Level::NotRequested {
             return Some(Err(ConfineError::NotEnforceable {
@@ -287,7 +296,11 @@ impl Confiner {
                 notes: reasons(&report),
             }));
         }
-        let filter = if want.seccomp { self.network_filter.clone() } else { None };
+        let filter = if want.seccomp {
+            self.filters.as_ref().and_then(|filters| filters.get(report::filter_rules(profile)))
+        } else {
+            None
+        };
         let mut rlimits = vec![(libc::RLIMIT_CORE, 0, 0)];
         let limits = &profile.limits;
         // A hard CPU limit one second above the soft one: the command gets SIGXCPU (which the
@@ -448,7 +461,11 @@ impl Confiner {
                 let permissions = Permissions::new(&profile.permissions)?;
                 let permits = permits::plan_permissions(&permissions);
                 let programs = profile.allowed_commands.as_deref().map(|allowed| {
-                    permits::resolve_programs(allowed, &permits::command_path(profile, self.sandbox_path()))
+                    permits::resolve_programs(
+                        allowed,
+                        &permits::command_path(profile, self.sandbox_path()),
+                        &permits::Writable::of(profile, writer(&self.user)),
+                    )
                 });
                 let ruleset = build_ruleset(
                     profile,
@@ -557,8 +574,14 @@ impl Confiner {
         // Said at start, not in every command's result: it is the machine's, not the command's.
         report.notes.extend(self.unreachable_path.iter().cloned());
         let (short, programs) = &self.rules_at_start;
-        report::add_rules(&mut report, profile, short, programs.as_ref(), self.user.switch.is_some());
+        let apart = self.user.switch.is_some();
+        report::add_rules(&mut report, profile, short, programs.as_ref(), apart, self.exec_walls());
         report
+    }
+
+    /// What `allowed_commands` rests on here besides landlock.
+    fn exec_walls(&self) -> report::ExecWalls {
+        report::ExecWalls { memfd_filter: self.filters.is_some(), capabilities: writer(&self.user).is_none() }
     }
 
     /// The `PATH` commands get when the profile sets none: agentd's, less the directories the
@@ -664,7 +687,7 @@ impl Confiner {
         profile.allowed_commands = None;
         let profile = &profile;
         let prepare = |message: String| ConfineError::Prepare { profile: profile.name.clone(), message };
-        let want = intent(profile, self.abi, self.network_filter.is_some(), !self.withheld.is_empty());
+        let want = intent(profile, self.abi, self.filters.is_some(), !self.withheld.is_empty());
         let ruleset = match want.landlock {
             true => Some(Option::<OwnedFd>::from(self.ruleset(profile, want).map_err(prepare)?.ruleset)),
             false => None,
@@ -691,7 +714,7 @@ impl Confiner {
         let processes_contained = profile.limits.processes.is_none() || cgroups || unprivileged;
         let machine = Machine {
             abi: self.abi,
-            seccomp: self.network_filter.is_some(),
+            seccomp: self.filters.is_some(),
             processes_contained,
             privileges: self.user.level,
         };
@@ -705,6 +728,18 @@ impl Confiner {
             report.level = overall(&report);
         }
         report
+    }
+}
+
+/// Who commands under `user` write as, where no writable root bounds them: the `(uid, gid)` the
+/// file modes are checked for, `None` when its capabilities write everywhere (root under
+/// `user = "agentd"`).
+fn writer(user: &identity::Decision) -> Option<(u32, u32)> {
+    let own = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+    match user.switch {
+        Some(ids) => Some(ids),
+        None if own.0 == 0 && !user.drop => None,
+        None => Some(own),
     }
 }
 

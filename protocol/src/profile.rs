@@ -53,7 +53,8 @@ pub struct SandboxProfile {
     pub max_timeout: Option<f64>,
     /// Programs commands may run: the first word is checked, and landlock grants the execute right
     /// only to `/bin/sh`, the dynamic loader and these programs (names found on `PATH` when the
-    /// command starts, or absolute paths), so `sh -c 'curl …'` fails unless `curl` is listed.
+    /// command starts, or absolute paths; not one reached through a directory or link commands can
+    /// change), so `sh -c 'curl …'` fails unless `curl` is listed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed_commands: Option<Vec<String>>,
     #[serde(default)]
@@ -248,7 +249,9 @@ pub struct Enforcement {
     #[serde(default = "not_requested")]
     pub signals: Level,
     /// `allowed_commands`: the execute right granted only to the shell, the loader and the listed
-    /// programs (landlock). Absent from older agentd: not requested.
+    /// programs, each resolved through nothing commands can change (landlock), and no memfd that
+    /// could be executed (seccomp); `partial` when a granted program is multi-call (busybox) or
+    /// without the seccomp filter. Absent from older agentd: not requested.
     #[serde(default = "not_requested")]
     pub programs: Level,
     /// `permissions`, rule by rule in the order they apply (a request's rules first). Absent:

@@ -13,9 +13,15 @@
 //! **Programs.** With `allowed_commands`, no grant carries the execute right; it is granted only
 //! to the shell, each listed program (found on `PATH`, or absolute; symlinks followed) and the
 //! ELF interpreters they name (`PT_INTERP`). A copied binary is a new file without the right.
+//! Landlock grants an inode what was resolved when the ruleset was made, so a program is granted
+//! only when no step of its resolution (the `PATH` directory, each symlink, the file) is one a
+//! command can change ([`Writable`]): a link in the workspace re-pointed after the grant would
+//! otherwise carry the right to whatever it names next. A multi-call program (busybox) answers to
+//! every applet's name, so granting it grants them all: the report names them ([`Programs::multi_call`]).
 //! Not covered, and said in the report: an allowed interpreter runs whatever its language can, and
 //! the dynamic loader, which must be executable for any dynamic program to start, loads any
-//! program it is handed (`ld.so /usr/bin/curl`).
+//! program it is handed (`ld.so /usr/bin/curl`). memfds, which landlock does not see, are the
+//! seccomp filter's ([`super::seccomp`]).
 
 use std::path::{Path, PathBuf};
 
@@ -137,55 +143,275 @@ fn matches_now(permissions: &Permissions, index: usize, anchor: &Path) -> (Vec<P
 }
 
 /// The files commands may execute under `allowed_commands`: the shell, each program, and the ELF
-/// interpreters they name; with what could not be found.
+/// interpreters they name; with what could not be found, what was not granted, and which granted
+/// files answer to other names.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Programs {
     pub files: Vec<PathBuf>,
     pub interpreters: Vec<PathBuf>,
     pub missing: Vec<String>,
+    /// Names (or interpreters) not granted, with the step of their resolution commands can change.
+    pub changeable: Vec<(String, PathBuf)>,
+    /// Granted files that are multi-call programs, with the other names they answer to.
+    pub multi_call: Vec<(PathBuf, Vec<String>)>,
+}
+
+/// Where commands can change the file system, as far as the programs' resolution cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Writable {
+    /// Beneath these roots (real paths): landlock refuses every write elsewhere.
+    Roots(Vec<PathBuf>),
+    /// No writable roots: wherever the file modes let the command's `(uid, gid)` write (`None`: a
+    /// user whose capabilities write everywhere).
+    Modes(Option<(u32, u32)>),
+}
+
+impl Writable {
+    /// For `profile`'s commands, which run as `writer` when they may write beyond the roots.
+    pub fn of(profile: &SandboxProfile, writer: Option<(u32, u32)>) -> Self {
+        match &profile.writable_roots {
+            Some(roots) => Self::Roots(
+                roots.iter().map(|root| real(Path::new(root)).unwrap_or_else(|| root.into())).collect(),
+            ),
+            None => Self::Modes(writer),
+        }
+    }
+
+    /// Whether a command can change `path` (one step of a resolution, a real path: its ancestors
+    /// are steps too): write into it, or replace it.
+    fn changeable(&self, path: &Path) -> bool {
+        match self {
+            Self::Roots(roots) => roots.iter().any(|root| path.starts_with(root)),
+            Self::Modes(None) => true,
+            Self::Modes(Some((uid, gid))) => {
+                use std::os::unix::fs::MetadataExt as _;
+                // A link's own mode means nothing: what counts is its directory, a step too.
+                std::fs::symlink_metadata(path).is_ok_and(|meta| {
+                    !meta.file_type().is_symlink() && {
+                        let mode = meta.mode();
+                        if meta.uid() == *uid {
+                            mode & 0o200 != 0
+                        } else if meta.gid() == *gid {
+                            mode & 0o020 != 0
+                        } else {
+                            mode & 0o002 != 0
+                        }
+                    }
+                })
+            }
+        }
+    }
 }
 
 /// Resolves `allowed` on `path` (the `PATH` commands get) as the shell will when the command
-/// starts. Looks at the file system.
-pub fn resolve_programs(allowed: &[String], path: &str) -> Programs {
+/// starts, granting only what no command can change (`writable`). Looks at the file system.
+pub fn resolve_programs(allowed: &[String], path: &str, writable: &Writable) -> Programs {
     let mut out = Programs::default();
-    let add = |file: PathBuf, out: &mut Programs| {
-        if !out.files.contains(&file) {
-            out.files.push(file);
+    // Per granted file, the names it was granted as.
+    let mut granted_as: Vec<(PathBuf, Vec<String>)> = Vec::new();
+    let mut grant = |name: &str, found: Option<Resolved>, out: &mut Programs| -> Option<PathBuf> {
+        let Some(found) = found else {
+            out.missing.push(name.to_owned());
+            return None;
+        };
+        if let Some(step) = found.steps.iter().find(|step| writable.changeable(step)) {
+            out.changeable.push((name.to_owned(), step.clone()));
+            return None;
         }
+        match granted_as.iter_mut().find(|(file, _)| *file == found.real) {
+            Some((_, names)) => names.push(name.to_owned()),
+            None => granted_as.push((found.real.clone(), vec![name.to_owned()])),
+        }
+        Some(found.real)
     };
-    if let Some(shell) = real(Path::new("/bin/sh")) {
-        add(shell, &mut out);
+    if let Some(shell) = grant("sh", walk(Path::new("/bin/sh")), &mut out) {
+        out.files.push(shell);
     }
     for name in allowed {
         let found = if name.contains('/') {
-            Path::new(name).is_absolute().then(|| real(Path::new(name))).flatten().filter(|p| executable(p))
+            Path::new(name)
+                .is_absolute()
+                .then(|| walk(Path::new(name)))
+                .flatten()
+                .filter(|p| executable(&p.real))
         } else {
+            // The shell takes the first executable match; a relative entry is the command's own
+            // directory, where nothing has the execute right.
             path.split(':')
-                .filter(|dir| !dir.is_empty())
+                .filter(|dir| Path::new(dir).is_absolute())
                 .map(|dir| Path::new(dir).join(name))
                 .find(|candidate| executable(candidate))
-                .and_then(|p| real(&p))
+                .and_then(|p| walk(&p))
         };
-        match found {
-            Some(file) => add(file, &mut out),
-            None => out.missing.push(name.clone()),
+        if let Some(file) = grant(name, found, &mut out)
+            && !out.files.contains(&file)
+        {
+            out.files.push(file);
         }
     }
     let mut interpreters = Vec::new();
-    for file in &out.files {
-        for interpreter in interpreter_of(file).into_iter().filter_map(|i| real(&i)) {
-            // A script's interpreter may be dynamic itself.
-            let nested = interpreter_of(&interpreter).into_iter().filter_map(|i| real(&i));
-            for one in std::iter::once(interpreter.clone()).chain(nested) {
-                if !interpreters.contains(&one) && !out.files.contains(&one) {
-                    interpreters.push(one);
+    let mut queue: Vec<PathBuf> = out.files.clone();
+    while let Some(file) = queue.pop() {
+        // A script's interpreter may be dynamic itself.
+        let Some(interpreter) = interpreter_of(&file) else { continue };
+        let shown = interpreter.display().to_string();
+        let Some(found) = grant(&shown, walk(&interpreter), &mut out) else {
+            // An interpreter that is missing is a program that cannot start, not a name asked for.
+            out.missing.retain(|m| *m != shown);
+            continue;
+        };
+        if !interpreters.contains(&found) && !out.files.contains(&found) {
+            interpreters.push(found.clone());
+            queue.push(found);
+        }
+    }
+    out.interpreters = interpreters;
+    let mut dirs: Vec<PathBuf> = STANDARD_BIN_DIRS.iter().map(PathBuf::from).collect();
+    dirs.extend(path.split(':').filter(|dir| Path::new(dir).is_absolute()).map(PathBuf::from));
+    dirs.extend(out.files.iter().filter_map(|file| file.parent().map(Path::to_path_buf)));
+    let names = names_of(&granted_as.iter().map(|(file, _)| file.clone()).collect::<Vec<_>>(), &dirs);
+    for ((file, asked), found) in granted_as.iter().zip(names) {
+        let others = other_names(asked, file, &found);
+        if !others.is_empty() {
+            out.multi_call.push((file.clone(), others));
+        }
+    }
+    out
+}
+
+/// Where programs live on every layout, looked through for the other names of a granted file
+/// besides the `PATH`'s directories.
+const STANDARD_BIN_DIRS: [&str; 6] =
+    ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"];
+
+/// Programs that answer to each of their applets' names (`busybox id`, or `id` linked to it),
+/// known by their file's name even where no link shows it.
+const MULTI_CALL: [&str; 3] = ["busybox", "toybox", "coreutils"];
+
+/// A path resolved as the kernel resolves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Resolved {
+    /// The file, every symlink followed.
+    real: PathBuf,
+    /// Every path looked at on the way, each real up to its last component: the directories
+    /// entered, each symlink, and the file.
+    steps: Vec<PathBuf>,
+}
+
+/// `path` (absolute) resolved component by component, every symlink followed (at most 40, as the
+/// kernel), with every step. `None`: it does not resolve.
+fn walk(path: &Path) -> Option<Resolved> {
+    use std::ffi::OsString;
+    use std::path::Component;
+    const MAX_LINKS: usize = 40;
+    let parts = |path: &Path| -> Vec<OsString> {
+        path.components()
+            .filter_map(|c| match c {
+                Component::Normal(part) => Some(part.to_owned()),
+                Component::ParentDir => Some("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+            })
+            .rev()
+            .collect()
+    };
+    if !path.is_absolute() {
+        return None;
+    }
+    let mut pending = parts(path);
+    let mut real = PathBuf::from("/");
+    let mut steps = Vec::new();
+    let mut links = 0;
+    while let Some(part) = pending.pop() {
+        if part == ".." {
+            real.pop();
+            continue;
+        }
+        let next = real.join(&part);
+        let meta = std::fs::symlink_metadata(&next).ok()?;
+        steps.push(next.clone());
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > MAX_LINKS {
+                return None;
+            }
+            let target = std::fs::read_link(&next).ok()?;
+            if target.is_absolute() {
+                real = PathBuf::from("/");
+            }
+            pending.extend(parts(&target));
+        } else {
+            real = next;
+        }
+    }
+    Some(Resolved { real, steps })
+}
+
+/// The names each of `files` has in `dirs` (an entry that is the same file, or a symlink to it).
+fn names_of(files: &[PathBuf], dirs: &[PathBuf]) -> Vec<Vec<String>> {
+    use std::os::unix::fs::{DirEntryExt as _, MetadataExt as _};
+    let ids: Vec<Option<(u64, u64)>> =
+        files.iter().map(|f| std::fs::metadata(f).ok().map(|m| (m.dev(), m.ino()))).collect();
+    let mut names = vec![Vec::new(); files.len()];
+    let mut seen_dirs = Vec::new();
+    for dir in dirs {
+        let Some(dir) = real(dir).filter(|d| !seen_dirs.contains(d)) else { continue };
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        let Ok(dev) = std::fs::metadata(&dir).map(|m| m.dev()) else { continue };
+        seen_dirs.push(dir);
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else { continue };
+            // A file's number is in its directory entry; only a link is looked up.
+            let id = if kind.is_symlink() {
+                std::fs::metadata(entry.path()).ok().map(|m| (m.dev(), m.ino()))
+            } else if kind.is_file() {
+                Some((dev, entry.ino()))
+            } else {
+                None
+            };
+            let Some(id) = id else { continue };
+            for (at, _) in ids.iter().enumerate().filter(|(_, own)| **own == Some(id)) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if !names[at].contains(&name) {
+                    names[at].push(name);
                 }
             }
         }
     }
-    out.interpreters = interpreters;
-    out
+    names
+}
+
+/// The names `file` answers to that are not the program it was granted as (`asked`): a multi-call
+/// program's applets. Versions, variants and subcommands of the same name (`python3` for
+/// `python3.11`, `sh` for `dash` granted as `sh`, `git-upload-pack` for `git`) are not others; a
+/// program known to be multi-call ([`MULTI_CALL`]) answers to any name, so it names itself. Sorted.
+/// Pure.
+fn other_names(asked: &[String], file: &Path, names: &[String]) -> Vec<String> {
+    let own = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let bases: Vec<String> =
+        asked.iter().map(|a| stem(a.rsplit('/').next().unwrap_or(a))).chain([stem(&own)]).collect();
+    // One name is the other, or the other with a part added after or before a dash
+    // (`git-upload-pack`, `x86_64-linux-gnu-gcc`, `ld` for `ld-linux-x86-64`).
+    let related =
+        |a: &str, b: &str| a == b || a.starts_with(&format!("{b}-")) || a.ends_with(&format!("-{b}"));
+    let same = |name: &str| {
+        let name = stem(name);
+        bases.iter().any(|base| related(&name, base) || related(base, &name))
+    };
+    let mut others: Vec<String> = names.iter().filter(|n| !same(n)).cloned().collect();
+    if MULTI_CALL.contains(&stem(&own).as_str()) {
+        others.push(format!("any of {own}'s applets"));
+    }
+    others.sort();
+    others.dedup();
+    others
+}
+
+/// A program's name without its version or variant: `python3.11` → `python`, `gcc-12` → `gcc`,
+/// `vim.basic` → `vim`. Pure.
+fn stem(name: &str) -> String {
+    let head = name.split('.').next().unwrap_or(name);
+    let trimmed = head.trim_end_matches(|c: char| c.is_ascii_digit() || c == '-' || c == '_');
+    if trimmed.is_empty() { head.to_owned() } else { trimmed.to_owned() }
 }
 
 fn executable(path: &Path) -> bool {
@@ -283,10 +509,106 @@ mod tests {
         if let Some(interp) = interp {
             assert!(interp.is_absolute() && interp.exists(), "{}", interp.display());
         }
-        let sh = resolve_programs(&["ls".to_owned(), "no-such-program-x".to_owned()], "/usr/bin:/bin");
+        let sh = resolve_programs(
+            &["ls".to_owned(), "no-such-program-x".to_owned()],
+            "/usr/bin:/bin",
+            &Writable::Roots(Vec::new()),
+        );
         assert!(sh.files.iter().any(|f| f.ends_with("ls")), "{sh:?}");
         assert_eq!(sh.missing, vec!["no-such-program-x".to_owned()]);
         assert!(!sh.interpreters.is_empty(), "ls is dynamic on this machine: {sh:?}");
+    }
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|n| (*n).to_owned()).collect()
+    }
+
+    #[test]
+    fn versions_variants_and_subcommands_are_the_same_program() {
+        for (asked, file, found) in [
+            ("python3", "/usr/bin/python3.11", &["python3", "python3.11", "python"][..]),
+            ("sh", "/usr/bin/dash", &["dash", "sh"]),
+            ("git", "/usr/bin/git", &["git", "git-receive-pack", "git-upload-archive", "git-upload-pack"]),
+            ("gcc", "/usr/bin/x86_64-linux-gnu-gcc-12", &["gcc", "gcc-12", "x86_64-linux-gnu-gcc"]),
+            ("vi", "/usr/bin/vim.basic", &["vi", "vim"]),
+            ("/usr/bin/ls", "/usr/bin/ls", &["ls"]),
+            ("/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", &["ld.so"]),
+        ] {
+            assert_eq!(
+                other_names(&names(&[asked]), Path::new(file), &names(found)),
+                Vec::<String>::new(),
+                "{asked}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_multi_call_program_is_never_missed() {
+        // Applets linked to it, under the name asked for or its own.
+        let applets = names(&["busybox", "ls", "id", "wget", "nc"]);
+        assert_eq!(
+            other_names(&names(&["ls"]), Path::new("/w/bin/ls"), &applets),
+            names(&["busybox", "id", "nc", "wget"])
+        );
+        assert_eq!(
+            other_names(&names(&["ls"]), Path::new("/bin/busybox"), &applets),
+            names(&["any of busybox's applets", "id", "nc", "wget"])
+        );
+        // No link at all (Debian's busybox package): known by its name.
+        assert_eq!(
+            other_names(&names(&["busybox"]), Path::new("/usr/bin/busybox"), &names(&["busybox"])),
+            names(&["any of busybox's applets"])
+        );
+        assert_eq!(
+            other_names(&names(&["ls"]), Path::new("/usr/lib/cargo/bin/coreutils"), &names(&["ls", "cat"])),
+            names(&["any of coreutils's applets", "cat"])
+        );
+    }
+
+    #[test]
+    fn stems_drop_versions_and_variants() {
+        for (name, stem_of) in
+            [("python3.11", "python"), ("gcc-12", "gcc"), ("vim.basic", "vim"), ("ls", "ls"), ("2to3", "2to")]
+        {
+            assert_eq!(stem(name), stem_of, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_step_of_a_resolution_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(d.join("real")).unwrap();
+        std::fs::write(d.join("real/prog"), "").unwrap();
+        std::os::unix::fs::symlink("real", d.join("dirlink")).unwrap();
+        std::os::unix::fs::symlink("../dirlink/prog", d.join("real/alias")).unwrap();
+        let found = walk(&d.join("dirlink/alias")).unwrap();
+        assert_eq!(found.real, d.join("real/prog"));
+        for step in [d.join("dirlink"), d.join("real"), d.join("real/alias"), d.join("real/prog")] {
+            assert!(found.steps.contains(&step), "{} not in {:?}", step.display(), found.steps);
+        }
+        // A root holding any step makes the program changeable; one beside them does not.
+        let roots = Writable::Roots(vec![d.join("real")]);
+        assert!(found.steps.iter().any(|s| roots.changeable(s)));
+        assert!(!found.steps.iter().any(|s| Writable::Roots(vec![d.join("other")]).changeable(s)));
+        std::os::unix::fs::symlink("loop", d.join("loop")).unwrap();
+        assert_eq!(walk(&d.join("loop")), None);
+        assert_eq!(walk(Path::new("relative")), None);
+    }
+
+    #[test]
+    fn without_roots_the_modes_decide() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().canonicalize().unwrap();
+        std::fs::write(d.join("f"), "").unwrap();
+        std::fs::set_permissions(d.join("f"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let stranger = Writable::Modes(Some((4_000_000_000, 4_000_000_000)));
+        assert!(!stranger.changeable(&d) && !stranger.changeable(&d.join("f")));
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(stranger.changeable(&d));
+        assert!(Writable::Modes(None).changeable(Path::new("/usr/bin")));
     }
 
     #[test]

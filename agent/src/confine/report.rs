@@ -8,6 +8,7 @@ use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, RuleEn
 use super::Withheld;
 use super::child::{Applied, Expect, Measured};
 use super::permits::Programs;
+use super::seccomp::Rules;
 
 /// What the report depends on, besides the profile.
 #[derive(Debug, Clone, Copy)]
@@ -123,16 +124,27 @@ pub(super) fn enforcement(profile: &SandboxProfile, machine: &Machine, withheld:
     report
 }
 
+/// What `allowed_commands` rests on here besides landlock's execute rights.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ExecWalls {
+    /// The seccomp filter that refuses unsealed memfds exists for this build and kernel.
+    pub(super) memfd_filter: bool,
+    /// Commands keep root's capabilities (`user = "agentd"` of a root agentd).
+    pub(super) capabilities: bool,
+}
+
 /// Adds what the kernel makes of `permissions` and `allowed_commands`: `short[i]`, why rule `i`
 /// is covered less than its text says (from the plan, [`super::permits`]); `programs`, the files
 /// given the execute right (`None`: not resolved, e.g. in `hello`); `apart`, commands run as a
-/// user of their own, so what a deny rule names keeps its owner ([`super::lease`]).
+/// user of their own, so what a deny rule names keeps its owner ([`super::lease`]); `walls`, what
+/// `allowed_commands` rests on besides landlock.
 pub(super) fn add_rules(
     report: &mut Enforcement,
     profile: &SandboxProfile,
     short: &[Vec<String>],
     programs: Option<&Programs>,
     apart: bool,
+    walls: ExecWalls,
 ) {
     let abi = report.landlock_abi;
     report.permissions = profile
@@ -189,20 +201,25 @@ pub(super) fn add_rules(
             );
             Level::NotEnforced
         } else {
+            let mut level = Level::Full;
             if let Some(programs) = programs {
-                for name in &programs.missing {
-                    report
-                        .notes
-                        .push(format!("allowed_commands: `{name}` was not found on PATH: it cannot run"));
+                program_notes(&mut report.notes, programs);
+                if !programs.multi_call.is_empty() {
+                    level = Level::Partial;
                 }
-                let shown = |files: &[std::path::PathBuf]| {
-                    files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
-                };
-                report.notes.push(format!(
-                    "allowed_commands: executable: {}; interpreters: {}",
-                    shown(&programs.files),
-                    shown(&programs.interpreters)
-                ));
+            }
+            if !walls.memfd_filter {
+                report.notes.push(format!("allowed_commands: {NO_MEMFD_SEAL}"));
+                level = Level::Partial;
+            }
+            if walls.capabilities {
+                report.notes.push(
+                    "allowed_commands: commands keep root's capabilities (user = \"agentd\"), and with \
+                     CAP_SYS_ADMIN one can execute shared memory it wrote, through /proc/self/map_files: \
+                     landlock does not cover those files"
+                        .to_owned(),
+                );
+                level = Level::Partial;
             }
             report.notes.push(format!(
                 "allowed_commands ({}): an allowed interpreter runs whatever its language can, and the \
@@ -210,10 +227,49 @@ pub(super) fn add_rules(
                  (`ld.so /usr/bin/curl`)",
                 allowed.join(", ")
             ));
-            Level::Full
+            level
         };
     }
     report.level = overall(report);
+}
+
+/// What commands can do when no seccomp filter refuses unsealed memfds.
+const NO_MEMFD_SEAL: &str = "memfd_create is not refused (no seccomp filter), so a command can execute a \
+     program it writes into memory (`execveat` of a memfd): landlock does not cover those files";
+
+/// Names of a multi-call program shown in a note; the rest are counted.
+const NAMES_SHOWN: usize = 12;
+
+/// What the report says of the programs resolved for `allowed_commands`.
+fn program_notes(notes: &mut Vec<String>, programs: &Programs) {
+    for name in &programs.missing {
+        notes.push(format!("allowed_commands: `{name}` was not found on PATH: it cannot run"));
+    }
+    for (name, step) in &programs.changeable {
+        notes.push(format!(
+            "allowed_commands: `{name}` is not granted: it resolves through {}, which commands can change, \
+             so it cannot run",
+            step.display()
+        ));
+    }
+    for (file, names) in &programs.multi_call {
+        let mut shown = names.iter().take(NAMES_SHOWN).cloned().collect::<Vec<_>>().join(", ");
+        if names.len() > NAMES_SHOWN {
+            shown.push_str(&format!(" and {} more", names.len() - NAMES_SHOWN));
+        }
+        notes.push(format!(
+            "allowed_commands: {} is a multi-call program: granted, it also runs as {shown}",
+            file.display()
+        ));
+    }
+    let shown = |files: &[std::path::PathBuf]| {
+        files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+    };
+    notes.push(format!(
+        "allowed_commands: executable: {}; interpreters: {}",
+        shown(&programs.files),
+        shown(&programs.interpreters)
+    ));
 }
 
 /// The notes that say why something is less than full.
@@ -264,6 +320,7 @@ pub(super) struct Intent {
 
 pub(super) fn intent(profile: &SandboxProfile, abi: u32, filter: bool, withheld: bool) -> Intent {
     let deny = profile.network == Network::Deny;
+    let rules = filter_rules(profile);
     let landlock = abi >= 1 && (has_fs_rules(profile) || deny || withheld || super::permits::wanted(profile));
     Intent {
         landlock,
@@ -272,8 +329,13 @@ pub(super) fn intent(profile: &SandboxProfile, abi: u32, filter: bool, withheld:
         // path (a session bus, another agentd's helper), and no command needs another's.
         abstract_sockets: landlock && abi >= 6,
         signals: landlock && abi >= 6,
-        seccomp: deny && filter,
+        seccomp: (rules.network || rules.memfd) && filter,
     }
+}
+
+/// What the seccomp filter of `profile`'s commands refuses.
+pub(super) fn filter_rules(profile: &SandboxProfile) -> Rules {
+    Rules { network: profile.network == Network::Deny, memfd: profile.allowed_commands.is_some() }
 }
 
 /// Corrects the planned report with what the child measured.
@@ -310,11 +372,18 @@ pub(super) fn record(report: &mut Enforcement, expect: Expect, measured: Option<
         }
     }
     if expect.seccomp && !measured.seccomp {
-        let tcp_left = report.landlock_abi >= 4 && (!expect.landlock || measured.landlock == Applied::Full);
-        lower(&mut report.network, if tcp_left { Level::Partial } else { Level::NotEnforced });
-        report.notes.push(
-            "the seccomp filter could not be installed: UDP, raw and Unix sockets stay open".to_owned(),
-        );
+        if report.network != Level::NotRequested {
+            let tcp_left =
+                report.landlock_abi >= 4 && (!expect.landlock || measured.landlock == Applied::Full);
+            lower(&mut report.network, if tcp_left { Level::Partial } else { Level::NotEnforced });
+            report.notes.push(
+                "the seccomp filter could not be installed: UDP, raw and Unix sockets stay open".to_owned(),
+            );
+        }
+        if report.programs != Level::NotRequested {
+            lower(&mut report.programs, Level::Partial);
+            report.notes.push(format!("the seccomp filter could not be installed: {NO_MEMFD_SEAL}"));
+        }
     }
     if expect.privileges && !measured.privileges {
         lower(&mut report.privileges, Level::NotEnforced);

@@ -1,6 +1,8 @@
-//! The seccomp filter behind `network = "deny"`: the part of "no network" landlock cannot say.
+//! The seccomp filter of a command: the part of `network = "deny"` and of `allowed_commands` that
+//! landlock cannot say. One program, written for the rules the profile asks ([`Rules`]).
 //!
-//! Refused with `EACCES` (the command sees "Permission denied", like landlock's refusals):
+//! Refused with `EACCES` (the command sees "Permission denied", like landlock's refusals), under
+//! `network = "deny"`:
 //! - `socket` and `socketpair` for every family but `AF_UNIX`, and for `AF_UNIX` every type but
 //!   `SOCK_STREAM` and `SOCK_SEQPACKET`: no UDP, raw, netlink or packet sockets, and no Unix
 //!   datagram sockets (a datagram socket, even one of a connected `socketpair`, can `sendto` any
@@ -9,7 +11,15 @@
 //!   connects are refused everywhere, inside the writable roots too (`socketpair` still works);
 //! - `io_uring_setup`, `io_uring_enter`, `io_uring_register`: io_uring opens and connects sockets
 //!   without these system calls;
-//! - on x86_64, the same calls through the x32 ABI (number | `__X32_SYSCALL_BIT`).
+//!
+//! under `allowed_commands`:
+//! - `memfd_create` without `MFD_NOEXEC_SEAL`: a memfd lives on the kernel's internal shmem mount,
+//!   which landlock does not cover, so one made executable could be run by `execveat(fd)` or
+//!   `execve("/proc/self/fd/N")` whatever the execute rights say. Sealed, it has no execute bit and
+//!   cannot get one. (A file made with `O_TMPFILE` lives in a directory of a root, where landlock
+//!   grants no execute right; the memfd sysctl would change the whole machine.)
+//!
+//! and, on x86_64, the same calls through the x32 ABI (number | `__X32_SYSCALL_BIT`).
 //!
 //! The filter is written for the build's architecture, x86_64 or aarch64 (the two agentd's raw
 //! system calls, `crate::exec::syscall`, are written for); a system call of another one (i386
@@ -22,7 +32,10 @@
 //! instructions, a chain per call with the x32 numbers repeated, and installing it took 155–175 µs
 //! per command on this project's machine; this one takes about 50 µs. Its layout: the architecture,
 //! the call number with the x32 bit masked off (so x32 calls meet the same rules), a few range
-//! checks that let every other call through within seven instructions, then the socket arguments.
+//! checks that let every other call through within eight instructions, then the socket arguments
+//! and `memfd_create`'s flags.
+
+use std::sync::Arc;
 
 use seccompiler::{BpfProgram, sock_filter};
 
@@ -54,6 +67,7 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 enum To {
     Next,
     Socket,
+    Memfd,
     Refuse,
     Allow,
     Kill,
@@ -108,8 +122,17 @@ fn word(value: impl TryInto<u32, Error = std::num::TryFromIntError>) -> Result<u
     value.try_into().map_err(|e| e.to_string())
 }
 
-/// Builds the filter (in the parent, once: the child only installs it).
-pub fn network_filter() -> Result<BpfProgram, String> {
+/// What a filter refuses: the rules of `network = "deny"`, of `allowed_commands`, or both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// Sockets but Unix stream and seqpacket, `connect`, io_uring.
+    pub network: bool,
+    /// `memfd_create` without `MFD_NOEXEC_SEAL`.
+    pub memfd: bool,
+}
+
+/// Builds the filter for `rules` (in the parent, once per set of rules: the child only installs it).
+pub fn filter(rules: Rules) -> Result<BpfProgram, String> {
     let arch = audit_arch()
         .ok_or_else(|| format!("no seccomp filter for the {} architecture", std::env::consts::ARCH))?;
     let (socket, socketpair, connect) =
@@ -124,42 +147,81 @@ pub fn network_filter() -> Result<BpfProgram, String> {
         return Err("the socket calls are not numbered below the io_uring calls here".to_owned());
     }
     let jump = |op: u32, k: u32, yes: To, no: To| Op::Jump { op, k, yes, no };
-    let (jeq, jgt, jge) = (libc::BPF_JEQ, libc::BPF_JGT, libc::BPF_JGE);
+    let (jeq, jgt, jge, jset) = (libc::BPF_JEQ, libc::BPF_JGT, libc::BPF_JGE, libc::BPF_JSET);
     let mut ops = vec![Op::Load(ARCH), jump(jeq, arch, To::Next, To::Kill), Op::Load(NR)];
     if cfg!(target_arch = "x86_64") {
         // x32 calls carry the x86_64 numbers with this bit set: the same rules apply to them.
         ops.push(Op::And(!X32_SYSCALL_BIT));
     }
-    let unix = word(libc::AF_UNIX)?;
-    let (stream, seqpacket) = (word(libc::SOCK_STREAM)?, word(libc::SOCK_SEQPACKET)?);
-    let errno = word(libc::EACCES)?;
+    if rules.memfd {
+        let other = if rules.network { To::Next } else { To::Allow };
+        ops.push(jump(jeq, word(libc::SYS_memfd_create)?, To::Memfd, other));
+    }
+    if rules.network {
+        let unix = word(libc::AF_UNIX)?;
+        let (stream, seqpacket) = (word(libc::SOCK_STREAM)?, word(libc::SOCK_SEQPACKET)?);
+        ops.extend([
+            // Every call above the io_uring ones, and between the socket calls and them: allowed.
+            jump(jgt, uring_last, To::Allow, To::Next),
+            jump(jge, uring_first, To::Refuse, To::Next),
+            jump(jgt, high, To::Allow, To::Next),
+            jump(jge, low, To::Next, To::Allow),
+            jump(jeq, connect, To::Refuse, To::Next),
+            jump(jeq, socket, To::Socket, To::Next),
+            jump(jeq, socketpair, To::Socket, To::Allow),
+            // socket(domain, type, protocol) and socketpair(domain, type, protocol, sv): Unix stream
+            // and seqpacket sockets only. The low four bits of `type` are the socket type (the rest
+            // are SOCK_NONBLOCK and SOCK_CLOEXEC).
+            Op::Label(To::Socket),
+            Op::Load(arg_low(0)),
+            jump(jeq, unix, To::Next, To::Refuse),
+            Op::Load(arg_low(1)),
+            Op::And(0xf),
+            jump(jeq, stream, To::Allow, To::Next),
+            jump(jeq, seqpacket, To::Allow, To::Refuse),
+        ]);
+    }
+    if rules.memfd {
+        // memfd_create(name, flags): sealed against execution, or refused.
+        ops.extend([
+            Op::Label(To::Memfd),
+            Op::Load(arg_low(1)),
+            jump(jset, libc::MFD_NOEXEC_SEAL, To::Allow, To::Refuse),
+        ]);
+    }
     ops.extend([
-        // Every call above the io_uring ones, and between the socket calls and them: allowed.
-        jump(jgt, uring_last, To::Allow, To::Next),
-        jump(jge, uring_first, To::Refuse, To::Next),
-        jump(jgt, high, To::Allow, To::Next),
-        jump(jge, low, To::Next, To::Allow),
-        jump(jeq, connect, To::Refuse, To::Next),
-        jump(jeq, socket, To::Socket, To::Next),
-        jump(jeq, socketpair, To::Socket, To::Allow),
-        // socket(domain, type, protocol) and socketpair(domain, type, protocol, sv): Unix stream
-        // and seqpacket sockets only. The low four bits of `type` are the socket type (the rest
-        // are SOCK_NONBLOCK and SOCK_CLOEXEC).
-        Op::Label(To::Socket),
-        Op::Load(arg_low(0)),
-        jump(jeq, unix, To::Next, To::Refuse),
-        Op::Load(arg_low(1)),
-        Op::And(0xf),
-        jump(jeq, stream, To::Allow, To::Next),
-        jump(jeq, seqpacket, To::Allow, To::Refuse),
         Op::Label(To::Refuse),
-        Op::Return(libc::SECCOMP_RET_ERRNO | errno),
+        Op::Return(libc::SECCOMP_RET_ERRNO | word(libc::EACCES)?),
         Op::Label(To::Allow),
         Op::Return(libc::SECCOMP_RET_ALLOW),
         Op::Label(To::Kill),
         Op::Return(libc::SECCOMP_RET_KILL_PROCESS),
     ]);
     assemble(&ops)
+}
+
+/// The program for each set of rules, built once.
+pub struct Filters {
+    network: Arc<BpfProgram>,
+    memfd: Arc<BpfProgram>,
+    both: Arc<BpfProgram>,
+}
+
+impl Filters {
+    pub fn build() -> Result<Self, String> {
+        let built = |network, memfd| filter(Rules { network, memfd }).map(Arc::new);
+        Ok(Self { network: built(true, false)?, memfd: built(false, true)?, both: built(true, true)? })
+    }
+
+    /// The program for `rules`; `None` when they refuse nothing.
+    pub fn get(&self, rules: Rules) -> Option<Arc<BpfProgram>> {
+        match (rules.network, rules.memfd) {
+            (true, false) => Some(Arc::clone(&self.network)),
+            (false, true) => Some(Arc::clone(&self.memfd)),
+            (true, true) => Some(Arc::clone(&self.both)),
+            (false, false) => None,
+        }
+    }
 }
 
 /// Whether this kernel has seccomp filters at all (`Seccomp:` in `/proc/self/status`).
@@ -178,8 +240,12 @@ mod tests {
 
     use super::*;
 
+    const NETWORK: Rules = Rules { network: true, memfd: false };
+    const MEMFD: Rules = Rules { network: false, memfd: true };
+    const BOTH: Rules = Rules { network: true, memfd: true };
+
     /// The same rules, compiled by seccompiler: the reference the written program must match.
-    fn reference_filter() -> BpfProgram {
+    fn reference_filter(rules: Rules) -> BpfProgram {
         let arch = if cfg!(target_arch = "x86_64") { TargetArch::x86_64 } else { TargetArch::aarch64 };
         let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
             SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).unwrap()
@@ -196,22 +262,34 @@ mod tests {
                 .unwrap(),
             );
         }
-        let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-        for (nr, chain) in [
-            (libc::SYS_socket, refused_sockets.clone()),
-            (libc::SYS_socketpair, refused_sockets),
-            (libc::SYS_connect, Vec::new()),
-            (libc::SYS_io_uring_setup, Vec::new()),
-            (libc::SYS_io_uring_enter, Vec::new()),
-            (libc::SYS_io_uring_register, Vec::new()),
-        ] {
+        // memfd_create without MFD_NOEXEC_SEAL.
+        let unsealed = vec![
+            SeccompRule::new(vec![condition(1, SeccompCmpOp::MaskedEq(u64::from(libc::MFD_NOEXEC_SEAL)), 0)])
+                .unwrap(),
+        ];
+        let mut refused = Vec::new();
+        if rules.network {
+            refused.extend([
+                (libc::SYS_socket, refused_sockets.clone()),
+                (libc::SYS_socketpair, refused_sockets),
+                (libc::SYS_connect, Vec::new()),
+                (libc::SYS_io_uring_setup, Vec::new()),
+                (libc::SYS_io_uring_enter, Vec::new()),
+                (libc::SYS_io_uring_register, Vec::new()),
+            ]);
+        }
+        if rules.memfd {
+            refused.push((libc::SYS_memfd_create, unsealed));
+        }
+        let mut chains: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        for (nr, chain) in refused {
             if cfg!(target_arch = "x86_64") {
-                rules.insert(nr | i64::from(X32_SYSCALL_BIT), chain.clone());
+                chains.insert(nr | i64::from(X32_SYSCALL_BIT), chain.clone());
             }
-            rules.insert(nr, chain);
+            chains.insert(nr, chain);
         }
         let filter =
-            SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EACCES as u32), arch)
+            SeccompFilter::new(chains, SeccompAction::Allow, SeccompAction::Errno(libc::EACCES as u32), arch)
                 .unwrap();
         BpfProgram::try_from(filter).unwrap()
     }
@@ -259,12 +337,19 @@ mod tests {
         }
     }
 
-    /// Verdict for verdict, the written program and seccompiler's agree: every call number (and
-    /// its x32 form), the wrong architecture, and for the socket calls every family and type with
-    /// the flags and high bits a caller may add.
+    /// Verdict for verdict, the written program and seccompiler's agree, for each set of rules:
+    /// every call number (and its x32 form), the wrong architecture, for the socket calls every
+    /// family and type with the flags and high bits a caller may add, and for `memfd_create` every
+    /// flag.
     #[test]
     fn the_written_filter_gives_the_references_verdict_on_every_call() {
-        let (written, reference) = (network_filter().unwrap(), reference_filter());
+        for rules in [NETWORK, MEMFD, BOTH] {
+            same_verdicts(rules);
+        }
+    }
+
+    fn same_verdicts(rules: Rules) {
+        let (written, reference) = (filter(rules).unwrap(), reference_filter(rules));
         let arch = audit_arch().unwrap();
         let mut cases = Vec::new();
         for nr in (0..1100u32).chain([0x3fff_ffff, 0x7fff_ffff, 0xffff_ffff]) {
@@ -284,24 +369,32 @@ mod tests {
                 }
             }
         }
+        let memfd = u32::try_from(libc::SYS_memfd_create).unwrap();
+        for nr in [memfd, memfd | X32_SYSCALL_BIT] {
+            for flags in (0..64u64).chain([1 << 32, 1 << 32 | 8, u64::MAX, u64::MAX & !8]) {
+                cases.push(data(nr, arch, [0, flags, 0, 0, 0, 0]));
+            }
+        }
         for case in &cases {
             let verdicts = (run(&written, case), run(&reference, case));
             assert!(verdicts.0.is_some(), "the written program did not finish: {case:?}");
-            assert_eq!(verdicts.0, verdicts.1, "{case:?}");
+            assert_eq!(verdicts.0, verdicts.1, "{rules:?}: {case:?}");
         }
         // The cases reach every outcome.
         let outcomes: std::collections::HashSet<_> = cases.iter().filter_map(|c| run(&written, c)).collect();
         let refused = libc::SECCOMP_RET_ERRNO | libc::EACCES as u32;
         for outcome in [libc::SECCOMP_RET_ALLOW, refused, libc::SECCOMP_RET_KILL_PROCESS] {
-            assert!(outcomes.contains(&outcome), "{outcome:#x} never given");
+            assert!(outcomes.contains(&outcome), "{rules:?}: {outcome:#x} never given");
         }
     }
 
     #[test]
     fn the_filter_is_short() {
-        let program = network_filter().unwrap();
         // Its cost per command grows with its length (see the module's doc).
-        assert!(program.len() <= 24, "{}", program.len());
-        assert!(reference_filter().len() > 100);
+        for (rules, most) in [(NETWORK, 24), (MEMFD, 12), (BOTH, 27)] {
+            let program = filter(rules).unwrap();
+            assert!(program.len() <= most, "{rules:?}: {}", program.len());
+        }
+        assert!(reference_filter(NETWORK).len() > 100);
     }
 }
