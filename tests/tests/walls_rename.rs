@@ -83,8 +83,11 @@ async fn everything_readable(sb: &AgentdSandbox) -> String {
 async fn read_denied_paths_are_not_renamed_out_of_their_rule() {
     let Some((daemon, sb, _dir)) = profiled(THREE_SECRETS, FILES).await else { return };
     let w = w(&daemon);
-    let r = run(&sb, "mv .env notes.txt && : > .env; mv secret pub && mkdir secret; mv a a2 && mkdir -p a/b/secret")
-        .await;
+    let r = run(
+        &sb,
+        "mv .env notes.txt && : > .env; mv secret pub && mkdir secret; mv a a2 && mkdir -p a/b/secret",
+    )
+    .await;
     assert_eq!(r.enforcement.as_ref().map(|e| e.level), Some(Level::Full), "{r:?}");
     let seen = everything_readable(&sb).await;
     assert!(!seen.contains("SECRET-"), "a secret was read after the renames:\n{seen}");
@@ -115,12 +118,16 @@ async fn read_denied_paths_are_not_renamed_out_of_their_rule() {
         assert_eq!(std::fs::read_to_string(w.join(path)).unwrap(), *content, "{path} moved");
     }
     // What stays: new files beside the secrets, and everything in the other directories.
-    let r = run(&sb, "echo n > new.txt && mv pubdir/z.txt pubdir/y.txt && rm pubdir/y.txt && cat a/b/open.txt")
-        .await;
+    let r =
+        run(&sb, "echo n > new.txt && mv pubdir/z.txt pubdir/y.txt && rm pubdir/y.txt && cat a/b/open.txt")
+            .await;
     assert_eq!(r.output.as_deref(), Some("open\n"), "{r:?}");
     let report = r.enforcement.unwrap();
     assert_eq!(report.level, Level::Full, "{report:?}");
-    assert!(report.permissions[0].notes.iter().any(|n| n.contains("nothing is removed, renamed")), "{report:?}");
+    assert!(
+        report.permissions[0].notes.iter().any(|n| n.contains("nothing is removed, renamed")),
+        "{report:?}"
+    );
 }
 
 /// A hard link in the denied file's own directory needs only the right to create a file there:
@@ -136,7 +143,10 @@ async fn a_hard_link_to_a_read_denied_file_is_denied_as_the_file_is() {
     let seen = everything_readable(&sb).await;
     assert!(!seen.contains("SECRET-"), "a hard link read a secret:\n{seen}");
     let r = sb.read("notes.txt", 0, 10).await.unwrap();
-    assert!(r.error.as_deref().is_some_and(|e| e.contains("permission denied for read on notes.txt")), "{r:?}");
+    assert!(
+        r.error.as_deref().is_some_and(|e| e.contains("permission denied for read on notes.txt")),
+        "{r:?}"
+    );
     let r = run(&sb, "cat notes.txt secret/again; echo \"exit=$?\"").await;
     assert!(!r.output.as_deref().unwrap_or_default().contains("SECRET-"), "{r:?}");
     assert_eq!(r.enforcement.as_ref().map(|e| e.level), Some(Level::Full), "{r:?}");
@@ -165,7 +175,8 @@ async fn a_hard_link_elsewhere_makes_the_rule_partial_and_strict_refuses() {
     let hello = sb.link().await.unwrap().hello().profile.clone().unwrap();
     assert_eq!(hello.permissions[0].level, Level::Partial, "{hello:?}");
     assert!(hello.permissions[0].notes.iter().any(|n| n.contains("outside its directory")), "{hello:?}");
-    let refused = sb.exec(ExecRequest { command: "cat pubdir/old".into(), ..ExecRequest::default() }, None).await;
+    let refused =
+        sb.exec(ExecRequest { command: "cat pubdir/old".into(), ..ExecRequest::default() }, None).await;
     assert!(refused.is_err(), "{refused:?}");
     let r = sb.read("pubdir/old", 0, 10).await.unwrap();
     assert!(!format!("{r:?}").contains("SECRET-"), "{r:?}");
@@ -211,11 +222,52 @@ fn agentctl_rules_hold_against_the_rename() {
     }
     let out = agentctl(&session).args(["exec", "--", "mv .env notes.txt && : > .env"]).output().unwrap();
     assert_ne!(out.status.code(), Some(0), "{out:?}");
-    let out = agentctl(&session).args(["exec", "--", "ln .env notes.txt; cat notes.txt .env"]).output().unwrap();
+    let out =
+        agentctl(&session).args(["exec", "--", "ln .env notes.txt; cat notes.txt .env"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("SECRET-"), "{out:?}");
     let out = agentctl(&session).args(["read", "notes.txt"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("SECRET-"), "{out:?}");
     assert_eq!(std::fs::read_to_string(w.join(".env")).unwrap(), "SECRET-ENV-4711\n");
     let status = String::from_utf8(agentctl(&session).arg("status").output().unwrap().stdout).unwrap();
     assert!(status.contains(&format!("permission {rule}: full")), "{status}");
+}
+
+/// A subtree read is granted back in (`allow read conf/public.txt` before `deny read conf/**`)
+/// keeps its name: a denied file renamed onto it would be read through it by the next command.
+#[tokio::test]
+async fn a_denied_file_does_not_take_the_name_of_an_allowed_one() {
+    let profile = r#"
+name = "public-inside-secret"
+mode = "strict"
+writable_roots = ["{W}"]
+
+[[permissions]]
+operations = ["read"]
+paths = ["{W}/conf/public.txt"]
+mode = "allow"
+
+[[permissions]]
+operations = ["read"]
+paths = ["{W}/conf/**"]
+mode = "deny"
+"#;
+    let files = [("conf/.env", "SECRET-ENV-4711\n"), ("conf/public.txt", "public\n")];
+    let Some((daemon, sb, _dir)) = profiled(profile, &files).await else { return };
+    let w = w(&daemon);
+    let r = run(&sb, "cat conf/public.txt").await;
+    assert_eq!(r.output.as_deref(), Some("public\n"), "{r:?}");
+    for attack in [
+        "mv conf/.env conf/public.txt",
+        "rm conf/public.txt && ln conf/.env conf/public.txt",
+        "mv conf c2 && mkdir conf && mv c2/.env conf/public.txt",
+    ] {
+        let r = run(&sb, &format!("{attack}; echo \"exit=$?\"")).await;
+        let output = r.output.unwrap_or_default();
+        assert!(!output.ends_with("exit=0\n"), "`{attack}` succeeded: {output}");
+        let r = run(&sb, "cat conf/public.txt").await;
+        assert!(!r.output.unwrap_or_default().contains("SECRET-"), "`{attack}` let the secret be read");
+        let r = sb.read("conf/public.txt", 0, 10).await.unwrap();
+        assert!(!format!("{r:?}").contains("SECRET-"), "`{attack}`: {r:?}");
+    }
+    assert_eq!(std::fs::read_to_string(w.join("conf/.env")).unwrap(), "SECRET-ENV-4711\n");
 }

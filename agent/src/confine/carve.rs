@@ -44,6 +44,10 @@ pub enum Keep {
     /// No reading (or executing) file content beneath it; listing and writing stay (a read-deny
     /// permission rule).
     Reads,
+    /// Nothing kept from it, but its name is: neither it nor a directory on its way is removed
+    /// or renamed, so nothing else takes its name (a subtree granted back inside a read-denied
+    /// one: `mv .env README.md` under `allow read README.md` would make the secret readable).
+    Name,
 }
 
 impl Withheld {
@@ -66,6 +70,7 @@ impl Withheld {
             Keep::ReadsAndWrites => AccessFs::from_write(abi) | AccessFs::ReadFile | AccessFs::Execute,
             Keep::Writes => AccessFs::from_write(abi),
             Keep::Reads => super::permits::read_rights() | (AccessFs::from_all(abi) & AccessFs::Refer),
+            Keep::Name => BitFlags::empty(),
         }
     }
 
@@ -77,7 +82,7 @@ impl Withheld {
         let moves = AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Refer;
         match self.keep {
             Keep::ReadsAndWrites | Keep::Writes => self.rights(abi),
-            Keep::Reads => self.rights(abi) | (moves & AccessFs::from_all(abi)),
+            Keep::Reads | Keep::Name => self.rights(abi) | (moves & AccessFs::from_all(abi)),
         }
     }
 
@@ -87,6 +92,7 @@ impl Withheld {
             Keep::ReadsAndWrites => format!("{}: not readable or writable", self.path.display()),
             Keep::Writes => format!("{}: not writable", self.path.display()),
             Keep::Reads => format!("{}: not readable", self.path.display()),
+            Keep::Name => format!("{}: not renamed", self.path.display()),
         }
     }
 }
@@ -307,6 +313,28 @@ fn rule_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a read-denied path keeps from moves: the directories on its way can neither remove nor
+    /// reparent an entry (no rename of it or of them), it loses reparenting for its subtree;
+    /// creating stays everywhere, and writes withheld keep what they kept.
+    #[test]
+    fn a_read_denied_path_and_its_way_keep_their_names() {
+        let abi = ABI::V5;
+        let moves = AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Refer;
+        let reads = Withheld { path: "/ws/.env".into(), keep: Keep::Reads };
+        assert_eq!(reads.rights(abi), AccessFs::ReadFile | AccessFs::Execute | AccessFs::Refer);
+        assert_eq!(reads.way_rights(abi), reads.rights(abi) | moves);
+        assert!((reads.way_rights(abi) & (AccessFs::MakeReg | AccessFs::MakeDir)).is_empty());
+        let name = Withheld { path: "/ws/README.md".into(), keep: Keep::Name };
+        assert_eq!((name.rights(abi), name.way_rights(abi)), (BitFlags::empty(), moves));
+        let writes = Withheld::read_only("/ws/src".into());
+        assert_eq!(writes.way_rights(abi), writes.rights(abi));
+        // At ABI 1 there is no Refer right to withhold: every reparenting is refused there.
+        assert_eq!(
+            reads.way_rights(ABI::V1),
+            AccessFs::ReadFile | AccessFs::Execute | AccessFs::RemoveFile | AccessFs::RemoveDir
+        );
+    }
 
     #[test]
     fn canonical_paths_open_only_without_links() {

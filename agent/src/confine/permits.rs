@@ -332,6 +332,41 @@ mod tests {
         assert!(!sh.interpreters.is_empty(), "ls is dynamic on this machine: {sh:?}");
     }
 
+    /// A denied file's other names in its directory are denied as it is; a name elsewhere cannot be
+    /// found, and the rule says so.
+    #[test]
+    fn hard_links_of_a_denied_file_are_followed_in_its_directory() {
+        use agentd_protocol::permission::{PermissionMode, PermissionRule};
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(w.join("pub")).unwrap();
+        std::fs::write(w.join(".env"), "secret").unwrap();
+        std::fs::write(w.join("other"), "open").unwrap();
+        std::fs::hard_link(w.join(".env"), w.join("notes.txt")).unwrap();
+        let rules = Permissions::new(&[PermissionRule {
+            operations: vec![Operation::Read],
+            paths: vec![format!("{}/.env", w.display())],
+            mode: PermissionMode::Deny,
+        }])
+        .unwrap();
+        let plan = plan_permissions(&rules);
+        assert_eq!(
+            plan.denied,
+            vec![(w.join(".env"), Operation::Read), (w.join("notes.txt"), Operation::Read)]
+        );
+        assert_eq!(plan.short, vec![Vec::<String>::new()]);
+        std::fs::hard_link(w.join(".env"), w.join("pub/old")).unwrap();
+        let plan = plan_permissions(&rules);
+        assert_eq!(plan.denied.len(), 2, "{plan:?}");
+        assert_eq!(
+            plan.short[0],
+            vec![format!(
+                "{}/.env has 3 hard links, 1 outside its directory: the kernel covers only the names in it",
+                w.display()
+            )]
+        );
+    }
+
     #[test]
     fn elf_headers_that_lie_are_refused() {
         assert_eq!(elf_interp(b"\x7fELF"), None);

@@ -283,6 +283,33 @@ mod tests {
         );
     }
 
+    /// A file the rules deny by one name is denied by its other names (hard links), as what the
+    /// walk opened is that very inode; a copy is another file.
+    #[test]
+    fn another_name_of_a_denied_file_is_denied() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().canonicalize().unwrap();
+        std::fs::write(w.join(".env"), "k").unwrap();
+        std::fs::hard_link(w.join(".env"), w.join("notes.txt")).unwrap();
+        std::fs::copy(w.join(".env"), w.join("copy")).unwrap();
+        let rules = Permissions::new(&[PermissionRule {
+            operations: vec![Operation::Read],
+            paths: vec![format!("{}/.env", w.display())],
+            mode: PermissionMode::Deny,
+        }])
+        .unwrap();
+        let ws = Workspace::open(w.clone()).with_permissions(rules);
+        let linked = ws.node("notes.txt", true).unwrap().unwrap();
+        assert_eq!(
+            refusal_of(&ws, Operation::Read, "notes.txt", &linked).unwrap(),
+            format!("Error: permission denied for read on notes.txt (the same file as {}/.env)", w.display())
+        );
+        assert!(refusal_of(&ws, Operation::Write, "notes.txt", &linked).is_none());
+        let copy = ws.node("copy", true).unwrap().unwrap();
+        assert!(refusal_of(&ws, Operation::Read, "copy", &copy).is_none());
+        assert!(Below::new(&ws, &w).hides_linked(linked.stat()));
+    }
+
     /// The checks on what a walk opened: by its real location, whatever the path said.
     #[test]
     fn what_a_walk_opened_is_checked_where_it_is() {
