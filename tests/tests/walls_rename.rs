@@ -271,3 +271,64 @@ mode = "deny"
     }
     assert_eq!(std::fs::read_to_string(w.join("conf/.env")).unwrap(), "SECRET-ENV-4711\n");
 }
+
+/// `agentctl status` of a sandbox whose profile has read-deny rules, `allowed_commands` and
+/// `network = "deny"`: each permission line it calls `full` holds against every way a command
+/// or a verb could give a secret another name (rename, hard link, symlink, re-parenting an
+/// ancestor, replacing, `..`), and it still says `full` afterwards.
+#[tokio::test]
+async fn status_says_full_only_where_the_permissions_hold() {
+    let profile = r#"
+name = "agent"
+mode = "strict"
+writable_roots = ["{W}"]
+network = "deny"
+allowed_commands = ["mv", "ln", "cat", "cp", "mkdir", "python3"]
+
+[[permissions]]
+operations = ["read"]
+paths = ["{W}/.env", "{W}/secret/**", "{W}/a/b/secret/**"]
+mode = "deny"
+"#;
+    let Some((daemon, sb, _dir)) = profiled(profile, FILES).await else { return };
+    let status = || {
+        let out = Command::new(binary("agentctl"))
+            .env("AGENTD_URL", &daemon.url)
+            .env("AGENTD_TOKEN", &daemon.token)
+            .env("AGENTCTL_SESSION", "/nonexistent/agentctl-session.json")
+            .arg("status")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let before = status();
+    let rule = before.lines().find(|l| l.trim_start().starts_with("permission deny:read:")).unwrap();
+    assert!(rule.ends_with(": full"), "{before}");
+    let attacks = [
+        "mv .env notes.txt && : > .env",
+        "mv secret pub && mkdir secret",
+        "mv a a2 && mkdir -p a/b/secret",
+        "mv a/b a/b2",
+        "ln .env hard",
+        "ln -s .env link; cat link",
+        "ln -s secret pubdir/s; cat pubdir/s/key",
+        "cat pubdir/../.env pubdir/../secret/key",
+        "mv pubdir/z.txt .env",
+        "cp .env pubdir/copy",
+        "python3 -c 'import os; os.rename(\"secret\", \"pub\")'",
+        "python3 -c 'import os; os.link(\"secret/key\", \"pubdir/key\")'",
+        "python3 -c 'import os; os.rename(\"a/b/secret/key\", \"a/b/key\")'",
+    ];
+    for attack in attacks {
+        let r = run(&sb, attack).await;
+        assert!(!r.output.unwrap_or_default().contains("SECRET-"), "`{attack}` printed a secret");
+        let mut seen = everything_readable(&sb).await;
+        for name in ["hard", "link", "pubdir/s/key", "pubdir/copy", "a/b/key"] {
+            seen.push_str(&format!("{:?}", sb.read(name, 0, 10).await.unwrap()));
+        }
+        assert!(!seen.contains("SECRET-"), "`{attack}` let a secret be read:\n{seen}");
+    }
+    let after = status();
+    assert!(after.contains(rule), "{after}");
+}
