@@ -10,20 +10,16 @@
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use agentd_host::{AgentdSandbox, BaseSandbox};
+use agentd_protocol::ExecRequest;
 use agentd_protocol::profile::Level;
-use agentd_protocol::{ExecRequest, ExecResult};
-use agentd_tests::{Daemon, Need, binary, profiled, skip};
+use agentd_tests::{Daemon, Need, agentctl_in as agentctl, binary, profiled, run, skip};
 
-async fn run(sandbox: &AgentdSandbox, command: &str) -> ExecResult {
-    let request = ExecRequest { command: command.to_owned(), timeout: Some(20.0), ..ExecRequest::default() };
-    sandbox.exec(request, None).await.unwrap()
-}
-
-fn w(daemon: &Daemon) -> PathBuf {
+/// The workspace's real path.
+fn real(daemon: &Daemon) -> PathBuf {
     daemon.workspace.path().canonicalize().unwrap()
 }
 
@@ -82,7 +78,7 @@ async fn everything_readable(sb: &AgentdSandbox) -> String {
 #[tokio::test]
 async fn read_denied_paths_are_not_renamed_out_of_their_rule() {
     let Some((daemon, sb, _dir)) = profiled(THREE_SECRETS, FILES).await else { return };
-    let w = w(&daemon);
+    let w = real(&daemon);
     let r = run(
         &sb,
         "mv .env notes.txt && : > .env; mv secret pub && mkdir secret; mv a a2 && mkdir -p a/b/secret",
@@ -136,7 +132,7 @@ async fn read_denied_paths_are_not_renamed_out_of_their_rule() {
 #[tokio::test]
 async fn a_hard_link_to_a_read_denied_file_is_denied_as_the_file_is() {
     let Some((daemon, sb, _dir)) = profiled(THREE_SECRETS, FILES).await else { return };
-    let w = w(&daemon);
+    let w = real(&daemon);
     let r = run(&sb, "ln .env notes.txt; ln secret/key secret/again; echo done").await;
     assert_eq!(r.output.as_deref(), Some("done\n"), "{r:?}");
     assert!(w.join("notes.txt").exists());
@@ -180,16 +176,6 @@ async fn a_hard_link_elsewhere_makes_the_rule_partial_and_strict_refuses() {
     assert!(refused.is_err(), "{refused:?}");
     let r = sb.read("pubdir/old", 0, 10).await.unwrap();
     assert!(!format!("{r:?}").contains("SECRET-"), "{r:?}");
-}
-
-fn agentctl(session: &Path) -> Command {
-    let mut command = Command::new(binary("agentctl"));
-    command
-        .env("AGENTCTL_SESSION", session)
-        .env_remove("AGENTD_URL")
-        .env_remove("AGENTD_TOKEN")
-        .env_remove("DAYTONA_API_KEY");
-    command
 }
 
 /// `agentctl down` when dropped, also when the test fails half-way.
@@ -253,7 +239,7 @@ mode = "deny"
 "#;
     let files = [("conf/.env", "SECRET-ENV-4711\n"), ("conf/public.txt", "public\n")];
     let Some((daemon, sb, _dir)) = profiled(profile, &files).await else { return };
-    let w = w(&daemon);
+    let w = real(&daemon);
     let r = run(&sb, "cat conf/public.txt").await;
     assert_eq!(r.output.as_deref(), Some("public\n"), "{r:?}");
     for attack in [
