@@ -34,7 +34,7 @@ use tokio_tungstenite::tungstenite::Bytes;
 
 use crate::confine::FileWork;
 use crate::fs::guard;
-use crate::root::{Made, ResolveError, Workspace};
+use crate::root::{Made, Node, ResolveError, Workspace};
 use temp::Temp;
 
 use crate::outbox::Outbox;
@@ -163,6 +163,14 @@ impl Destination {
             None => Ok(()),
         }
     }
+
+    /// [`Destination::permitted_at`] of the file the walk found, and of its other names.
+    fn permitted_node(&self, node: &Node) -> Result<(), String> {
+        match guard::refusal_of(&self.workspace, self.operation, &self.path, node) {
+            Some(_) => Err(TransferError::PermissionDenied.as_str().to_owned()),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The contract's text for a failed resolution.
@@ -220,7 +228,7 @@ impl UploadTarget {
         // too, as deepagents judges a path by where it resolves.
         let existing = dest.permitted_at(&entry.location()).and_then(|()| match ws.lookup(&entry, true) {
             Ok(Some(node)) if node.is_dir() => Err(TransferError::IsDirectory.as_str().to_owned()),
-            Ok(Some(node)) => dest.permitted_at(node.location()).map(|()| Some(*node.stat())),
+            Ok(Some(node)) => dest.permitted_node(&node).map(|()| Some(*node.stat())),
             Ok(None) => Ok(None),
             Err(err) => Err(resolve_text(&err)),
         });
@@ -433,7 +441,7 @@ fn open_for_download(source: &Destination) -> Result<std::fs::File, String> {
         Ok(None) => return Err(TransferError::FileNotFound.as_str().to_owned()),
         Err(err) => return Err(resolve_text(&err)),
     };
-    source.permitted_at(node.location())?;
+    source.permitted_node(&node)?;
     let file = node.open(OFlag::O_RDONLY).map_err(|e| error_text(&e))?;
     if node.is_dir() {
         return Err(TransferError::IsDirectory.as_str().to_owned());

@@ -711,6 +711,27 @@ pub async fn profiled(
     Some((daemon, sandbox, dir))
 }
 
+/// Runs `command` on `sandbox` (20 s at most); the exec must be answered.
+pub async fn run(sandbox: &agentd_host::AgentdSandbox, command: &str) -> agentd_protocol::ExecResult {
+    let request = agentd_protocol::ExecRequest {
+        command: command.to_owned(),
+        timeout: Some(20.0),
+        ..agentd_protocol::ExecRequest::default()
+    };
+    sandbox.exec(request, None).await.unwrap()
+}
+
+/// `agentctl` with the session file `session`, and no sandbox named by the environment.
+pub fn agentctl_in(session: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(binary("agentctl"));
+    command
+        .env("AGENTCTL_SESSION", session)
+        .env_remove("AGENTD_URL")
+        .env_remove("AGENTD_TOKEN")
+        .env_remove("DAYTONA_API_KEY");
+    command
+}
+
 /// `<test binary>::<test>`: libtest runs each test on a thread named after it; the binary's name
 /// (without cargo's hash) tells apart tests of the same name in several binaries.
 fn test_name() -> String {

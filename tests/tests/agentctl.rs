@@ -8,17 +8,7 @@
 
 use std::process::Command;
 
-use agentd_tests::binary;
-
-fn agentctl(session: &std::path::Path) -> Command {
-    let mut command = Command::new(binary("agentctl"));
-    command
-        .env("AGENTCTL_SESSION", session)
-        .env_remove("AGENTD_URL")
-        .env_remove("AGENTD_TOKEN")
-        .env_remove("DAYTONA_API_KEY");
-    command
-}
+use agentd_tests::{agentctl_in as agentctl, binary};
 
 /// Runs `command`, which must succeed; returns its output.
 fn succeed(command: &mut Command) -> std::process::Output {

@@ -10,16 +10,11 @@
 
 use std::path::{Path, PathBuf};
 
-use agentd_host::{AgentdSandbox, BaseSandbox};
+use agentd_host::BaseSandbox;
 use agentd_protocol::permission::{Operation, PermissionMode, PermissionRule};
 use agentd_protocol::profile::{Level, ProfileOverride};
-use agentd_protocol::{ErrorCode, ExecRequest, ExecResult};
-use agentd_tests::{Daemon, profiled};
-
-async fn run(sandbox: &AgentdSandbox, command: &str) -> ExecResult {
-    let request = ExecRequest { command: command.to_owned(), timeout: Some(20.0), ..ExecRequest::default() };
-    sandbox.exec(request, None).await.unwrap()
-}
+use agentd_protocol::{ErrorCode, ExecRequest};
+use agentd_tests::{Daemon, profiled, run};
 
 fn w(daemon: &Daemon) -> PathBuf {
     daemon.workspace.path().canonicalize().unwrap()

@@ -24,7 +24,7 @@
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 
-use landlock::{ABI, AccessFs, BitFlags, PathBeneath, RulesetCreated, RulesetCreatedAttr as _};
+use landlock::{ABI, Access as _, AccessFs, BitFlags, PathBeneath, RulesetCreated, RulesetCreatedAttr as _};
 
 /// A path kept from every command that runs under a profile.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +44,10 @@ pub enum Keep {
     /// No reading (or executing) file content beneath it; listing and writing stay (a read-deny
     /// permission rule).
     Reads,
+    /// Nothing kept from it, but its name is: neither it nor a directory on its way is removed
+    /// or renamed, so nothing else takes its name (a subtree granted back inside a read-denied
+    /// one: `mv .env README.md` under `allow read README.md` would make the secret readable).
+    Name,
 }
 
 impl Withheld {
@@ -57,13 +61,28 @@ impl Withheld {
         Self { path, keep: Keep::Writes }
     }
 
-    /// The landlock rights kept, as this ABI names them. Listing a directory (`ReadDir`) stays, so
-    /// `ls /run` works beside `/run/agentd.token`.
+    /// The landlock rights kept at the path and beneath it, as this ABI names them. Listing a
+    /// directory (`ReadDir`) stays, so `ls /run` works beside `/run/agentd.token`. A read-denied
+    /// subtree also loses `Refer`: nothing is linked or moved out of it (or into it) to another
+    /// directory.
     pub fn rights(&self, abi: ABI) -> BitFlags<AccessFs> {
         match self.keep {
             Keep::ReadsAndWrites => AccessFs::from_write(abi) | AccessFs::ReadFile | AccessFs::Execute,
             Keep::Writes => AccessFs::from_write(abi),
-            Keep::Reads => super::permits::read_rights(),
+            Keep::Reads => super::permits::read_rights() | (AccessFs::from_all(abi) & AccessFs::Refer),
+            Keep::Name => BitFlags::empty(),
+        }
+    }
+
+    /// The rights the directories on the way to the path lack (their other entries get them back):
+    /// its own, and for a read-denied path also removing and reparenting, so that neither it nor a
+    /// directory on its way is renamed (`mv .env notes.txt`, `mv secret pub`, `mv a a2`) to a name
+    /// the next command's ruleset would grant. Writes withheld already include both.
+    pub fn way_rights(&self, abi: ABI) -> BitFlags<AccessFs> {
+        let moves = AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Refer;
+        match self.keep {
+            Keep::ReadsAndWrites | Keep::Writes => self.rights(abi),
+            Keep::Reads | Keep::Name => self.rights(abi) | (moves & AccessFs::from_all(abi)),
         }
     }
 
@@ -73,6 +92,7 @@ impl Withheld {
             Keep::ReadsAndWrites => format!("{}: not readable or writable", self.path.display()),
             Keep::Writes => format!("{}: not writable", self.path.display()),
             Keep::Reads => format!("{}: not readable", self.path.display()),
+            Keep::Name => format!("{}: not renamed", self.path.display()),
         }
     }
 }
@@ -148,13 +168,22 @@ pub fn add_root(
         if root.starts_with(&w.path) {
             covering |= w.rights(abi);
         } else if w.path.starts_with(root) {
-            beneath.push((w.path.as_path(), w.rights(abi)));
+            beneath.push(Below { path: w.path.as_path(), own: w.rights(abi), way: w.way_rights(abi) });
         }
     }
     let granted = granted & !covering;
-    let missing = beneath.iter().fold(BitFlags::empty(), |all, (_, rights)| all | *rights);
+    let missing = beneath.iter().fold(BitFlags::empty(), |all, b| all | b.way);
     let ruleset = add_rule(ruleset, root, granted & !missing)?;
     carve(ruleset, root, granted, missing, &beneath, seen)
+}
+
+/// A withheld path beneath a directory being carved: the rights kept from it (`own`) and from the
+/// directories on its way (`way`, which includes `own`).
+#[derive(Clone, Copy)]
+struct Below<'a> {
+    path: &'a Path,
+    own: BitFlags<AccessFs>,
+    way: BitFlags<AccessFs>,
 }
 
 /// Notes on withheld files that have other names (hard links), which are not withheld.
@@ -177,7 +206,7 @@ fn carve(
     dir: &Path,
     granted: BitFlags<AccessFs>,
     missing: BitFlags<AccessFs>,
-    below: &[(&Path, BitFlags<AccessFs>)],
+    below: &[Below<'_>],
     seen: &mut Vec<Seen>,
 ) -> Result<RulesetCreated, String> {
     if below.is_empty() || (granted & missing).is_empty() {
@@ -207,18 +236,17 @@ fn carve(
         }
         let child = dir.join(&name);
         let on_way: Vec<_> =
-            below.iter().filter(|(path, _)| step(path).is_some_and(|c| c == name)).copied().collect();
+            below.iter().filter(|b| step(b.path).is_some_and(|c| c == name)).copied().collect();
         if on_way.is_empty() {
             // A sibling: what its directory lacks.
             ruleset = add_rule(ruleset, &child, granted & missing)?;
             continue;
         }
-        // On the way: it lacks what is withheld at or beneath it; beneath a withheld path, that
-        // path's own rights are gone for good.
-        let own =
-            on_way.iter().filter(|(path, _)| *path == child).fold(BitFlags::empty(), |a, (_, r)| a | *r);
-        let deeper: Vec<_> = on_way.into_iter().filter(|(path, _)| *path != child).collect();
-        let child_missing = deeper.iter().fold(own, |all, (_, rights)| all | *rights);
+        // On the way: it lacks what is withheld from the directories on the way beneath it; at a
+        // withheld path, that path's own rights are gone for good beneath it.
+        let own = on_way.iter().filter(|b| b.path == child).fold(BitFlags::empty(), |a, b| a | b.own);
+        let deeper: Vec<_> = on_way.into_iter().filter(|b| b.path != child).collect();
+        let child_missing = deeper.iter().fold(own, |all, b| all | b.way);
         ruleset = add_rule(ruleset, &child, granted & missing & !child_missing)?;
         ruleset = carve(ruleset, &child, granted & !own, child_missing & !own, &deeper, seen)?;
     }
@@ -285,6 +313,28 @@ fn rule_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a read-denied path keeps from moves: the directories on its way can neither remove nor
+    /// reparent an entry (no rename of it or of them), it loses reparenting for its subtree;
+    /// creating stays everywhere, and writes withheld keep what they kept.
+    #[test]
+    fn a_read_denied_path_and_its_way_keep_their_names() {
+        let abi = ABI::V5;
+        let moves = AccessFs::RemoveFile | AccessFs::RemoveDir | AccessFs::Refer;
+        let reads = Withheld { path: "/ws/.env".into(), keep: Keep::Reads };
+        assert_eq!(reads.rights(abi), AccessFs::ReadFile | AccessFs::Execute | AccessFs::Refer);
+        assert_eq!(reads.way_rights(abi), reads.rights(abi) | moves);
+        assert!((reads.way_rights(abi) & (AccessFs::MakeReg | AccessFs::MakeDir)).is_empty());
+        let name = Withheld { path: "/ws/README.md".into(), keep: Keep::Name };
+        assert_eq!((name.rights(abi), name.way_rights(abi)), (BitFlags::empty(), moves));
+        let writes = Withheld::read_only("/ws/src".into());
+        assert_eq!(writes.way_rights(abi), writes.rights(abi));
+        // At ABI 1 there is no Refer right to withhold: every reparenting is refused there.
+        assert_eq!(
+            reads.way_rights(ABI::V1),
+            AccessFs::ReadFile | AccessFs::Execute | AccessFs::RemoveFile | AccessFs::RemoveDir
+        );
+    }
 
     #[test]
     fn canonical_paths_open_only_without_links() {

@@ -105,7 +105,50 @@ pub fn plan_permissions(permissions: &Permissions) -> PermitPlan {
             }
         }
     }
+    follow_links(&mut plan, &per_rule);
     plan
+}
+
+/// Denies the other names a denied file has in its own directory as the file is denied: a rule
+/// protects the file, not one of its names, and a same-directory hard link (`ln .env notes.txt`)
+/// needs only the right to create a file there, which landlock cannot withhold without refusing
+/// every new file in that directory. A link in another directory needs `Refer` on both, which the
+/// carve withholds ([`super::carve::Withheld::way_rights`]), so only one that existed before is
+/// missed: the rules naming such a file are then short (`per_rule`: the paths each rule covers).
+fn follow_links(plan: &mut PermitPlan, per_rule: &[Vec<PathBuf>]) {
+    use std::os::unix::fs::MetadataExt as _;
+    for (path, operation) in plan.denied.clone() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        if meta.is_dir() || meta.nlink() < 2 {
+            continue;
+        }
+        let Some(dir) = path.parent() else { continue };
+        let mut names = 1;
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let other = entry.path();
+            let same = entry.metadata().is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()));
+            if !same || other == path {
+                continue;
+            }
+            names += 1;
+            if !plan.denied.contains(&(other.clone(), operation)) {
+                plan.denied.push((other, operation));
+            }
+        }
+        if names < meta.nlink() {
+            let note = format!(
+                "{} has {} hard links, {} outside its directory: the kernel covers only the names in it",
+                path.display(),
+                meta.nlink(),
+                meta.nlink() - names
+            );
+            for (index, paths) in per_rule.iter().enumerate() {
+                if paths.contains(&path) && !plan.short[index].contains(&note) {
+                    plan.short[index].push(note.clone());
+                }
+            }
+        }
+    }
 }
 
 /// `path` with its symlinks followed, when it exists.
@@ -609,6 +652,41 @@ mod tests {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(stranger.changeable(&d));
         assert!(Writable::Modes(None).changeable(Path::new("/usr/bin")));
+    }
+
+    /// A denied file's other names in its directory are denied as it is; a name elsewhere cannot be
+    /// found, and the rule says so.
+    #[test]
+    fn hard_links_of_a_denied_file_are_followed_in_its_directory() {
+        use agentd_protocol::permission::{PermissionMode, PermissionRule};
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(w.join("pub")).unwrap();
+        std::fs::write(w.join(".env"), "secret").unwrap();
+        std::fs::write(w.join("other"), "open").unwrap();
+        std::fs::hard_link(w.join(".env"), w.join("notes.txt")).unwrap();
+        let rules = Permissions::new(&[PermissionRule {
+            operations: vec![Operation::Read],
+            paths: vec![format!("{}/.env", w.display())],
+            mode: PermissionMode::Deny,
+        }])
+        .unwrap();
+        let plan = plan_permissions(&rules);
+        assert_eq!(
+            plan.denied,
+            vec![(w.join(".env"), Operation::Read), (w.join("notes.txt"), Operation::Read)]
+        );
+        assert_eq!(plan.short, vec![Vec::<String>::new()]);
+        std::fs::hard_link(w.join(".env"), w.join("pub/old")).unwrap();
+        let plan = plan_permissions(&rules);
+        assert_eq!(plan.denied.len(), 2, "{plan:?}");
+        assert_eq!(
+            plan.short[0],
+            vec![format!(
+                "{}/.env has 3 hard links, 1 outside its directory: the kernel covers only the names in it",
+                w.display()
+            )]
+        );
     }
 
     #[test]

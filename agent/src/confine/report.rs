@@ -173,6 +173,14 @@ pub(super) fn add_rules(
                      between a writable root and these paths cannot get new entries or lose old ones either"
                         .to_owned(),
                 );
+            } else if abi > 0 && rule.mode == PermissionMode::Deny && rule.applies_to(Operation::Read) {
+                notes.push(
+                    "so that no command renames these paths (or a directory on their way) to a name the next \
+                     command could read, nothing is removed, renamed or moved in or out of the directories \
+                     between a writable root and these paths, and nothing is moved or linked out of these \
+                     paths; new entries can be made there"
+                        .to_owned(),
+                );
             }
             if rule.mode == PermissionMode::Deny {
                 // Landlock has no right for chmod, utime or chown: ownership is the wall.

@@ -58,7 +58,8 @@ pub(super) fn build_ruleset(
     let no_exec = if programs.is_some() { AccessFs::Execute.into() } else { landlock::BitFlags::empty() };
     let all = AccessFs::from_all(fs_abi) & !(AccessFs::MakeBlock | AccessFs::MakeChar) & !no_exec;
     let read = AccessFs::from_read(fs_abi) & !no_exec;
-    // The permission rules' denied subtrees are withheld like agentd's own paths.
+    // The permission rules' denied subtrees are withheld like agentd's own paths; a subtree read is
+    // granted back in keeps its name (a write-denied one lacks the rights to rename already).
     let mut kept = withheld.to_vec();
     kept.extend(permits.denied.iter().map(|(path, operation)| Withheld {
         path: path.clone(),
@@ -67,6 +68,8 @@ pub(super) fn build_ruleset(
             Operation::Write => Keep::Writes,
         },
     }));
+    let named = permits.allowed.iter().filter(|(_, operation)| *operation == Operation::Read);
+    kept.extend(named.map(|(path, _)| Withheld { path: path.clone(), keep: Keep::Name }));
     if has_fs_rules(profile) {
         let readable = profile.readable_roots.clone().unwrap_or_else(|| vec!["/".to_owned()]);
         for root in &readable {

@@ -59,7 +59,7 @@ pub fn edit(
         Err(err) if matches!(err.errno(), Some(Errno::EACCES | Errno::EPERM)) => return denied(),
         Err(_) => return fail(format!("Error: File '{path}' not found")),
     };
-    let refusal = |operation| guard::refusal_at(ws, operation, path, node.location());
+    let refusal = |operation| guard::refusal_of(ws, operation, path, &node);
     if let Some(refusal) = refusal(Operation::Write).or_else(|| refusal(Operation::Read)) {
         return fail(refusal);
     }

@@ -136,7 +136,7 @@ fn grep_within(
         }
         Err(ResolveError::Io(_)) => None,
     };
-    let refusal = fs_root.as_ref().and_then(|n| guard::refusal_at(ws, Operation::Read, root, n.location()));
+    let refusal = fs_root.as_ref().and_then(|n| guard::refusal_of(ws, Operation::Read, root, n));
     if let Some(refusal) = refusal {
         return GrepResult { error: Some(refusal), matches: None, truncated: false };
     }
@@ -360,6 +360,9 @@ impl Walker<'_> {
             return;
         }
         let Ok(file) = root::open_child_file(parent.as_fd(), name) else { return };
+        if nix::sys::stat::fstat(&file).is_ok_and(|stat| self.below.hides_linked(&stat)) {
+            return;
+        }
         let Some(lines) = self.matcher.search_file(file, &Account::new(self.budget, &path), self.cancel)
         else {
             return;
@@ -458,7 +461,9 @@ fn search_in_order(
             let Some((rel, shown)) = files.get(i) else { break };
             // Resolved again (links followed): what is read is checked again.
             let node = ws.node_in(root, rel, true).ok().flatten().filter(|n| {
-                n.is_file() && !below.hides(&String::from_utf8_lossy(rel), shown, Some(n.location()))
+                n.is_file()
+                    && !below.hides(&String::from_utf8_lossy(rel), shown, Some(n.location()))
+                    && !below.hides_linked(n.stat())
             });
             let file = node.and_then(|n| n.open(OFlag::O_RDONLY).ok());
             let account = Account::new(budget, shown);

@@ -16,8 +16,10 @@ use agentd_protocol::fs::{
 };
 use agentd_protocol::permission::Operation;
 
-use crate::permission::lexical;
-use crate::root::Workspace;
+use nix::sys::stat::FileStat;
+
+use crate::permission::{Shape, lexical};
+use crate::root::{Kind, Node, Workspace};
 
 /// The verb's answer when the rules refuse `request` outright (`None`: it may run).
 pub fn refuse(request: &FsRequest, ws: &Workspace) -> Option<FsResponse> {
@@ -96,6 +98,37 @@ pub fn refusal_at(ws: &Workspace, operation: Operation, path: &str, location: &P
     rules.denies(operation, &real).then(|| denied_on(operation, path, &real, &written(ws, path)))
 }
 
+/// [`refusal_at`] of the node a verb's walk opened, and of its other names: a file the rules deny by
+/// one name (`.env`) is denied by every name it has (`ln .env notes.txt`), as its content is the
+/// same. The file is known by its inode (`stat`, the walk's own), not by a second lookup.
+pub fn refusal_of(ws: &Workspace, operation: Operation, path: &str, node: &Node) -> Option<String> {
+    refusal_at(ws, operation, path, node.location())
+        .or_else(|| linked_denial(ws, operation, node.stat()).map(|name| linked_on(operation, path, &name)))
+}
+
+/// The name the rules deny `operation` on that is another name of the file `stat` describes: a
+/// regular file with more than one link whose inode is that of a path a deny rule names (a plain
+/// path: what a pattern matches is not looked for here). `None`: no such name.
+pub fn linked_denial(ws: &Workspace, operation: Operation, stat: &FileStat) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let rules = ws.permissions();
+    if rules.is_empty() || Kind::of(stat) != Kind::File || stat.st_nlink < 2 {
+        return None;
+    }
+    rules.shapes().into_iter().flatten().find_map(|shape| {
+        let Shape::Prefix(named) = shape else { return None };
+        let text = named.to_string_lossy();
+        let meta = std::fs::metadata(&named).ok()?;
+        let same = (meta.dev(), meta.ino()) == (stat.st_dev, stat.st_ino);
+        (same && rules.denies(operation, &text)).then(|| text.into_owned())
+    })
+}
+
+/// The refusal of `operation` on `path`, another name of the denied file `name`.
+fn linked_on(operation: Operation, path: &str, name: &str) -> String {
+    format!("Error: permission denied for {} on {path} (the same file as {name})", operation.as_str())
+}
+
 /// deepagents' refusal of `operation` on `path`, which resolves to `real`.
 fn denied_on(operation: Operation, path: &str, real: &str, written: &str) -> String {
     let op = operation.as_str();
@@ -156,6 +189,12 @@ impl<'a> Below<'a> {
         };
         let real = real.to_string_lossy();
         real != written && rules.denies(Operation::Read, &real)
+    }
+
+    /// Whether the rules hide a file the walk opened (`stat`) because it is another name of a
+    /// read-denied file ([`linked_denial`]).
+    pub fn hides_linked(&self, stat: &FileStat) -> bool {
+        linked_denial(self.ws, Operation::Read, stat).is_some()
     }
 }
 
@@ -242,6 +281,33 @@ mod tests {
             refusal(&ws, Operation::Read, "door/missing").is_some(),
             "a missing file is denied where it would be"
         );
+    }
+
+    /// A file the rules deny by one name is denied by its other names (hard links), as what the
+    /// walk opened is that very inode; a copy is another file.
+    #[test]
+    fn another_name_of_a_denied_file_is_denied() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().canonicalize().unwrap();
+        std::fs::write(w.join(".env"), "k").unwrap();
+        std::fs::hard_link(w.join(".env"), w.join("notes.txt")).unwrap();
+        std::fs::copy(w.join(".env"), w.join("copy")).unwrap();
+        let rules = Permissions::new(&[PermissionRule {
+            operations: vec![Operation::Read],
+            paths: vec![format!("{}/.env", w.display())],
+            mode: PermissionMode::Deny,
+        }])
+        .unwrap();
+        let ws = Workspace::open(w.clone()).with_permissions(rules);
+        let linked = ws.node("notes.txt", true).unwrap().unwrap();
+        assert_eq!(
+            refusal_of(&ws, Operation::Read, "notes.txt", &linked).unwrap(),
+            format!("Error: permission denied for read on notes.txt (the same file as {}/.env)", w.display())
+        );
+        assert!(refusal_of(&ws, Operation::Write, "notes.txt", &linked).is_none());
+        let copy = ws.node("copy", true).unwrap().unwrap();
+        assert!(refusal_of(&ws, Operation::Read, "copy", &copy).is_none());
+        assert!(Below::new(&ws, &w).hides_linked(linked.stat()));
     }
 
     /// The checks on what a walk opened: by its real location, whatever the path said.

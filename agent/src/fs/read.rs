@@ -55,7 +55,7 @@ pub fn read(path: &str, offset: i64, limit: i64, ws: &Workspace, cancel: &Cancel
         }
         Err(_) => return fail("file_not_found"),
     };
-    if let Some(refusal) = guard::refusal_at(ws, Operation::Read, path, node.location()) {
+    if let Some(refusal) = guard::refusal_of(ws, Operation::Read, path, &node) {
         return ReadResult::error(refusal);
     }
     if !node.is_file() {
