@@ -205,7 +205,7 @@ fn a_deny_rule_says_what_of_its_paths_metadata_is_not_kept() {
     );
     let notes = |short: &[Vec<String>], apart| {
         let mut report = enforcement(&p, &machine(7, true), &[]);
-        add_rules(&mut report, &p, short, None, apart);
+        add_rules(&mut report, &p, short, None, apart, ExecWalls { memfd_filter: true, capabilities: false });
         report.permissions[0].notes.clone()
     };
     let owner = |notes: &[String]| notes.iter().any(|n| n.contains("mode, times and owner"));
