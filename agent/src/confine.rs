@@ -124,9 +124,9 @@ pub struct Confiner {
     /// Notes on writable roots the sandbox user cannot reach ([`Confiner::lend_roots`]).
     unreachable_roots: std::sync::OnceLock<Vec<String>>,
     /// What the server profile's `permissions` and `allowed_commands` came to when agentd started
-    /// (for `hello`; looked at once, as it walks the tree for pattern rules; each command's own
-    /// report looks again).
-    rules_at_start: (Vec<Vec<String>>, Option<permits::Programs>),
+    /// (for `hello`, and what the roots' lend leaves with its owner; looked at once, as it walks the
+    /// tree for pattern rules; each command's own report looks again).
+    rules_at_start: (permits::PermitPlan, Option<permits::Programs>),
 }
 
 impl Confiner {
@@ -162,14 +162,14 @@ impl Confiner {
         } else {
             None
         };
-        let short = Permissions::new(&profile.permissions)
-            .map(|rules| permits::plan_permissions(&rules).short)
+        let plan = Permissions::new(&profile.permissions)
+            .map(|rules| permits::plan_permissions(&rules))
             .unwrap_or_default();
         let programs = profile.allowed_commands.as_deref().map(|allowed| {
             permits::resolve_programs(allowed, &permits::command_path(&profile, sandbox_path.as_deref()))
         });
         Self {
-            rules_at_start: (short, programs),
+            rules_at_start: (plan, programs),
             profile,
             next_plan: Default::default(),
             abi: kernel_landlock_abi(),
@@ -538,8 +538,8 @@ impl Confiner {
         let now = self.watch.as_ref().map(watch::Watch::current);
         let links = self.links_ready(now).unwrap_or_else(|| self.links_now());
         let mut report = self.report_with(profile, links, cgroups);
-        let (short, programs) = &self.rules_at_start;
-        report::add_rules(&mut report, profile, short, programs.as_ref(), self.user.switch.is_some());
+        let (plan, programs) = &self.rules_at_start;
+        report::add_rules(&mut report, profile, &plan.short, programs.as_ref(), self.user.switch.is_some());
         report
     }
 
@@ -603,13 +603,11 @@ impl Confiner {
         Ok(Lent { roots, back: Some(back), shared, lease: Some(held) })
     }
 
-    /// What the profile's permission rules deny of a real path, as the kernel reads them
-    /// ([`permits::plan_permissions`]: a pattern covers what matches it now).
+    /// What the profile's permission rules deny of a real path, as the kernel read them at start
+    /// ([`permits::plan_permissions`]: a pattern covers what matched it then).
     fn denied_paths(&self) -> impl Fn(&Path) -> lease::Denied + use<> {
         use agentd_protocol::permission::Operation;
-        let plan = Permissions::new(&self.profile.permissions)
-            .map(|rules| permits::plan_permissions(&rules))
-            .unwrap_or_default();
+        let plan = &self.rules_at_start.0;
         let found = |operation: Operation| -> Vec<(PathBuf, bool)> {
             let denied =
                 plan.denied.iter().filter(|(_, op)| *op == operation).map(|(p, _)| (p.clone(), false));
