@@ -128,9 +128,9 @@ pub struct Confiner {
     /// Notes on writable roots the sandbox user cannot reach ([`Confiner::lend_roots`]).
     unreachable_roots: std::sync::OnceLock<Vec<String>>,
     /// What the server profile's `permissions` and `allowed_commands` came to when agentd started
-    /// (for `hello`; looked at once, as it walks the tree for pattern rules; each command's own
-    /// report looks again).
-    rules_at_start: (Vec<Vec<String>>, Option<permits::Programs>),
+    /// (for `hello`, and what the roots' lend leaves with its owner; looked at once, as it walks the
+    /// tree for pattern rules; each command's own report looks again).
+    rules_at_start: (permits::PermitPlan, Option<permits::Programs>),
 }
 
 impl Confiner {
@@ -180,8 +180,8 @@ impl Confiner {
         } else {
             None
         };
-        let short = Permissions::new(&profile.permissions)
-            .map(|rules| permits::plan_permissions(&rules).short)
+        let plan = Permissions::new(&profile.permissions)
+            .map(|rules| permits::plan_permissions(&rules))
             .unwrap_or_default();
         let writer = writer(&user);
         let programs = profile.allowed_commands.as_deref().map(|allowed| {
@@ -192,7 +192,7 @@ impl Confiner {
             )
         });
         Self {
-            rules_at_start: (short, programs),
+            rules_at_start: (plan, programs),
             profile,
             next_plan: Default::default(),
             abi: kernel_landlock_abi(),
@@ -573,9 +573,9 @@ impl Confiner {
         let mut report = self.report_with(profile, links, cgroups);
         // Said at start, not in every command's result: it is the machine's, not the command's.
         report.notes.extend(self.unreachable_path.iter().cloned());
-        let (short, programs) = &self.rules_at_start;
+        let (plan, programs) = &self.rules_at_start;
         let apart = self.user.switch.is_some();
-        report::add_rules(&mut report, profile, short, programs.as_ref(), apart, self.exec_walls());
+        report::add_rules(&mut report, profile, &plan.short, programs.as_ref(), apart, self.exec_walls());
         report
     }
 
@@ -653,13 +653,11 @@ impl Confiner {
         Ok(Lent { roots, back: Some(back), shared, lease: Some(held) })
     }
 
-    /// What the profile's permission rules deny of a real path, as the kernel reads them
-    /// ([`permits::plan_permissions`]: a pattern covers what matches it now).
+    /// What the profile's permission rules deny of a real path, as the kernel read them at start
+    /// ([`permits::plan_permissions`]: a pattern covers what matched it then).
     fn denied_paths(&self) -> impl Fn(&Path) -> lease::Denied + use<> {
         use agentd_protocol::permission::Operation;
-        let plan = Permissions::new(&self.profile.permissions)
-            .map(|rules| permits::plan_permissions(&rules))
-            .unwrap_or_default();
+        let plan = &self.rules_at_start.0;
         let found = |operation: Operation| -> Vec<(PathBuf, bool)> {
             let denied =
                 plan.denied.iter().filter(|(_, op)| *op == operation).map(|(p, _)| (p.clone(), false));

@@ -9,7 +9,7 @@
 
 use std::io::{BufRead as _, Read as _};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use agentd_host::{AgentdSandbox, BaseSandbox as _};
@@ -103,7 +103,7 @@ fn as_root() -> bool {
     root
 }
 
-fn profile(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+fn profile(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
     path
@@ -117,33 +117,55 @@ fn set_mode(path: &Path, mode: u32) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
+/// A directory holding the first session's workspace `w` (searchable by every user), and the
+/// profiles' directory.
+struct Place {
+    _top: tempfile::TempDir,
+    top: PathBuf,
+    w: PathBuf,
+    config: tempfile::TempDir,
+}
+
+impl Place {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let top = dir.path().canonicalize().unwrap();
+        let w = top.join("w");
+        std::fs::create_dir(&w).unwrap();
+        set_mode(&top, 0o755);
+        Self { _top: dir, top, w, config: tempfile::tempdir().unwrap() }
+    }
+
+    /// A profile named `name` whose one writable root is `root`.
+    fn roots(&self, name: &str, root: &Path) -> PathBuf {
+        let text = format!("name = \"{name}\"\nwritable_roots = [\"{}\"]\n", root.display());
+        profile(self.config.path(), name, &text)
+    }
+
+    /// The first session, lending `w`, and the 0600 file `w/sub/private` its command made.
+    async fn first_session(&self, content: &str) -> (Agentd, AgentdSandbox, PathBuf) {
+        let first = Agentd::start(&self.roots("first", &self.w), &self.w).unwrap();
+        let sb = first.connect().await;
+        let command = format!("mkdir sub && echo '{content}' > sub/private && chmod 600 sub/private");
+        let r = run(&sb, &command).await;
+        assert_eq!(r.exit_code, 0, "{r:?}");
+        let private = self.w.join("sub/private");
+        assert_eq!((meta(&private).uid(), meta(&private).mode() & 0o777), (sandbox_id(first.pid()), 0o600));
+        (first, sb, private)
+    }
+}
+
 #[tokio::test]
 async fn a_second_agentd_cannot_take_a_live_sessions_roots() {
     if !as_root() {
         return;
     }
-    let top = tempfile::tempdir().unwrap();
-    let top_path = top.path().canonicalize().unwrap();
-    let w = top_path.join("w");
-    std::fs::create_dir(&w).unwrap();
-    set_mode(&top_path, 0o755);
-    let config = tempfile::tempdir().unwrap();
-    let roots = |name: &str, root: &Path| {
-        profile(
-            config.path(),
-            name,
-            &format!("name = \"{name}\"\nwritable_roots = [\"{}\"]\n", root.display()),
-        )
-    };
+    let place = Place::new();
+    let (w, top_path) = (place.w.clone(), place.top.clone());
+    let roots = |name: &str, root: &Path| place.roots(name, root);
     let first_profile = roots("first", &w);
-
-    let mut first = Agentd::start(&first_profile, &w).unwrap();
-    let sb = first.connect().await;
-    let r = run(&sb, "mkdir sub && echo 'the first session' > sub/private && chmod 600 sub/private").await;
-    assert_eq!(r.exit_code, 0, "{r:?}");
-    let private = w.join("sub/private");
+    let (mut first, sb, private) = place.first_session("the first session").await;
     let owner = sandbox_id(first.pid());
-    assert_eq!((meta(&private).uid(), meta(&private).mode() & 0o777), (owner, 0o600));
 
     // The attack: a second agentd lending the first one's subdirectory, its workspace, or a
     // directory above it. Each is refused at start, naming the first agentd and the root.
@@ -195,30 +217,16 @@ async fn a_live_agentds_files_are_not_taken_through_another_path() {
     if !as_root() {
         return;
     }
-    let top = tempfile::tempdir().unwrap();
-    let top_path = top.path().canonicalize().unwrap();
-    let (w, alias) = (top_path.join("w"), top_path.join("alias"));
-    std::fs::create_dir(&w).unwrap();
+    let place = Place::new();
+    let alias = place.top.join("alias");
     std::fs::create_dir(&alias).unwrap();
-    set_mode(&top_path, 0o755);
-    let config = tempfile::tempdir().unwrap();
-    let roots = |name: &str, root: &Path| {
-        profile(
-            config.path(),
-            name,
-            &format!("name = \"{name}\"\nwritable_roots = [\"{}\"]\n", root.display()),
-        )
-    };
-    let first = Agentd::start(&roots("first", &w), &w).unwrap();
-    let sb = first.connect().await;
-    let r = run(&sb, "mkdir sub && echo mine > sub/private && chmod 600 sub/private").await;
-    assert_eq!(r.exit_code, 0, "{r:?}");
-    let private = w.join("sub/private");
+    let (first, _sb, private) = place.first_session("mine").await;
     let owner = sandbox_id(first.pid());
 
-    let bind = format!("mount --bind {} {} && exec \"$0\" \"$@\"", w.join("sub").display(), alias.display());
+    let bind =
+        format!("mount --bind {} {} && exec \"$0\" \"$@\"", place.w.join("sub").display(), alias.display());
     let wrapper = ["unshare", "-m", "--propagation", "private", "sh", "-c", bind.as_str()];
-    let mut second = Agentd::start_through(&wrapper, &roots("alias", &alias), &top_path).unwrap();
+    let mut second = Agentd::start_through(&wrapper, &place.roots("alias", &alias), &place.top).unwrap();
     let r =
         run(&second.connect().await, &format!("cat {0}/private; echo theirs > {0}/private", alias.display()))
             .await;

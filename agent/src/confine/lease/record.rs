@@ -130,8 +130,8 @@ pub fn chain(path: &Path) -> Option<Vec<(u64, u64)>> {
 pub struct Lease {
     dir: OwnedFd,
     name: CString,
-    /// Held, never read: its lock is the liveness.
-    _file: Flock<File>,
+    /// Its lock is the liveness, held until the lease drops.
+    file: Flock<File>,
 }
 
 impl Drop for Lease {
@@ -184,8 +184,8 @@ pub fn lease(dir: &Path, record: &Record) -> Result<(Lease, Vec<u32>), LeaseErro
         .map_err(|(_, errno)| registry(format!("cannot lock its own record: {errno}")))?;
     let dir_fd = held.try_clone().map_err(|e| registry(e.to_string()))?;
     // From here the record is removed on any failure (the lease's drop).
-    let lease = Lease { dir: dir_fd, name, _file: file };
-    (&*lease._file)
+    let lease = Lease { dir: dir_fd, name, file };
+    (&*lease.file)
         .write_all(encode(record).as_bytes())
         .map_err(|e| registry(format!("cannot write its record: {e}")))?;
     drop(held);
