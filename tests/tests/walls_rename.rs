@@ -318,3 +318,52 @@ mode = "deny"
     let after = status();
     assert!(after.contains(rule), "{after}");
 }
+
+/// Write-deny holds against the same moves (the directories on its way cannot gain or lose
+/// entries), and against a hard link its directory already held: writing through the other name
+/// would change the protected file.
+#[tokio::test]
+async fn a_write_denied_file_is_not_renamed_nor_written_through_another_name() {
+    let profile = r#"
+name = "config-read-only"
+mode = "strict"
+writable_roots = ["{W}"]
+
+[[permissions]]
+operations = ["write"]
+paths = ["{W}/conf/config.toml"]
+mode = "deny"
+"#;
+    let workspace = tempfile::tempdir().unwrap();
+    let w = workspace.path().canonicalize().unwrap();
+    std::fs::create_dir(w.join("conf")).unwrap();
+    std::fs::write(w.join("conf/config.toml"), "safe\n").unwrap();
+    std::fs::hard_link(w.join("conf/config.toml"), w.join("conf/config.bak")).unwrap();
+    // Writable by anyone: only the rules stand in the way.
+    std::fs::set_permissions(w.join("conf/config.toml"), std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    std::fs::write(&path, profile.replace("{W}", w.to_str().unwrap())).unwrap();
+    let daemon = Daemon::start_in(workspace, &["--profile", path.to_str().unwrap()]);
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    if sb.link().await.unwrap().hello().landlock_abi < 4 {
+        skip(Need::Landlock, "profiles need landlock ABI 4");
+        return;
+    }
+    for attack in [
+        "echo pwn > conf/config.bak",
+        "mv conf/config.toml conf/x && echo pwn > conf/x",
+        "mv conf c2 && echo pwn > c2/config.toml",
+        "ln conf/config.toml other && echo pwn > other",
+        "mv conf/config.bak config.bak && echo pwn > config.bak",
+    ] {
+        let r = run(&sb, &format!("{attack}; echo \"exit=$?\"")).await;
+        let output = r.output.unwrap_or_default();
+        assert!(!output.ends_with("exit=0\n"), "`{attack}` succeeded: {output}");
+        assert_eq!(std::fs::read_to_string(w.join("conf/config.toml")).unwrap(), "safe\n", "`{attack}`");
+    }
+    let r = sb.edit("conf/config.bak", "safe", "pwn", false).await.unwrap();
+    assert!(r.error.is_some(), "{r:?}");
+    assert_eq!(std::fs::read_to_string(w.join("conf/config.toml")).unwrap(), "safe\n");
+}
