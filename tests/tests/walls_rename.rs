@@ -10,7 +10,7 @@
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use agentd_host::{AgentdSandbox, BaseSandbox};
@@ -21,6 +21,26 @@ use agentd_tests::{Daemon, Need, agentctl_in as agentctl, binary, profiled, run,
 /// The workspace's real path.
 fn real(daemon: &Daemon) -> PathBuf {
     daemon.workspace.path().canonicalize().unwrap()
+}
+
+/// As [`profiled`], for a workspace `prepare` makes (given its real path) before agentd starts.
+async fn prepared(
+    profile: &str,
+    prepare: impl FnOnce(&Path),
+) -> Option<(Daemon, AgentdSandbox, tempfile::TempDir)> {
+    let workspace = tempfile::tempdir().unwrap();
+    let w = workspace.path().canonicalize().unwrap();
+    prepare(&w);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("profile.toml");
+    std::fs::write(&path, profile.replace("{W}", w.to_str().unwrap())).unwrap();
+    let daemon = Daemon::start_in(workspace, &["--profile", path.to_str().unwrap()]);
+    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
+    if sb.link().await.unwrap().hello().landlock_abi < 4 {
+        skip(Need::Landlock, "profiles need landlock ABI 4");
+        return None;
+    }
+    Some((daemon, sb, dir))
 }
 
 /// The issue's profile: three read-denied paths at three depths, strict.
@@ -152,22 +172,14 @@ async fn a_hard_link_to_a_read_denied_file_is_denied_as_the_file_is() {
 /// the report says so, and a strict profile refuses to run rather than run with less.
 #[tokio::test]
 async fn a_hard_link_elsewhere_makes_the_rule_partial_and_strict_refuses() {
-    let workspace = tempfile::tempdir().unwrap();
-    let w = workspace.path().canonicalize().unwrap();
-    for dir in ["pubdir", "secret", "a/b/secret"] {
-        std::fs::create_dir_all(w.join(dir)).unwrap();
-    }
-    std::fs::write(w.join(".env"), "SECRET-ENV-4711\n").unwrap();
-    std::fs::hard_link(w.join(".env"), w.join("pubdir/old")).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let profile = dir.path().join("p.toml");
-    std::fs::write(&profile, THREE_SECRETS.replace("{W}", w.to_str().unwrap())).unwrap();
-    let daemon = Daemon::start_in(workspace, &["--profile", profile.to_str().unwrap()]);
-    let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
-    if sb.link().await.unwrap().hello().landlock_abi < 4 {
-        skip(Need::Landlock, "profiles need landlock ABI 4");
-        return;
-    }
+    let prepare = |w: &Path| {
+        for dir in ["pubdir", "secret", "a/b/secret"] {
+            std::fs::create_dir_all(w.join(dir)).unwrap();
+        }
+        std::fs::write(w.join(".env"), "SECRET-ENV-4711\n").unwrap();
+        std::fs::hard_link(w.join(".env"), w.join("pubdir/old")).unwrap();
+    };
+    let Some((_daemon, sb, _dir)) = prepared(THREE_SECRETS, prepare).await else { return };
     let hello = sb.link().await.unwrap().hello().profile.clone().unwrap();
     assert_eq!(hello.permissions[0].level, Level::Partial, "{hello:?}");
     assert!(hello.permissions[0].notes.iter().any(|n| n.contains("outside its directory")), "{hello:?}");
@@ -317,4 +329,46 @@ mode = "deny"
     }
     let after = status();
     assert!(after.contains(rule), "{after}");
+}
+
+/// Write-deny holds against the same moves (the directories on its way cannot gain or lose
+/// entries), and against a hard link its directory already held: writing through the other name
+/// would change the protected file.
+#[tokio::test]
+async fn a_write_denied_file_is_not_renamed_nor_written_through_another_name() {
+    let profile = r#"
+name = "config-read-only"
+mode = "strict"
+writable_roots = ["{W}"]
+
+[[permissions]]
+operations = ["write"]
+paths = ["{W}/conf/config.toml"]
+mode = "deny"
+"#;
+    let prepare = |w: &Path| {
+        std::fs::create_dir(w.join("conf")).unwrap();
+        std::fs::write(w.join("conf/config.toml"), "safe\n").unwrap();
+        std::fs::hard_link(w.join("conf/config.toml"), w.join("conf/config.bak")).unwrap();
+        // Writable by anyone: only the rules stand in the way.
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o666);
+        std::fs::set_permissions(w.join("conf/config.toml"), mode).unwrap();
+    };
+    let Some((daemon, sb, _dir)) = prepared(profile, prepare).await else { return };
+    let w = real(&daemon);
+    for attack in [
+        "echo pwn > conf/config.bak",
+        "mv conf/config.toml conf/x && echo pwn > conf/x",
+        "mv conf c2 && echo pwn > c2/config.toml",
+        "ln conf/config.toml other && echo pwn > other",
+        "mv conf/config.bak config.bak && echo pwn > config.bak",
+    ] {
+        let r = run(&sb, &format!("{attack}; echo \"exit=$?\"")).await;
+        let output = r.output.unwrap_or_default();
+        assert!(!output.ends_with("exit=0\n"), "`{attack}` succeeded: {output}");
+        assert_eq!(std::fs::read_to_string(w.join("conf/config.toml")).unwrap(), "safe\n", "`{attack}`");
+    }
+    let r = sb.edit("conf/config.bak", "safe", "pwn", false).await.unwrap();
+    assert!(r.error.is_some(), "{r:?}");
+    assert_eq!(std::fs::read_to_string(w.join("conf/config.toml")).unwrap(), "safe\n");
 }
