@@ -224,8 +224,10 @@ fn a_command_cannot_steer_agentctl_through_its_session_files() {
         let saved = std::fs::read_to_string(home_path.join(".agentd/session.json")).unwrap();
         let saved: serde_json::Value = serde_json::from_str(&saved).unwrap();
         stray.0 = saved["pid"].as_i64().map(|pid| pid as i32);
-        let rewrite = "cd ~/.agentd && rm -f session.json && printf %s \"$FORGED\" > session.json; echo rc=$?";
-        let out = in_home().args(["exec", "--env", &format!("FORGED={forged}"), "--", rewrite]).output().unwrap();
+        let rewrite =
+            "cd ~/.agentd && rm -f session.json && printf %s \"$FORGED\" > session.json; echo rc=$?";
+        let out =
+            in_home().args(["exec", "--env", &format!("FORGED={forged}"), "--", rewrite]).output().unwrap();
         eprintln!("the command's rewrite: {:?}", text(&out));
     } else {
         let (_, stderr) = text(&up);
@@ -237,7 +239,10 @@ fn a_command_cannot_steer_agentctl_through_its_session_files() {
     drop(stray);
     let mut no_harm = |after: &str| {
         assert!(decoy.alive(), "{after}: agentctl killed a pid the command chose");
-        assert!(outside.path().join("keep").exists(), "{after}: agentctl removed a directory the command chose");
+        assert!(
+            outside.path().join("keep").exists(),
+            "{after}: agentctl removed a directory the command chose"
+        );
         let sent: Vec<String> = heard.try_iter().collect();
         assert!(
             !sent.iter().any(|request| request.contains("root-secret-3e9f")),
@@ -290,7 +295,8 @@ fn agentctls_token_is_in_no_process_arguments() {
     let state = tempfile::tempdir().unwrap();
     let token_file = state.path().join("token");
     std::fs::write(&token_file, &daemon.token).unwrap();
-    let scan = "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < \"$f\"; echo; done 2>/dev/null; echo scanned";
+    let scan =
+        "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < \"$f\"; echo; done 2>/dev/null; echo scanned";
     let run = |how: &str| {
         let mut command = Command::new(binary("agentctl"));
         command.env("AGENTCTL_SESSION", state.path().join("none.json")).env_remove("AGENTD_TOKEN");

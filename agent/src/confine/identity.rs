@@ -192,9 +192,12 @@ pub fn searchable_path(path: &str, uid: u32, gid: u32) -> SandboxPath {
     let text = |dir: &std::path::PathBuf| dir.to_string_lossy().into_owned();
     SandboxPath {
         path: kept.iter().map(text).collect::<Vec<_>>().join(":"),
-        unreachable: dropped.iter().enumerate().filter(|(at, dir)| {
-            dir.is_absolute() && dir.is_dir() && !dropped[..*at].contains(dir)
-        }).map(|(_, dir)| text(dir)).collect(),
+        unreachable: dropped
+            .iter()
+            .enumerate()
+            .filter(|(at, dir)| dir.is_absolute() && dir.is_dir() && !dropped[..*at].contains(dir))
+            .map(|(_, dir)| text(dir))
+            .collect(),
     }
 }
 

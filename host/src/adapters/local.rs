@@ -196,7 +196,8 @@ impl LocalSandbox {
             ));
         }
         for entry in &options.env_allowlist {
-            passed_env::check_named(entry).map_err(|why| SandboxError::Start(format!("env_allowlist: {why}")))?;
+            passed_env::check_named(entry)
+                .map_err(|why| SandboxError::Start(format!("env_allowlist: {why}")))?;
         }
         let workspace = tempfile::Builder::new().prefix("agentd-workspace-").tempdir()?;
         let confinement = if options.confined {

@@ -122,7 +122,11 @@ fn open_dir_unchecked(dir: &Path) -> Result<OwnedFd, SessionError> {
 
 /// Reads a small private file of this user: opened without following a symlink, regular, this
 /// user's, 0600 or tighter, one link, at most [`MOST_BYTES`]. `None` when it does not exist.
-pub fn read_private(dir: impl AsFd, name: &std::ffi::OsStr, path: &Path) -> Result<Option<String>, SessionError> {
+pub fn read_private(
+    dir: impl AsFd,
+    name: &std::ffi::OsStr,
+    path: &Path,
+) -> Result<Option<String>, SessionError> {
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK;
     let fd = match openat(dir, name, flags, Mode::empty()) {
         Ok(fd) => fd,
@@ -207,7 +211,8 @@ pub fn prepare(path: &Path, workspace: Option<&Path>) -> Result<OwnedFd, Session
     use std::os::unix::fs::DirBuilderExt as _;
     let (dir, _) = split(path)?;
     // Where it is or would be: its nearest existing ancestor resolved, the rest as written.
-    let absolute = std::path::absolute(dir).map_err(|source| SessionError::Io { path: dir.to_owned(), source })?;
+    let absolute =
+        std::path::absolute(dir).map_err(|source| SessionError::Io { path: dir.to_owned(), source })?;
     let real = absolute
         .ancestors()
         .find_map(|above| {
@@ -255,7 +260,8 @@ pub fn write(dir: impl AsFd, path: &Path, session: &SessionFile) -> Result<(), S
 pub fn remove(path: &Path) -> Result<(), SessionError> {
     let (dir, name) = split(path)?;
     let dir_fd = open_dir(dir)?;
-    nix::unistd::unlinkat(&dir_fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir).map_err(SessionError::io(path))
+    nix::unistd::unlinkat(&dir_fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+        .map_err(SessionError::io(path))
 }
 
 #[cfg(test)]
