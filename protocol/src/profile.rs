@@ -5,7 +5,7 @@
 //! A profile is loaded by `agentd serve --profile FILE` (TOML, the same field names). A request may
 //! carry a [`ProfileOverride`] that only tightens it; agentd refuses one that would loosen it.
 //!
-//! [`env`]: which of the harness's variables a sandbox the host starts passes to its commands.
+//! [`env`](mod@env): which of the harness's variables a sandbox the host starts passes to its commands.
 
 use std::collections::BTreeMap;
 

@@ -319,3 +319,27 @@ fn agentctls_token_is_in_no_process_arguments() {
         assert!(!stdout.contains(&daemon.token), "{how}: a command read the token in process arguments");
     }
 }
+
+/// A tool on agentctl's `PATH` in a directory the sandbox user cannot search (a pyenv under root's
+/// home) used to go missing for commands without a word: `status` names the directory.
+#[test]
+fn a_path_entry_commands_cannot_reach_is_named() {
+    if !nix::unistd::geteuid().is_root() {
+        skip(Need::Root, "the sandbox user, who cannot search root's directories, is root's");
+        return;
+    }
+    let closed = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let tools = closed.path().join("bin");
+    std::fs::create_dir(&tools).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let out = agentctl(&state.path().join("none.json"))
+        .env("PATH", format!("{}:/usr/bin:/bin", tools.display()))
+        .arg("status")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let note = stdout.lines().find(|line| line.contains("note: PATH:")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(note.contains(&tools.display().to_string()) && note.contains("not searchable"), "{note}");
+}
