@@ -250,8 +250,9 @@ pub struct Enforcement {
     pub signals: Level,
     /// `allowed_commands`: the execute right granted only to the shell, the loader and the listed
     /// programs, each resolved through nothing commands can change (landlock), and no memfd that
-    /// could be executed (seccomp); `partial` when a granted program is multi-call (busybox) or
-    /// without the seccomp filter. Absent from older agentd: not requested.
+    /// could be executed (seccomp); `partial` when a granted program is multi-call (busybox),
+    /// without the seccomp filter, or when commands keep root's capabilities. Absent from older
+    /// agentd: not requested.
     #[serde(default = "not_requested")]
     pub programs: Level,
     /// `permissions`, rule by rule in the order they apply (a request's rules first). Absent:

@@ -314,8 +314,9 @@ pub fn resolve_programs(allowed: &[String], path: &str, writable: &Writable) -> 
     dirs.extend(out.files.iter().filter_map(|file| file.parent().map(Path::to_path_buf)));
     let names = names_of(&granted_as.iter().map(|(file, _)| file.clone()).collect::<Vec<_>>(), &dirs);
     for ((file, asked), found) in granted_as.iter().zip(names) {
-        let others = other_names(asked, file, &found);
-        if !others.is_empty() {
+        let own = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let unrelated = !other_names(asked, &own, &found).is_empty();
+        if let Some(others) = multi_call(asked, file, &found, unrelated && signed(file)) {
             out.multi_call.push((file.clone(), others));
         }
     }
@@ -330,6 +331,17 @@ const STANDARD_BIN_DIRS: [&str; 6] =
 /// Programs that answer to each of their applets' names (`busybox id`, or `id` linked to it),
 /// known by their file's name even where no link shows it.
 const MULTI_CALL: [&str; 3] = ["busybox", "toybox", "coreutils"];
+
+/// What the binaries of [`MULTI_CALL`] programs hold, for one renamed.
+const SIGNATURES: [&[u8]; 2] = [b"BusyBox v", b"toybox"];
+
+/// Bytes of a file looked through for [`SIGNATURES`] (busybox is about 2 MiB).
+const SIGNED_READ: u64 = 16 << 20;
+
+/// Unrelated names of one file past which it is taken for a multi-call program (busybox, toybox
+/// and a single-binary coreutils each answer to more than a hundred; the aliases of ordinary
+/// programs number a few).
+const MANY_NAMES: usize = 20;
 
 /// A path resolved as the kernel resolves it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,15 +435,31 @@ fn names_of(files: &[PathBuf], dirs: &[PathBuf]) -> Vec<Vec<String>> {
     names
 }
 
-/// The names `file` answers to that are not the program it was granted as (`asked`): a multi-call
-/// program's applets. Versions, variants and subcommands of the same name (`python3` for
-/// `python3.11`, `sh` for `dash` granted as `sh`, `git-upload-pack` for `git`) are not others; a
-/// program known to be multi-call ([`MULTI_CALL`]) answers to any name, so it names itself. Sorted.
-/// Pure.
-fn other_names(asked: &[String], file: &Path, names: &[String]) -> Vec<String> {
+/// Whether `file`, granted as `asked` and found under `names`, is a multi-call program, and then
+/// the names it answers to besides: a program known by its name or by what it holds (`signed`,
+/// [`SIGNATURES`]), or one file under [`MANY_NAMES`] unrelated names. Fewer unrelated names are
+/// taken for aliases (`nodejs`, `gmake`, `rbash`, `xzcat`, `view`), and versions, variants and
+/// subcommands of the same name (`python3` for `python3.11`, `sh` for `dash`, `git-upload-pack`
+/// for `git`) are not others at all. Pure.
+fn multi_call(asked: &[String], file: &Path, names: &[String], signed: bool) -> Option<Vec<String>> {
     let own = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut others = other_names(asked, &own, names);
+    let known = std::iter::once(&own).chain(names).find(|n| MULTI_CALL.contains(&stem(n).as_str()));
+    if let Some(known) = known {
+        others.push(format!("any of {}'s applets", stem(known)));
+    } else if signed {
+        others.push("any of its applets".to_owned());
+    } else if others.len() < MANY_NAMES {
+        return None;
+    }
+    Some(others)
+}
+
+/// The names among `names` that are not the program granted as `asked` whose file is named `own`,
+/// sorted. Pure.
+fn other_names(asked: &[String], own: &str, names: &[String]) -> Vec<String> {
     let bases: Vec<String> =
-        asked.iter().map(|a| stem(a.rsplit('/').next().unwrap_or(a))).chain([stem(&own)]).collect();
+        asked.iter().map(|a| stem(a.rsplit('/').next().unwrap_or(a))).chain([stem(own)]).collect();
     // One name is the other, or the other with a part added after or before a dash
     // (`git-upload-pack`, `x86_64-linux-gnu-gcc`, `ld` for `ld-linux-x86-64`).
     let related =
@@ -441,12 +469,18 @@ fn other_names(asked: &[String], file: &Path, names: &[String]) -> Vec<String> {
         bases.iter().any(|base| related(&name, base) || related(base, &name))
     };
     let mut others: Vec<String> = names.iter().filter(|n| !same(n)).cloned().collect();
-    if MULTI_CALL.contains(&stem(&own).as_str()) {
-        others.push(format!("any of {own}'s applets"));
-    }
     others.sort();
     others.dedup();
     others
+}
+
+/// Whether `file` holds a multi-call program's mark ([`SIGNATURES`]); read only for files found
+/// under unrelated names, at most [`SIGNED_READ`] bytes.
+fn signed(file: &Path) -> bool {
+    use std::io::Read as _;
+    let mut content = Vec::new();
+    let read = std::fs::File::open(file).and_then(|f| f.take(SIGNED_READ).read_to_end(&mut content));
+    read.is_ok() && SIGNATURES.iter().any(|mark| content.windows(mark.len()).any(|w| w == *mark))
 }
 
 /// A program's name without its version or variant: `python3.11` → `python`, `gcc-12` → `gcc`,
@@ -567,45 +601,52 @@ mod tests {
     }
 
     #[test]
-    fn versions_variants_and_subcommands_are_the_same_program() {
+    fn versions_variants_subcommands_and_aliases_are_the_same_program() {
         for (asked, file, found) in [
             ("python3", "/usr/bin/python3.11", &["python3", "python3.11", "python"][..]),
             ("sh", "/usr/bin/dash", &["dash", "sh"]),
             ("git", "/usr/bin/git", &["git", "git-receive-pack", "git-upload-archive", "git-upload-pack"]),
             ("gcc", "/usr/bin/x86_64-linux-gnu-gcc-12", &["gcc", "gcc-12", "x86_64-linux-gnu-gcc"]),
-            ("vi", "/usr/bin/vim.basic", &["vi", "vim"]),
             ("/usr/bin/ls", "/usr/bin/ls", &["ls"]),
             ("/lib64/ld-linux-x86-64.so.2", "/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", &["ld.so"]),
+            // Aliases this project's machine has: a few unrelated names are not a multi-call program.
+            ("vi", "/usr/bin/vim.basic", &["vi", "vim", "editor", "ex", "rview", "rvim", "view", "vimdiff"]),
+            ("xz", "/usr/bin/xz", &["xz", "lzcat", "lzma", "unlzma", "unxz", "xzcat"]),
+            ("node", "/usr/bin/node", &["node", "nodejs"]),
+            ("awk", "/usr/bin/mawk", &["awk", "mawk", "nawk"]),
         ] {
-            assert_eq!(
-                other_names(&names(&[asked]), Path::new(file), &names(found)),
-                Vec::<String>::new(),
-                "{asked}"
-            );
+            assert_eq!(multi_call(&names(&[asked]), Path::new(file), &names(found), false), None, "{asked}");
         }
     }
 
     #[test]
     fn a_multi_call_program_is_never_missed() {
-        // Applets linked to it, under the name asked for or its own.
-        let applets = names(&["busybox", "ls", "id", "wget", "nc"]);
+        let is = |asked: &str, file: &str, found: &[&str], signed: bool| {
+            multi_call(&names(&[asked]), Path::new(file), &names(found), signed)
+        };
+        // Known by a name it has, its own or a link's.
+        let applets = ["busybox", "ls", "id", "wget", "nc"];
+        let others = names(&["busybox", "id", "nc", "wget", "any of busybox's applets"]);
+        assert_eq!(is("ls", "/w/bin/ls", &applets, false), Some(others));
         assert_eq!(
-            other_names(&names(&["ls"]), Path::new("/w/bin/ls"), &applets),
-            names(&["busybox", "id", "nc", "wget"])
+            is("ls", "/bin/busybox", &applets, false),
+            Some(names(&["id", "nc", "wget", "any of busybox's applets"]))
+        );
+        // No link at all (Debian's busybox package).
+        assert_eq!(
+            is("busybox", "/usr/bin/busybox", &["busybox"], false),
+            Some(names(&["any of busybox's applets"]))
         );
         assert_eq!(
-            other_names(&names(&["ls"]), Path::new("/bin/busybox"), &applets),
-            names(&["any of busybox's applets", "id", "nc", "wget"])
+            is("ls", "/usr/lib/cargo/bin/coreutils", &["ls", "cat"], false),
+            Some(names(&["cat", "any of coreutils's applets"]))
         );
-        // No link at all (Debian's busybox package): known by its name.
-        assert_eq!(
-            other_names(&names(&["busybox"]), Path::new("/usr/bin/busybox"), &names(&["busybox"])),
-            names(&["any of busybox's applets"])
-        );
-        assert_eq!(
-            other_names(&names(&["ls"]), Path::new("/usr/lib/cargo/bin/coreutils"), &names(&["ls", "cat"])),
-            names(&["any of coreutils's applets", "cat"])
-        );
+        // Renamed: known by what it holds, or by how many names it has.
+        assert_eq!(is("ls", "/w/ls", &["ls", "id"], true), Some(names(&["id", "any of its applets"])));
+        assert_eq!(is("ls", "/w/ls", &["ls", "id"], false), None);
+        let many: Vec<String> = (0..MANY_NAMES).map(|i| format!("applet{i}x")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(is("ls", "/w/ls", &many, false).map(|o| o.len()), Some(MANY_NAMES));
     }
 
     #[test]

@@ -213,3 +213,47 @@ fn a_deny_rule_says_what_of_its_paths_metadata_is_not_kept() {
     assert!(owner(&notes(&[vec!["/w/a does not exist now".into()]], true)));
     assert!(owner(&notes(&[vec![]], false)), "commands own what agentd's user owns");
 }
+
+#[test]
+fn programs_are_full_only_when_nothing_else_can_be_executed() {
+    let p = profile("name = \"p\"\nwritable_roots = [\"/w\"]\nallowed_commands = [\"ls\", \"python\"]\n");
+    let walls = |memfd_filter, capabilities| ExecWalls { memfd_filter, capabilities };
+    let plain = Programs { files: vec!["/usr/bin/ls".into()], ..Programs::default() };
+    let mut busybox = plain.clone();
+    busybox.multi_call.push(("/bin/busybox".into(), vec!["id".into(), "wget".into()]));
+    let mut venv = plain.clone();
+    venv.changeable.push(("python".into(), "/w/venv".into()));
+    for (programs, walls, want, says) in [
+        (&plain, walls(true, false), Full, ""),
+        (&plain, walls(false, false), Partial, "memfd_create is not refused"),
+        (&plain, walls(true, true), Partial, "/proc/self/map_files"),
+        (
+            &busybox,
+            walls(true, false),
+            Partial,
+            "/bin/busybox is a multi-call program: granted, it also runs as id, wget",
+        ),
+        // Not granted: it cannot run, which the rule allows.
+        (&venv, walls(true, false), Full, "`python` is not granted: it resolves through /w/venv"),
+    ] {
+        let mut report = enforcement(&p, &machine(7, true), &[]);
+        add_rules(&mut report, &p, &[], Some(programs), true, walls);
+        assert_eq!((report.programs, report.level), (want, want), "{:?}", report.notes);
+        assert!(report.notes.iter().any(|n| n.contains(says)), "{says}: {:?}", report.notes);
+        // What a strict profile's refusal says.
+        assert!(reasons(&report).contains(says), "{says}");
+    }
+    // The filter planned but not installed in the child: partial.
+    let mut report = enforcement(&p, &machine(7, true), &[]);
+    add_rules(&mut report, &p, &[], Some(&plain), true, walls(true, false));
+    let expect = Expect { landlock: true, seccomp: true, privileges: false };
+    let measured =
+        Measured { landlock: Applied::Full, no_new_privs: true, seccomp: false, privileges: false };
+    record(&mut report, expect, Some(measured));
+    assert_eq!((report.programs, report.network), (Partial, Nr));
+    assert!(
+        report.notes.iter().any(|n| n.contains("could not be installed: memfd_create")),
+        "{:?}",
+        report.notes
+    );
+}
