@@ -336,6 +336,21 @@ pub async fn send_text(ws: &mut Ws, text: impl Into<String>) {
     ws.send(Message::text(text.into())).await.expect("send");
 }
 
+/// A connection to `daemon` that said `hello`.
+pub async fn greeted(daemon: &Daemon) -> Ws {
+    let mut ws = raw_connect(&daemon.url, Some(&daemon.token)).await.expect("connect");
+    send_text(&mut ws, serde_json::json!({"type": "hello", "id": 0, "versions": [1]}).to_string()).await;
+    let hello = recv_json(&mut ws).await;
+    assert_eq!(hello["type"], "hello", "{hello}");
+    ws
+}
+
+/// Sends `message` and returns the next text reply.
+pub async fn ask(ws: &mut Ws, message: serde_json::Value) -> serde_json::Value {
+    send_text(ws, message.to_string()).await;
+    recv_json(ws).await
+}
+
 /// The next text message as JSON (binary messages are skipped), within 30 s.
 pub async fn recv_json(ws: &mut Ws) -> serde_json::Value {
     loop {

@@ -7,24 +7,10 @@
 
 use std::time::Duration;
 
-use agentd_tests::{Daemon, Ws, raw_connect, recv_json, send_text};
+use agentd_tests::{Daemon, Ws, ask, greeted, recv_json, send_text};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
-
-async fn greeted(daemon: &Daemon) -> Ws {
-    let mut ws = raw_connect(&daemon.url, Some(&daemon.token)).await.unwrap();
-    send_text(&mut ws, json!({"type": "hello", "id": 0, "versions": [1]}).to_string()).await;
-    let hello = recv_json(&mut ws).await;
-    assert_eq!(hello["type"], "hello", "{hello}");
-    ws
-}
-
-/// Sends `message` and returns the next text reply.
-async fn ask(ws: &mut Ws, message: Value) -> Value {
-    send_text(ws, message.to_string()).await;
-    recv_json(ws).await
-}
 
 /// What a stream for request `id` carried until its terminal reply: the bytes of its chunks, the
 /// `output_gap` if one came, and the terminal message.

@@ -9,22 +9,8 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agentd_tests::{Daemon, Need, PidsCap, Ws, raw_connect, recv_json, send_text, skip};
+use agentd_tests::{Daemon, Need, PidsCap, Ws, ask, greeted, recv_json, send_text, skip};
 use serde_json::{Value, json};
-
-async fn greeted(daemon: &Daemon) -> Ws {
-    let mut ws = raw_connect(&daemon.url, Some(&daemon.token)).await.unwrap();
-    send_text(&mut ws, json!({"type": "hello", "id": 0, "versions": [1]}).to_string()).await;
-    let hello = recv_json(&mut ws).await;
-    assert_eq!(hello["type"], "hello", "{hello}");
-    ws
-}
-
-/// Sends `message` and returns the next text reply.
-async fn ask(ws: &mut Ws, message: Value) -> Value {
-    send_text(ws, message.to_string()).await;
-    recv_json(ws).await
-}
 
 /// The pids of `pid`'s children.
 fn children(pid: u32) -> Vec<u32> {

@@ -18,7 +18,7 @@ use crate::error::{Result, SandboxError};
 /// Pages of `processes` the host reads at most (each at most `limits::PROCESSES_PAGE` processes,
 /// a few MiB): more than an agentd's bounds let it hold, so a sandbox that keeps saying `next`
 /// cannot hold the caller or fill its memory.
-pub const MOST_LISTED_PAGES: usize = 64;
+const MOST_LISTED_PAGES: usize = 64;
 
 /// Where a kept exec got to when its link dropped: its process id (once `exec_started` came) and
 /// the output bytes delivered to the caller so far.
@@ -180,7 +180,7 @@ impl Link {
     }
 
     /// Every process agentd holds, oldest first, page after page (long commands come cut:
-    /// `command_truncated`). A listing of more than [`MOST_LISTED_PAGES`] pages, or whose pages do
+    /// `command_truncated`). A listing of more than 64 pages (`MOST_LISTED_PAGES`), or whose pages do
     /// not move forward, is refused as a protocol error.
     pub async fn processes(&self) -> Result<Vec<ProcessInfo>> {
         let mut all = Vec::new();
