@@ -5,7 +5,7 @@
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
