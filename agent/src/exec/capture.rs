@@ -869,6 +869,24 @@ mod tests {
     }
 
     #[test]
+    fn a_private_capture_is_a_fresh_file_only_its_owner_reads() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let private = |name: &str| {
+            let fd = nix::fcntl::open(dir.path(), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+            CaptureTarget::private(Arc::new(fd), CString::new(name).unwrap(), dir.path().join(name))
+        };
+        let made = private("journal-0").made().unwrap();
+        let mode = std::fs::metadata(dir.path().join("journal-0")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o600);
+        drop(made);
+        // A name already there (planted) is refused, never opened.
+        std::fs::write(dir.path().join("capture-1"), "planted").unwrap();
+        assert_eq!(private("capture-1").made().unwrap_err().raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(std::fs::read_to_string(dir.path().join("capture-1")).unwrap(), "planted");
+    }
+
+    #[test]
     fn small_output_never_touches_the_disk() {
         let dir = tempfile::tempdir().unwrap();
         let mut capture = CaptureFile::new(target(dir.path(), "c"), 10);
