@@ -19,8 +19,9 @@
 //! The child, on data prepared before the clone, makes raw system calls only ([`super::syscall`]: it
 //! runs beside the thread that cloned it, on that thread's `errno`): default dispositions for the
 //! signals agentd ignores or handles (Rust ignores SIGPIPE, and ignored signals survive `exec`; the
-//! set is read once, [`altered_signals`]), stdio, every other descriptor close-on-exec, working directory, a new session, the profile's
-//! steps ([`ChildSteps::enter`]), an empty signal mask, and the exec.
+//! set is read once, [`altered_signals`]), stdio, every other descriptor close-on-exec, working
+//! directory, a new session, the profile's steps ([`ChildSteps::enter`]), an empty signal mask, and
+//! the exec.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
