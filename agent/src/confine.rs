@@ -212,6 +212,18 @@ impl Confiner {
         }
     }
 
+    /// Commands run as agentd's own user (no user switch here): agentd's files are theirs to read
+    /// unless landlock withholds them.
+    pub fn commands_are_agentds_user(&self) -> bool {
+        let euid = nix::unistd::geteuid().as_raw();
+        self.user.switch.is_none_or(|(uid, _)| uid == euid)
+    }
+
+    /// Keeps `withheld` from every command too (before the first command and the file workers).
+    pub fn withhold(&mut self, withheld: Withheld) {
+        self.withheld.push(withheld);
+    }
+
     /// Removes the idle cgroups kept beyond the few kept for good ([`IdleCgroups::trim`]), once no
     /// request came for a while ([`crate::memory::release_when_idle`]). Path work: off the runtime.
     pub fn trim_idle_cgroups(&self) {

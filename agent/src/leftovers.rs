@@ -1,6 +1,6 @@
-//! What an agentd killed with SIGKILL (or crashed) leaves behind: its `agentd-<pid>` directories
-//! (the scratch directory in the temp dir, the per-command cgroups' parent), which the next agentd
-//! that makes one beside them sweeps. Each agentd holds an exclusive `flock` on its own directories
+//! What an agentd killed with SIGKILL (or crashed) leaves behind: its directories (the scratch
+//! directory `agentd-<pid>.<random>`, [`crate::scratch`]; the per-command cgroups' parent
+//! `agentd-<pid>`), which the next agentd that makes one beside them sweeps. Each agentd holds an exclusive `flock` on its own directories
 //! for its whole life; the kernel drops it however agentd dies, so a directory is taken for dead
 //! only when its pid is not alive here (an agentd of an older version holds no lock) and its lock
 //! is free (an agentd of another pid namespace may share the pid of a dead one here).
@@ -23,9 +23,16 @@ pub fn lock_dir(dir: &Path) -> Option<Flock<File>> {
     Flock::lock(opened, FlockArg::LockExclusiveNonblock).ok()
 }
 
-/// The pid in a directory name `agentd-<pid>` of another agentd than `own`. Pure.
+/// The pid in a directory name `agentd-<pid>` or `agentd-<pid>.<16 hex>` of another agentd than
+/// `own`. Pure.
 fn other_agentds_pid(name: &str, own: u32) -> Option<i32> {
-    let pid: u32 = name.strip_prefix("agentd-")?.parse().ok()?;
+    let rest = name.strip_prefix("agentd-")?;
+    let pid = match rest.split_once('.') {
+        Some((pid, random)) if random.len() == 16 && random.bytes().all(|b| b.is_ascii_hexdigit()) => pid,
+        Some(_) => return None,
+        None => rest,
+    };
+    let pid: u32 = pid.parse().ok()?;
     (pid != 0 && pid != own).then_some(i32::try_from(pid).ok()?)
 }
 
@@ -64,9 +71,20 @@ mod tests {
     #[test]
     fn only_other_agentds_directories_are_swept() {
         assert_eq!(other_agentds_pid("agentd-4656", 7), Some(4656));
-        for name in
-            ["agentd-7", "agentd-0", "agentd-", "agentd-x1", "agentd--3", "agentd-99999999999", "docker"]
-        {
+        assert_eq!(other_agentds_pid("agentd-4656.0123456789abcdef", 7), Some(4656));
+        for name in [
+            "agentd-7",
+            "agentd-7.0123456789abcdef",
+            "agentd-0",
+            "agentd-",
+            "agentd-x1",
+            "agentd--3",
+            "agentd-99999999999",
+            "docker",
+            "agentd-4656.sock",
+            "agentd-4656.0123456789abcdeg",
+            "agentd-.0123456789abcdef",
+        ] {
             assert_eq!(other_agentds_pid(name, 7), None, "{name}");
         }
     }

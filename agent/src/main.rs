@@ -36,7 +36,9 @@
 //!   channel that carries only stdio, whose commands outlive it).
 //! - [`install`]: `agentd install DIR`, this binary copied into a shared volume (initContainers).
 //! - [`auth`]: token loading and constant-time comparison; TCP always needs a token.
-//! - [`leftovers`]: the `agentd-<pid>` directories of agentds that were killed, swept by the next.
+//! - [`scratch`]: agentd's own directory (spilled captures, journals): made fresh, private, never
+//!   under a root lent to commands.
+//! - [`leftovers`]: the directories of agentds that were killed, swept by the next.
 //!
 //! ## Usage
 //! ```text
@@ -61,6 +63,7 @@ mod permission;
 mod process;
 mod registry;
 mod root;
+mod scratch;
 mod server;
 mod transfer;
 
@@ -169,6 +172,9 @@ struct ServeArgs {
 }
 
 fn main() -> ExitCode {
+    // First: what the parent left open (a socket, a file outside every root) would reach commands
+    // past their walls. agentd is given nothing but stdio (`--stdio` serves on 0 and 1).
+    close_inherited_descriptors();
     // Before any thread exists: take the token out of our environment (and out of
     // /proc/<pid>/environ) so no child inherits or reads it.
     // SAFETY: no other thread runs yet.
@@ -288,12 +294,6 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     // Temp files of replacements a killed agentd left in this workspace (uploads, write, edit).
     let sweep_ws = files.clone();
     tokio::task::spawn_blocking(move || transfer::sweep_recorded(&sweep_ws));
-    let pid = std::process::id();
-    leftovers::sweep_dead_agentds(&std::env::temp_dir(), pid, leftovers::remove_scratch);
-    let scratch = std::env::temp_dir().join(format!("agentd-{pid}"));
-    std::fs::create_dir_all(&scratch).map_err(|e| format!("cannot create `{}`: {e}", scratch.display()))?;
-    // Held until agentd exits: the sweep of a later agentd leaves this directory alone.
-    let _alive = leftovers::lock_dir(&scratch);
     let default_timeout = admission::seconds(args.default_timeout, "--default-timeout")?;
     let max_connections = connection_budget(raise_fd_limit());
     tracing::debug!("connection budget: {max_connections}");
@@ -302,12 +302,32 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     // The SIGCHLD handler must exist before the first child.
     let reaper = Reaper::start()?;
     let shutdown = cancel::Cancel::default();
-    let executor = Executor::new(reaper, files.clone(), scratch.clone(), grace, shutdown.clone());
     let reported = match &profile {
         Some(profile) => profile.profile().clone(),
         None => SandboxProfile { name: "none".to_owned(), ..SandboxProfile::default() },
     };
-    let confiner = Confiner::new(reported, confine::agentd_withheld(args.token_file.as_deref()));
+    let mut confiner = Confiner::new(reported, confine::agentd_withheld(args.token_file.as_deref()));
+    // The roots commands write, lent to the sandbox user under `user = "sandbox"`.
+    let lent_roots: Vec<PathBuf> = match &profile {
+        Some(profile) => match &profile.profile().writable_roots {
+            Some(roots) => roots.iter().map(PathBuf::from).collect(),
+            None => vec![workspace.clone()],
+        },
+        None => Vec::new(),
+    };
+    // Commands of agentd's own user under a profile could read its files: landlock keeps them out.
+    let withhold_scratch = profile.is_some() && confiner.commands_are_agentds_user();
+    let temp_dir = std::env::temp_dir();
+    let temp_dir = std::fs::canonicalize(&temp_dir).unwrap_or(temp_dir);
+    let parents = scratch::parents(&temp_dir, withhold_scratch, &lent_roots);
+    for parent in &parents {
+        leftovers::sweep_dead_agentds(parent, std::process::id(), leftovers::remove_scratch);
+    }
+    let scratch = scratch::Scratch::make(&parents)?;
+    if withhold_scratch {
+        confiner.withhold(confine::Withheld::secret(scratch.path().to_owned()));
+    }
+    let executor = Executor::new(reaper, files.clone(), &scratch, grace, shutdown.clone());
     // Under a profile, the file verbs and transfers get the walls commands get.
     let file_work = match &profile {
         Some(_) => FileWork::Confined(Arc::new(confiner.file_workers()?)),
@@ -333,16 +353,12 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     // Under `user = "sandbox"`, the roots commands write become the sandbox user's, before the
     // first command (and back to agentd's user at the end).
     let lent = match &shared.policy.profile {
-        Some(profile) => {
+        Some(_) => {
             shared.confiner.warn_unreachable_path();
-            let roots = match &profile.profile().writable_roots {
-                Some(roots) => roots.iter().map(PathBuf::from).collect(),
-                None => vec![workspace.clone()],
-            };
-            match shared.confiner.lend_roots(roots) {
+            match shared.confiner.lend_roots(lent_roots) {
                 Ok(lent) => Some(lent),
                 Err(err) => {
-                    let _ = std::fs::remove_dir_all(&scratch);
+                    scratch.remove();
                     return Err(err.into());
                 }
             }
@@ -392,8 +408,26 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
     if let Some(lent) = lent {
         lent.give_back();
     }
-    let _ = std::fs::remove_dir_all(&scratch);
+    scratch.remove();
     Ok(())
+}
+
+/// Closes every descriptor above stderr, before agentd opens any of its own.
+fn close_inherited_descriptors() {
+    if exec::syscall::close_from(3, 0).is_ok() {
+        return;
+    }
+    // Before Linux 5.9: the descriptors as `/proc` lists them, the listing's own closed with it.
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else { return };
+    let open: Vec<i32> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in open {
+        // SAFETY: nothing of agentd's is open yet: these are inherited (or the listing's, now closed).
+        unsafe { libc::close(fd) };
+    }
 }
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard one (connections and work both need descriptors; the

@@ -6,7 +6,6 @@
 //! text inside a quoted heredoc with a random delimiter; nothing is ever interpolated into the shell.
 
 use std::io::{Read as _, Write as _};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,6 +21,7 @@ use crate::cancel::Cancel;
 use crate::exec::reaper::Reaper;
 use crate::exec::{ExecSpec, Executor, Watchers};
 use crate::root::Workspace;
+use crate::scratch::Scratch;
 
 /// `agentd fs …`: one file verb (the same arguments as `agentctl`'s); prints its result as one line of
 /// JSON (the protocol's `FsResponse`).
@@ -136,17 +136,18 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         let workspace = std::env::current_dir()?;
-        let scratch = tempdir()?;
+        let scratch = Scratch::make(&[std::env::temp_dir()]).map_err(std::io::Error::other)?;
         let executor = Executor::new(
             Reaper::start()?,
             Workspace::open(workspace),
-            scratch.clone(),
+            &scratch,
             Duration::from_secs(1),
             Cancel::default(),
         );
         let result =
             executor.run(spec, &Cancel::default(), Watchers::default(), None).await.map(|(result, _)| result);
-        let _ = std::fs::remove_dir_all(&scratch);
+        drop(executor);
+        scratch.remove();
         Ok::<_, std::io::Error>(result)
     });
     let result = match outcome {
@@ -179,12 +180,6 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     }
     let _ = stdout.flush();
     ExitCode::from(u8::try_from(result.exit_code).unwrap_or(1))
-}
-
-fn tempdir() -> std::io::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("agentd-exec-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
 
 fn read_stdin() -> std::io::Result<Vec<u8>> {

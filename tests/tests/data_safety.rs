@@ -346,7 +346,7 @@ fn edits_without_privileges_replace_or_rewrite_in_place_or_refuse() {
     let _ = std::fs::remove_dir(std::env::temp_dir().join("agentd-temps-65534"));
 }
 
-/// A SIGKILLed agentd's scratch directory (`$TMPDIR/agentd-<pid>`) is removed by the next agentd
+/// A SIGKILLed agentd's scratch directory (`$TMPDIR/agentd-<pid>.<random>`) is removed by the next agentd
 /// that starts; a live agentd's, one whose lock is held (an agentd of another pid namespace),
 /// another user's and a link by such a name are left alone, and no link inside is followed.
 #[tokio::test]
@@ -357,7 +357,8 @@ async fn the_next_agentd_sweeps_a_killed_ones_scratch_directory_and_nothing_else
     let scratch = |name: &str| tmp.path().join(format!("agentd-{name}"));
     let mut killed = start();
     let live = start();
-    let (dead, alive) = (scratch(&killed.pid().to_string()), scratch(&live.pid().to_string()));
+    let made = |pid: u32| agentd_tests::scratch_dirs_in(tmp.path(), pid).pop().unwrap_or_default();
+    let (dead, alive) = (made(killed.pid()), made(live.pid()));
     assert!(dead.is_dir() && alive.is_dir(), "each agentd makes its scratch directory");
     // Something to remove below the dead one's, and a link out of it to what must stay.
     let outside = tempfile::tempdir().unwrap();

@@ -5,7 +5,7 @@
 // Test helpers outside #[test] functions: a failed step aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,7 +117,7 @@ async fn ten_thousand_execs_and_a_thousand_uploads_leave_nothing_behind() {
     let daemon = Daemon::start();
     let pid = daemon.pid();
     let sb = Arc::new(AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap());
-    let scratch = PathBuf::from(format!("/tmp/agentd-{pid}"));
+    let scratch = agentd_tests::scratch_dir(pid).expect("agentd's scratch directory");
     let dirs = [daemon.workspace.path(), scratch.as_path()];
 
     // Warm-up: the allocator's arenas, the blocking pool and the runtime reach their working size.

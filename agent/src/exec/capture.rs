@@ -71,11 +71,21 @@ pub struct CaptureTarget {
     shown: PathBuf,
     /// The file, made ahead by whoever may make it ([`CaptureTarget::made`]).
     made: Option<File>,
+    /// Made 0600, and only if the name is free: a file of agentd's own directory.
+    private: bool,
 }
 
 impl CaptureTarget {
+    /// A file the user asked for (an offload): made as any file is (0666 less the umask), replacing
+    /// what is there.
     pub fn new(dir: Arc<OwnedFd>, name: CString, shown: PathBuf) -> Self {
-        Self { dir, name, shown, made: None }
+        Self { dir, name, shown, made: None, private: false }
+    }
+
+    /// A file of agentd's own scratch directory (an inline capture, a journal): readable by agentd's
+    /// user only, and a fresh file (`O_EXCL`), never one found there.
+    pub fn private(dir: Arc<OwnedFd>, name: CString, shown: PathBuf) -> Self {
+        Self { dir, name, shown, made: None, private: true }
     }
 
     /// The file made now, by the calling thread: where only the sandbox's own file work may make
@@ -89,13 +99,13 @@ impl CaptureTarget {
         if let Some(file) = &self.made {
             return file.try_clone();
         }
-        let flags = OFlag::O_RDWR
-            | OFlag::O_CREAT
-            | OFlag::O_TRUNC
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_CLOEXEC
-            | OFlag::O_NOCTTY;
-        Ok(File::from(openat(&*self.dir, self.name.as_c_str(), flags, Mode::from_bits_truncate(0o666))?))
+        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NOCTTY;
+        let (flags, mode) = if self.private {
+            (flags | OFlag::O_EXCL, Mode::S_IRUSR | Mode::S_IWUSR)
+        } else {
+            (flags | OFlag::O_TRUNC, Mode::from_bits_truncate(0o666))
+        };
+        Ok(File::from(openat(&*self.dir, self.name.as_c_str(), flags, mode)?))
     }
 
     /// Removes the file if there is one; a failure is only logged (the result is still good).
@@ -856,6 +866,24 @@ mod tests {
         let bytes = capture.into_bytes().unwrap();
         assert_eq!(bytes.len(), 100_000);
         assert!(!dir.path().join("c").exists());
+    }
+
+    #[test]
+    fn a_private_capture_is_a_fresh_file_only_its_owner_reads() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let private = |name: &str| {
+            let fd = nix::fcntl::open(dir.path(), OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+            CaptureTarget::private(Arc::new(fd), CString::new(name).unwrap(), dir.path().join(name))
+        };
+        let made = private("journal-0").made().unwrap();
+        let mode = std::fs::metadata(dir.path().join("journal-0")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o600);
+        drop(made);
+        // A name already there (planted) is refused, never opened.
+        std::fs::write(dir.path().join("capture-1"), "planted").unwrap();
+        assert_eq!(private("capture-1").made().unwrap_err().raw_os_error(), Some(libc::EEXIST));
+        assert_eq!(std::fs::read_to_string(dir.path().join("capture-1")).unwrap(), "planted");
     }
 
     #[test]

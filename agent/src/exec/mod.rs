@@ -53,6 +53,7 @@ use crate::cancel::Cancel;
 use crate::confine::Plan;
 use crate::outbox::{Reserved, Room};
 use crate::root::{Kind, Node, ResolveError, Workspace};
+use crate::scratch::Scratch;
 
 /// How long the pipe is still read after the shell was reaped, for output a background process
 /// writes late. Past it the result goes out and the pipe is drained to nowhere.
@@ -211,11 +212,11 @@ pub struct Executor {
     ladder: TimeoutLadder,
     /// Where `cwd` and capture paths resolve (confined with `--root`), as the file verbs' paths do.
     workspace: Workspace,
-    /// Where temporary capture files of inline execs live (agentd's own directory).
+    /// Where temporary capture files of inline execs and journals live: agentd's own directory
+    /// ([`crate::scratch`]), for the paths shown.
     scratch: Workspace,
-    /// `scratch`, opened once: agentd's own directory, which nothing else writes to, so an inline
-    /// capture needs no path resolved (`None`: it could not be opened, and is resolved each time).
-    scratch_dir: Option<Arc<OwnedFd>>,
+    /// `scratch`, open: its files are made and removed beneath it by name, no path resolved.
+    scratch_dir: Arc<OwnedFd>,
     /// Prefix of every exec tag: agentd's pid, so two agentd in one sandbox never share tags.
     tag_prefix: String,
     next_seq: AtomicU64,
@@ -231,7 +232,7 @@ impl Executor {
     pub fn new(
         reaper: Arc<Reaper>,
         workspace: Workspace,
-        scratch: PathBuf,
+        scratch: &Scratch,
         grace: Duration,
         shutdown: Cancel,
     ) -> Self {
@@ -239,14 +240,8 @@ impl Executor {
             reaper,
             ladder: TimeoutLadder { grace },
             workspace,
-            scratch_dir: nix::fcntl::open(
-                scratch.as_path(),
-                OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            )
-            .ok()
-            .map(Arc::new),
-            scratch: Workspace::open(scratch),
+            scratch_dir: scratch.dir(),
+            scratch: Workspace::open(scratch.path().to_owned()),
             tag_prefix: std::process::id().to_string(),
             next_seq: AtomicU64::new(0),
             running: Mutex::new(HashMap::new()),
@@ -560,10 +555,9 @@ impl Executor {
         // (`O_NOFOLLOW`) only if the output outgrows memory, a journal's at once.
         let scratch = |name: String| {
             let shown = self.scratch.shown(&name);
-            match (&self.scratch_dir, CString::new(name.as_str())) {
-                (Some(dir), Ok(c_name)) => Ok(CaptureTarget::new(Arc::clone(dir), c_name, shown)),
-                _ => target_in(&self.scratch, &name, shown),
-            }
+            CString::new(name)
+                .map(|c_name| CaptureTarget::private(Arc::clone(&self.scratch_dir), c_name, shown.clone()))
+                .map_err(|err| ExecError::CapturePath { path: shown, source: err.into() })
         };
         match &spec.mode {
             CaptureMode::Inline => {

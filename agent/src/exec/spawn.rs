@@ -19,8 +19,9 @@
 //! The child, on data prepared before the clone, makes raw system calls only ([`super::syscall`]: it
 //! runs beside the thread that cloned it, on that thread's `errno`): default dispositions for the
 //! signals agentd ignores or handles (Rust ignores SIGPIPE, and ignored signals survive `exec`; the
-//! set is read once, [`altered_signals`]), stdio, working directory, a new session, the profile's
-//! steps ([`ChildSteps::enter`]), an empty signal mask, and the exec.
+//! set is read once, [`altered_signals`]), stdio, every other descriptor close-on-exec, working
+//! directory, a new session, the profile's steps ([`ChildSteps::enter`]), an empty signal mask, and
+//! the exec.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -431,6 +432,15 @@ fn prepare(context: &mut Context) -> Result<(), syscall::Errno> {
     syscall::dup_onto(context.stdin, 0)?;
     syscall::dup_onto(context.output, 1)?;
     syscall::dup_onto(context.output, 2)?;
+    // Only stdio reaches the command, whatever agentd holds or was given (runc's CVE-2024-21626:
+    // a descriptor left open is a way past every wall). Close-on-exec, so the steps below still use
+    // theirs (working directory, cgroup, ruleset, namespace) until the exec closes them all. A
+    // kernel without the flag (before 5.11) is passed over: agentd opens every descriptor
+    // close-on-exec and closed what it inherited at start.
+    match syscall::close_from(3, libc::CLOSE_RANGE_CLOEXEC) {
+        Ok(()) | Err(libc::ENOSYS | libc::EINVAL) => {}
+        Err(errno) => return Err(errno),
+    }
     syscall::fchdir(context.cwd)?;
     syscall::setsid()?;
     if context.terminal {

@@ -112,6 +112,14 @@ pub fn dup_onto(from: i32, to: i32) -> Result<(), Errno> {
     }
 }
 
+/// `close_range(first, ~0, flags)`: every descriptor from `first` up closed, or with
+/// `CLOSE_RANGE_CLOEXEC` marked close-on-exec (Linux 5.9, the flag 5.11).
+pub fn close_from(first: u32, flags: u32) -> Result<(), Errno> {
+    // SAFETY: integers only; descriptors closed are no longer used by the caller.
+    unsafe { call(libc::SYS_close_range, [first as usize, u32::MAX as usize, flags as usize, 0, 0, 0]) }
+        .map(drop)
+}
+
 /// `fchdir(fd)`.
 pub fn fchdir(fd: i32) -> Result<(), Errno> {
     // SAFETY: a descriptor call.

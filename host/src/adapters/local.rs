@@ -379,6 +379,16 @@ pub fn spawn_agentd_passing(
         TokenSource::Env(token) => command.env("AGENTD_TOKEN", token),
         TokenSource::File(file) => command.env_remove("AGENTD_TOKEN").arg("--token-file").arg(file),
     };
+    // Only stdio reaches agentd: a descriptor this program inherited without close-on-exec (a
+    // socket, a file outside every root) would reach its commands past their walls. Close-on-exec,
+    // so std's own report of a failed exec still works; agentd closes what it finds at start too.
+    // SAFETY: a raw system call on integers, async-signal-safe, no memory of the parent touched.
+    unsafe {
+        command.pre_exec(|| {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+            Ok(())
+        });
+    }
     match lifetime {
         Lifetime::TiedToParent => {
             command.stderr(Stdio::inherit());
