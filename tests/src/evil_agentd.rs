@@ -8,8 +8,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use agentd_protocol::process::ProcessesResult;
 use agentd_protocol::{
-    DownloadResult, DownloadStart, ExecResult, HelloReply, PROTOCOL_VERSION, ServerMessage, chunk,
+    DownloadResult, DownloadStart, ExecResult, HelloReply, PROTOCOL_VERSION, ProcessInfo, ServerMessage,
+    chunk,
 };
 use futures_util::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};
@@ -43,11 +45,13 @@ pub enum Evil {
     /// Answers each `exec` twice (two results), then a result for an id never asked, then keeps
     /// answering normally: the first answer counts, the rest are dropped.
     DoubleReply,
+    /// Answers every `processes` page with one process and a `next` page, without end.
+    EndlessPages,
 }
 
 impl Evil {
     /// Every mode, with the name the binary takes.
-    pub const ALL: [(&'static str, Evil); 10] = [
+    pub const ALL: [(&'static str, Evil); 11] = [
         ("no-upgrade", Evil::NoUpgrade),
         ("no-hello", Evil::NoHello),
         ("mute", Evil::Mute),
@@ -58,6 +62,7 @@ impl Evil {
         ("huge-chunk", Evil::HugeChunk),
         ("huge-text", Evil::HugeText),
         ("double-reply", Evil::DoubleReply),
+        ("endless-pages", Evil::EndlessPages),
     ];
 
     pub fn from_name(name: &str) -> Option<Evil> {
@@ -118,7 +123,8 @@ async fn serve(stream: TcpStream, evil: Evil) {
             }
             continue;
         }
-        if answer(&mut ws, evil, id, &kind).await.is_err() {
+        let from = request["from"].as_u64().unwrap_or(0);
+        if answer(&mut ws, evil, id, &kind, from).await.is_err() {
             return;
         }
     }
@@ -126,7 +132,8 @@ async fn serve(stream: TcpStream, evil: Evil) {
 
 type Sent = Result<(), tokio_tungstenite::tungstenite::Error>;
 
-async fn answer(ws: &mut WebSocketStream<TcpStream>, evil: Evil, id: u64, kind: &str) -> Sent {
+/// What `evil` answers to request `id` of type `kind` (`from`: a `processes` page's start).
+async fn answer(ws: &mut WebSocketStream<TcpStream>, evil: Evil, id: u64, kind: &str, from: u64) -> Sent {
     match evil {
         Evil::NoUpgrade | Evil::NoHello | Evil::Mute => Ok(()),
         Evil::Garbage => ws.send(Message::text(json!({"type": "surprise", "id": id}).to_string())).await,
@@ -170,6 +177,12 @@ async fn answer(ws: &mut WebSocketStream<TcpStream>, evil: Evil, id: u64, kind: 
             Ok(())
         }
         Evil::DoubleReply => Ok(()),
+        Evil::EndlessPages if kind == "processes" => {
+            let process = ProcessInfo { process: format!("p{from}"), ..ProcessInfo::default() };
+            let page = ProcessesResult { id, processes: vec![process], next: Some(from + 1) };
+            ws.send(Message::text(ServerMessage::ProcessesResult(page).to_json())).await
+        }
+        Evil::EndlessPages => Ok(()),
     }
 }
 

@@ -140,7 +140,8 @@ fn has_tag(pid: i32, tag_entry: &[u8]) -> bool {
 /// A process found by a scan, held by a pidfd so that a signal reaches it and no other.
 struct Held {
     pid: i32,
-    /// `None` on a kernel without pidfds (before 5.3): the number is all there is.
+    /// `None` on a kernel without pidfds (before 5.3), or when no descriptor could be had: the
+    /// number is all there is.
     fd: Option<OwnedFd>,
 }
 
@@ -156,8 +157,10 @@ impl Held {
             return Some(Self { pid, fd: Some(unsafe { OwnedFd::from_raw_fd(fd) }) });
         }
         match Errno::last() {
-            Errno::ENOSYS => Some(Self { pid, fd: None }),
-            _ => None,
+            Errno::ESRCH => None,
+            // No pidfds here (ENOSYS), or no descriptor to be had now (EMFILE): a process left
+            // unsignalled would outlive its kill, so the number it is, confirmed by the rescan.
+            _ => Some(Self { pid, fd: None }),
         }
     }
 
