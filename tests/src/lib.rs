@@ -727,6 +727,15 @@ pub fn skip(need: Need, reason: impl std::fmt::Display) {
     }
 }
 
+/// Whether this test runs as root; it skips otherwise, saying `why` root is needed.
+pub fn as_root(why: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    if !root {
+        skip(Need::Root, why);
+    }
+    root
+}
+
 /// A daemon in a new workspace holding `files` (path → content), serving `profile` (TOML, `{W}`
 /// replaced by the workspace's real path), a link to it, and the directory holding the profile file.
 /// `None` (after [`skip`]) when the kernel's landlock is older than ABI 4, which profiles need.

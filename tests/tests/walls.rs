@@ -24,8 +24,11 @@ use std::process::Command;
 use agentd_host::adapters::local::{DefaultProfile, Lifetime, TokenSource, socket_dir, spawn_agentd};
 use agentd_host::{AgentdSandbox, LocalSandbox, SandboxError};
 use agentd_protocol::profile::{Level, ProfileOverride, sandbox_id};
-use agentd_protocol::{ErrorCode, ExecRequest, ExecResult};
-use agentd_tests::{Daemon, Need, PidsCap, skip};
+use agentd_protocol::{ErrorCode, ExecRequest};
+use agentd_tests::{Daemon, Need, PidsCap, as_root, run, skip};
+
+/// Why these tests need root.
+const ROOT: &str = "the sandbox user and the capabilities it drops are root's";
 
 /// A raw websocket upgrade (no client library) over TCP `host:port` or a Unix socket path, with
 /// extra header lines; prints the status line of the answer. Run by agentd's commands and by the
@@ -497,21 +500,6 @@ fn expect(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs.iter().map(|(n, got)| ((*n).to_owned(), (*got).to_owned())).collect()
 }
 
-async fn run(sb: &AgentdSandbox, command: &str) -> ExecResult {
-    let request = ExecRequest { command: command.to_owned(), timeout: Some(30.0), ..ExecRequest::default() };
-    sb.exec(request, None).await.unwrap()
-}
-
-/// Whether this test runs as root (the sandbox user, and the powers it goes without, are root's to
-/// give); the test skips otherwise.
-fn as_root() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        skip(Need::Root, "the sandbox user and the capabilities it drops are root's");
-    }
-    root
-}
-
 /// agentd under the embedded default's profile (its roots, tmp, limits and mode) with `user =
 /// "agentd"`: commands keep root and its capabilities, as every command of the embedded default did
 /// before the sandbox user. The positive control.
@@ -600,7 +588,7 @@ fn owner(path: &Path) -> u32 {
 
 #[tokio::test]
 async fn the_embedded_default_reports_the_user_it_runs_commands_as_and_lends_it_the_workspace() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let mut session = Session::start().await;
@@ -647,7 +635,7 @@ async fn the_embedded_default_reports_the_user_it_runs_commands_as_and_lends_it_
 
 #[tokio::test]
 async fn a_command_cannot_reach_the_docker_engine() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     if !Path::new("/var/run/docker.sock").exists() {
@@ -663,7 +651,7 @@ async fn a_command_cannot_reach_the_docker_engine() {
 
 #[tokio::test]
 async fn a_command_cannot_reach_another_session_nor_read_a_token() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let a = Session::start().await;
@@ -730,7 +718,7 @@ async fn an_upgrade_without_the_token_from_outside_agentd_is_refused() {
 
 #[tokio::test]
 async fn no_device_node_can_be_made_in_the_workspace() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     // /dev/loop0 (a disk's blocks) and /dev/kmsg, in the workspace and in the private tmp.
@@ -757,7 +745,7 @@ async fn no_device_node_can_be_made_in_the_workspace() {
 
 #[tokio::test]
 async fn a_command_has_none_of_roots_powers_over_the_machine_or_a_process_outside() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let params = probe_params("");
@@ -826,7 +814,7 @@ impl Drop for Segment {
 
 #[tokio::test]
 async fn shared_memory_outside_cannot_be_removed() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let segment = Segment::create();
@@ -869,7 +857,7 @@ async fn an_abstract_socket_outside_cannot_be_reached() {
 #[tokio::test]
 async fn the_file_verbs_reach_what_a_command_reaches_and_no_more() {
     use agentd_host::BaseSandbox as _;
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let outside = tempfile::tempdir().unwrap();
@@ -938,7 +926,7 @@ async fn the_file_verbs_reach_what_a_command_reaches_and_no_more() {
 /// denied" unexplained.
 #[tokio::test]
 async fn a_writable_root_the_sandbox_user_cannot_reach_is_reported() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let closed = tempfile::tempdir().unwrap();

@@ -14,8 +14,10 @@ use std::process::{Child, Command, Stdio};
 
 use agentd_host::{AgentdSandbox, BaseSandbox as _};
 use agentd_protocol::profile::sandbox_id;
-use agentd_protocol::{ExecRequest, ExecResult};
-use agentd_tests::{Need, skip};
+use agentd_tests::{Need, as_root, run, skip};
+
+/// Why these tests need root.
+const ROOT: &str = "the sandbox user, and the roots lent to it, are root's to give";
 
 /// An agentd started by the test; ended with SIGTERM on drop unless it already ended.
 struct Agentd {
@@ -90,19 +92,6 @@ impl Drop for Agentd {
     }
 }
 
-async fn run(sb: &AgentdSandbox, command: &str) -> ExecResult {
-    let request = ExecRequest { command: command.to_owned(), timeout: Some(30.0), ..ExecRequest::default() };
-    sb.exec(request, None).await.unwrap()
-}
-
-fn as_root() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        skip(Need::Root, "the sandbox user, and the roots lent to it, are root's to give");
-    }
-    root
-}
-
 fn profile(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
@@ -157,7 +146,7 @@ impl Place {
 
 #[tokio::test]
 async fn a_second_agentd_cannot_take_a_live_sessions_roots() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let place = Place::new();
@@ -214,7 +203,7 @@ async fn a_second_agentd_cannot_take_a_live_sessions_roots() {
 /// overlap by identity of the roots, but the live agentd's sandbox user's files are still not taken.
 #[tokio::test]
 async fn a_live_agentds_files_are_not_taken_through_another_path() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let place = Place::new();
@@ -238,7 +227,7 @@ async fn a_live_agentds_files_are_not_taken_through_another_path() {
 
 #[tokio::test]
 async fn what_a_write_deny_names_keeps_its_mode_times_and_owner() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let workspace = tempfile::tempdir().unwrap();

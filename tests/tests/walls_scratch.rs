@@ -22,23 +22,13 @@ use std::time::Duration;
 use agentd_host::AgentdSandbox;
 use agentd_host::adapters::local::{DefaultProfile, Lifetime, TokenSource, socket_dir, spawn_agentd};
 use agentd_protocol::{ExecRequest, ExecResult};
-use agentd_tests::{Daemon, Need, binary, skip};
+use agentd_tests::{Daemon, Need, as_root, binary, run, skip};
+
+/// Why these tests need root.
+const ROOT: &str = "the sandbox users and the planted names of another user are root's to make";
 
 /// Output past what a capture holds in memory (64 KiB), so it is spilled to a file.
 const SPILLED: &str = "head -c 200000 /dev/zero | tr '\\0' x; echo";
-
-fn as_root() -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    if !root {
-        skip(Need::Root, "the sandbox users and the planted names of another user are root's to make");
-    }
-    root
-}
-
-async fn run(sb: &AgentdSandbox, command: &str) -> ExecResult {
-    let request = ExecRequest { command: command.to_owned(), timeout: Some(30.0), ..ExecRequest::default() };
-    sb.exec(request, None).await.unwrap()
-}
 
 /// A kept process that spills its output to its journal, and has ended.
 async fn kept_with_journal(sb: &AgentdSandbox) -> ExecResult {
@@ -98,7 +88,7 @@ const PLANTED: u32 = 4000;
 
 #[tokio::test]
 async fn names_planted_for_the_next_pids_catch_nothing_of_a_root_agentd() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     // The temp dir agentd is given, which its commands may write (a writable root, as `/tmp` is in
@@ -253,7 +243,7 @@ async fn journal_and_capture(a: &Session) -> (Vec<PathBuf>, tokio::task::JoinHan
 
 #[tokio::test]
 async fn a_command_of_another_session_cannot_read_a_journal_or_a_capture() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     let a = Session::start(None).await;
@@ -278,7 +268,7 @@ async fn a_command_of_another_session_cannot_read_a_journal_or_a_capture() {
 
 #[tokio::test]
 async fn a_confined_command_of_agentds_own_user_cannot_read_its_agentds_journal() {
-    if !as_root() {
+    if !as_root(ROOT) {
         return;
     }
     // `user = "agentd"`: commands are root, as agentd is; only landlock keeps them out.
