@@ -372,3 +372,41 @@ mode = "deny"
     assert!(r.error.is_some(), "{r:?}");
     assert_eq!(std::fs::read_to_string(w.join("conf/config.toml")).unwrap(), "safe\n");
 }
+
+/// An allowed name inside a read-denied subtree that does not exist yet: under `best_effort` the
+/// commands run, and one must not give a denied file that name (a rename, or a same-directory hard
+/// link, which needs only the right to create a file there), since the next command, the name now
+/// existing, would read it under the allow rule.
+#[tokio::test]
+async fn a_denied_file_does_not_take_an_allowed_name_that_is_missing() {
+    let profile = r#"
+name = "public-not-yet"
+mode = "best_effort"
+writable_roots = ["{W}"]
+
+[[permissions]]
+operations = ["read"]
+paths = ["{W}/conf/public.txt"]
+mode = "allow"
+
+[[permissions]]
+operations = ["read"]
+paths = ["{W}/conf/**"]
+mode = "deny"
+"#;
+    let files = [("conf/.env", "SECRET-ENV-4711\n")];
+    for attack in
+        ["mv conf/.env conf/public.txt", "ln conf/.env conf/public.txt", "cp conf/.env conf/public.txt"]
+    {
+        let Some((daemon, sb, _dir)) = profiled(profile, &files).await else { return };
+        let _ = run(&sb, attack).await;
+        let r = run(&sb, "cat conf/public.txt conf/.env").await;
+        assert!(
+            !r.output.unwrap_or_default().contains("SECRET-"),
+            "`{attack}` let the next command read the secret"
+        );
+        let r = sb.read("conf/public.txt", 0, 10).await.unwrap();
+        assert!(!format!("{r:?}").contains("SECRET-"), "`{attack}`: the read verb gave {r:?}");
+        drop(daemon);
+    }
+}

@@ -25,7 +25,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentd_protocol::permission::Operation;
+use agentd_protocol::permission::{Operation, PermissionMode};
 use agentd_protocol::profile::SandboxProfile;
 use landlock::{ABI, AccessFs, BitFlags};
 
@@ -59,6 +59,7 @@ pub fn plan_permissions(permissions: &Permissions) -> PermitPlan {
     let mut short = vec![Vec::new(); permissions.rules().count()];
     let mut volatile = false;
     let mut per_rule: Vec<Vec<PathBuf>> = Vec::new();
+    let modes: Vec<_> = permissions.rules().map(|rule| rule.mode).collect();
     for (index, shapes) in permissions.shapes().into_iter().enumerate() {
         let mut paths = Vec::new();
         for shape in shapes {
@@ -66,6 +67,11 @@ pub fn plan_permissions(permissions: &Permissions) -> PermitPlan {
                 Shape::Prefix(path) => match real(&path) {
                     Some(real) => paths.push(real),
                     None => {
+                        // An allowed name missing inside a denied subtree keeps its name all the
+                        // same: a denied file renamed to it would be granted from the next command.
+                        if modes.get(index) == Some(&PermissionMode::Allow) {
+                            paths.extend(real_parent(&path));
+                        }
                         // Looked for again before the next command, which then covers it.
                         volatile = true;
                         short[index].push(format!(
@@ -131,6 +137,9 @@ fn follow_links(plan: &mut PermitPlan, per_rule: &[Vec<PathBuf>]) {
                 continue;
             }
             names += 1;
+            // Denied as the file is, even where a rule allows its name (`ln .env public.txt` while
+            // an allowed public.txt is missing): the kernel's rights follow the file.
+            plan.allowed.retain(|allowed| *allowed != (other.clone(), operation));
             if !plan.denied.contains(&(other.clone(), operation)) {
                 plan.denied.push((other, operation));
             }
@@ -149,11 +158,45 @@ fn follow_links(plan: &mut PermitPlan, per_rule: &[Vec<PathBuf>]) {
             }
         }
     }
+    // An allowed file with another name beside it that is denied (`ln conf/.env conf/public.txt`
+    // while an allowed public.txt was missing): granting it would grant that file.
+    for (path, operation) in plan.allowed.clone() {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+        let Some(dir) = path.parent().filter(|_| !meta.is_dir() && meta.nlink() >= 2) else { continue };
+        let linked_to_denied = std::fs::read_dir(dir).into_iter().flatten().flatten().any(|entry| {
+            let other = entry.path();
+            let same = entry.metadata().is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()));
+            other != path && same && denied_in(plan, &other, operation)
+        });
+        if linked_to_denied {
+            plan.allowed.retain(|allowed| *allowed != (path.clone(), operation));
+            plan.denied.push((path, operation));
+        }
+    }
+}
+
+/// Whether the plan denies `operation` on `path`: the deepest boundary above it is a denied one.
+fn denied_in(plan: &PermitPlan, path: &Path, operation: Operation) -> bool {
+    let deepest = |list: &[(PathBuf, Operation)]| {
+        list.iter()
+            .filter(|(p, o)| *o == operation && path.starts_with(p))
+            .map(|(p, _)| p.components().count())
+            .max()
+    };
+    match (deepest(&plan.denied), deepest(&plan.allowed)) {
+        (Some(denied), Some(allowed)) => denied > allowed,
+        (denied, _) => denied.is_some(),
+    }
 }
 
 /// `path` with its symlinks followed, when it exists.
 fn real(path: &Path) -> Option<PathBuf> {
     std::fs::canonicalize(path).ok()
+}
+
+/// `path`, missing, beneath its real parent, when that exists.
+fn real_parent(path: &Path) -> Option<PathBuf> {
+    Some(real(path.parent()?)?.join(path.file_name()?))
 }
 
 /// The paths beneath `anchor` rule `index` matches now (a matching directory stands for its
@@ -693,6 +736,38 @@ mod tests {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
         assert!(stranger.changeable(&d));
         assert!(Writable::Modes(None).changeable(Path::new("/usr/bin")));
+    }
+
+    /// An allowed name missing inside a denied subtree stays in the plan (its way keeps the name);
+    /// once it is another name of a denied file beside it, it is denied as that file is.
+    #[test]
+    fn an_allowed_name_is_kept_while_missing_and_denied_once_linked_to_a_denied_file() {
+        use agentd_protocol::permission::PermissionRule;
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(w.join("conf")).unwrap();
+        std::fs::write(w.join("conf/.env"), "secret").unwrap();
+        let rule = |path: &str, mode| PermissionRule {
+            operations: vec![Operation::Read],
+            paths: vec![format!("{}/{path}", w.display())],
+            mode,
+        };
+        let rules = Permissions::new(&[
+            rule("conf/public.txt", PermissionMode::Allow),
+            rule("conf/**", PermissionMode::Deny),
+        ])
+        .unwrap();
+        let plan = plan_permissions(&rules);
+        assert_eq!(plan.allowed, vec![(w.join("conf/public.txt"), Operation::Read)]);
+        assert!(plan.volatile && !plan.short[0].is_empty(), "{plan:?}");
+        std::fs::hard_link(w.join("conf/.env"), w.join("conf/public.txt")).unwrap();
+        let plan = plan_permissions(&rules);
+        assert_eq!(plan.allowed, vec![]);
+        assert!(plan.denied.contains(&(w.join("conf/public.txt"), Operation::Read)), "{plan:?}");
+        // A file of its own under that name is granted.
+        std::fs::remove_file(w.join("conf/public.txt")).unwrap();
+        std::fs::write(w.join("conf/public.txt"), "public").unwrap();
+        assert_eq!(plan_permissions(&rules).allowed, vec![(w.join("conf/public.txt"), Operation::Read)]);
     }
 
     /// A denied file's other names in its directory are denied as it is; a name elsewhere cannot be

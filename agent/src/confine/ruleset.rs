@@ -95,6 +95,10 @@ pub(super) fn build_ruleset(
     // Allowed subtrees inside denied ones: the operation's rights where the roots grant them,
     // carved around what is denied again beneath them.
     for (node, operation) in &permits.allowed {
+        // A missing allowed name has nothing to grant yet; its way keeps its name (above).
+        if std::fs::symlink_metadata(node).is_err() {
+            continue;
+        }
         let granted = rights(*operation, fs_abi) & root_rights(profile, node, all, read) & !no_exec;
         let mut beneath = withheld.to_vec();
         beneath.extend(

@@ -360,7 +360,7 @@ impl Walker<'_> {
             return;
         }
         let Ok(file) = root::open_child_file(parent.as_fd(), name) else { return };
-        if nix::sys::stat::fstat(&file).is_ok_and(|stat| self.below.hides_linked(&stat)) {
+        if nix::sys::stat::fstat(&file).is_ok_and(|stat| self.below.hides_linked(&stat, rel)) {
             return;
         }
         let Some(lines) = self.matcher.search_file(file, &Account::new(self.budget, &path), self.cancel)
@@ -461,9 +461,10 @@ fn search_in_order(
             let Some((rel, shown)) = files.get(i) else { break };
             // Resolved again (links followed): what is read is checked again.
             let node = ws.node_in(root, rel, true).ok().flatten().filter(|n| {
+                let rel = String::from_utf8_lossy(rel);
                 n.is_file()
-                    && !below.hides(&String::from_utf8_lossy(rel), shown, Some(n.location()))
-                    && !below.hides_linked(n.stat())
+                    && !below.hides(&rel, shown, Some(n.location()))
+                    && !below.hides_linked(n.stat(), &rel)
             });
             let file = node.and_then(|n| n.open(OFlag::O_RDONLY).ok());
             let account = Account::new(budget, shown);

@@ -102,25 +102,38 @@ pub fn refusal_at(ws: &Workspace, operation: Operation, path: &str, location: &P
 /// one name (`.env`) is denied by every name it has (`ln .env notes.txt`), as its content is the
 /// same. The file is known by its inode (`stat`, the walk's own), not by a second lookup.
 pub fn refusal_of(ws: &Workspace, operation: Operation, path: &str, node: &Node) -> Option<String> {
-    refusal_at(ws, operation, path, node.location())
-        .or_else(|| linked_denial(ws, operation, node.stat()).map(|name| linked_on(operation, path, &name)))
+    refusal_at(ws, operation, path, node.location()).or_else(|| {
+        linked_denial(ws, operation, node.stat(), &ws.real_path(node.location()))
+            .map(|name| linked_on(operation, path, &name))
+    })
 }
 
-/// The name the rules deny `operation` on that is another name of the file `stat` describes: a
-/// regular file with more than one link whose inode is that of a path a deny rule names (a plain
-/// path: what a pattern matches is not looked for here). `None`: no such name.
-pub fn linked_denial(ws: &Workspace, operation: Operation, stat: &FileStat) -> Option<String> {
+/// The name the rules deny `operation` on that is another name of the file `stat` describes, found
+/// at `real` (its real location): a regular file with more than one link whose inode is that of a
+/// path a deny rule names (a plain path: what a pattern matches is not looked for here), or of a
+/// denied entry of its own directory (a link a command made beside a file of a denied subtree, under
+/// a name a rule allows: `ln conf/.env conf/public.txt`). `None`: no such name.
+pub fn linked_denial(ws: &Workspace, operation: Operation, stat: &FileStat, real: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt as _;
     let rules = ws.permissions();
     if rules.is_empty() || Kind::of(stat) != Kind::File || stat.st_nlink < 2 {
         return None;
     }
-    rules.shapes().into_iter().flatten().find_map(|shape| {
+    let same = |meta: &std::fs::Metadata| (meta.dev(), meta.ino()) == (stat.st_dev, stat.st_ino);
+    let named = rules.shapes().into_iter().flatten().find_map(|shape| {
         let Shape::Prefix(named) = shape else { return None };
         let text = named.to_string_lossy();
         let meta = std::fs::metadata(&named).ok()?;
-        let same = (meta.dev(), meta.ino()) == (stat.st_dev, stat.st_ino);
-        (same && rules.denies(operation, &text)).then(|| text.into_owned())
+        (same(&meta) && rules.denies(operation, &text)).then(|| text.into_owned())
+    });
+    named.or_else(|| {
+        let entries = std::fs::read_dir(real.parent()?).ok()?;
+        entries.flatten().find_map(|entry| {
+            let other = entry.path();
+            let text = other.to_string_lossy();
+            let linked = other != real && entry.metadata().is_ok_and(|meta| same(&meta));
+            (linked && rules.denies(operation, &text)).then(|| text.into_owned())
+        })
     })
 }
 
@@ -191,10 +204,10 @@ impl<'a> Below<'a> {
         real != written && rules.denies(Operation::Read, &real)
     }
 
-    /// Whether the rules hide a file the walk opened (`stat`) because it is another name of a
-    /// read-denied file ([`linked_denial`]).
-    pub fn hides_linked(&self, stat: &FileStat) -> bool {
-        linked_denial(self.ws, Operation::Read, stat).is_some()
+    /// Whether the rules hide a file the walk opened (`stat`, at `rel` below the directory) because
+    /// it is another name of a read-denied file ([`linked_denial`]).
+    pub fn hides_linked(&self, stat: &FileStat, rel: &str) -> bool {
+        linked_denial(self.ws, Operation::Read, stat, &self.real.join(rel)).is_some()
     }
 }
 
@@ -307,7 +320,7 @@ mod tests {
         assert!(refusal_of(&ws, Operation::Write, "notes.txt", &linked).is_none());
         let copy = ws.node("copy", true).unwrap().unwrap();
         assert!(refusal_of(&ws, Operation::Read, "copy", &copy).is_none());
-        assert!(Below::new(&ws, &w).hides_linked(linked.stat()));
+        assert!(Below::new(&ws, &w).hides_linked(linked.stat(), "notes.txt"));
     }
 
     /// The checks on what a walk opened: by its real location, whatever the path said.
