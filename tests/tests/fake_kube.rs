@@ -613,6 +613,18 @@ async fn pods_are_containers_with_the_kubelets_status_exec_and_log() {
     ws.send(Message::binary(b"\x00partial".to_vec())).await.unwrap();
     let first = ws.next().await.unwrap().unwrap();
     assert_eq!(first, Message::binary(vec![1u8]));
+    // Cut once `cat` has the bytes: what a cut loses on its way in is not what this is about.
+    let mut got = String::new();
+    for _ in 0..100 {
+        let query = exec_query(&["cat", "/tmp/got"], "container=main&stdout=true");
+        let (mut probe, _) = exec_ws(&fake, "duo", &query, "v5.channel.k8s.io").await.unwrap();
+        got = String::from_utf8_lossy(&collect(&mut probe).await.stdout).into_owned();
+        if got == "partial" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(got, "partial", "the exec's stdin never reached its command");
     assert!(agentd_tests::eventually(Duration::from_secs(5), || fake.exec_streams_open() == 1).await);
     assert_eq!(fake.drop_exec_streams(), 1);
     let outcome = collect(&mut ws).await;
