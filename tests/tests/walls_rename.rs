@@ -230,14 +230,8 @@ fn agentctl_rules_hold_against_the_rename() {
     assert!(status.contains(&format!("permission {rule}: full")), "{status}");
 }
 
-/// A subtree read is granted back in (`allow read conf/public.txt` before `deny read conf/**`)
-/// keeps its name: a denied file renamed onto it would be read through it by the next command.
-#[tokio::test]
-async fn a_denied_file_does_not_take_the_name_of_an_allowed_one() {
-    let profile = r#"
-name = "public-inside-secret"
-mode = "strict"
-writable_roots = ["{W}"]
+/// Roots and rules of the allowed-name cases: `conf/public.txt` may be read, the rest of `conf` not.
+const PUBLIC_INSIDE_SECRET: &str = r#"writable_roots = ["{W}"]
 
 [[permissions]]
 operations = ["read"]
@@ -249,8 +243,14 @@ operations = ["read"]
 paths = ["{W}/conf/**"]
 mode = "deny"
 "#;
+
+/// A subtree read is granted back in (`allow read conf/public.txt` before `deny read conf/**`)
+/// keeps its name: a denied file renamed onto it would be read through it by the next command.
+#[tokio::test]
+async fn a_denied_file_does_not_take_the_name_of_an_allowed_one() {
+    let profile = format!("name = \"public-inside-secret\"\nmode = \"strict\"\n{PUBLIC_INSIDE_SECRET}");
     let files = [("conf/.env", "SECRET-ENV-4711\n"), ("conf/public.txt", "public\n")];
-    let Some((daemon, sb, _dir)) = profiled(profile, &files).await else { return };
+    let Some((daemon, sb, _dir)) = profiled(&profile, &files).await else { return };
     let w = real(&daemon);
     let r = run(&sb, "cat conf/public.txt").await;
     assert_eq!(r.output.as_deref(), Some("public\n"), "{r:?}");
@@ -379,26 +379,12 @@ mode = "deny"
 /// existing, would read it under the allow rule.
 #[tokio::test]
 async fn a_denied_file_does_not_take_an_allowed_name_that_is_missing() {
-    let profile = r#"
-name = "public-not-yet"
-mode = "best_effort"
-writable_roots = ["{W}"]
-
-[[permissions]]
-operations = ["read"]
-paths = ["{W}/conf/public.txt"]
-mode = "allow"
-
-[[permissions]]
-operations = ["read"]
-paths = ["{W}/conf/**"]
-mode = "deny"
-"#;
+    let profile = format!("name = \"public-not-yet\"\nmode = \"best_effort\"\n{PUBLIC_INSIDE_SECRET}");
     let files = [("conf/.env", "SECRET-ENV-4711\n")];
     for attack in
         ["mv conf/.env conf/public.txt", "ln conf/.env conf/public.txt", "cp conf/.env conf/public.txt"]
     {
-        let Some((daemon, sb, _dir)) = profiled(profile, &files).await else { return };
+        let Some((daemon, sb, _dir)) = profiled(&profile, &files).await else { return };
         let _ = run(&sb, attack).await;
         let r = run(&sb, "cat conf/public.txt conf/.env").await;
         assert!(
