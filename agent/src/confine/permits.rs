@@ -122,34 +122,19 @@ pub fn plan_permissions(permissions: &Permissions) -> PermitPlan {
 /// carve withholds ([`super::carve::Withheld::way_rights`]), so only one that existed before is
 /// missed: the rules naming such a file are then short (`per_rule`: the paths each rule covers).
 fn follow_links(plan: &mut PermitPlan, per_rule: &[Vec<PathBuf>]) {
-    use std::os::unix::fs::MetadataExt as _;
     for (path, operation) in plan.denied.clone() {
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-        if meta.is_dir() || meta.nlink() < 2 {
-            continue;
-        }
-        let Some(dir) = path.parent() else { continue };
-        let mut names = 1;
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let other = entry.path();
-            let same = entry.metadata().is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()));
-            if !same || other == path {
-                continue;
-            }
-            names += 1;
-            // Denied as the file is, even where a rule allows its name (`ln .env public.txt` while
-            // an allowed public.txt is missing): the kernel's rights follow the file.
-            plan.allowed.retain(|allowed| *allowed != (other.clone(), operation));
+        let Some((nlink, others)) = names_beside(&path) else { continue };
+        let names = 1 + others.len() as u64;
+        for other in others {
             if !plan.denied.contains(&(other.clone(), operation)) {
                 plan.denied.push((other, operation));
             }
         }
-        if names < meta.nlink() {
+        if names < nlink {
             let note = format!(
-                "{} has {} hard links, {} outside its directory: the kernel covers only the names in it",
+                "{} has {nlink} hard links, {} outside its directory: the kernel covers only the names in it",
                 path.display(),
-                meta.nlink(),
-                meta.nlink() - names
+                nlink - names
             );
             for (index, paths) in per_rule.iter().enumerate() {
                 if paths.contains(&path) && !plan.short[index].contains(&note) {
@@ -159,20 +144,35 @@ fn follow_links(plan: &mut PermitPlan, per_rule: &[Vec<PathBuf>]) {
         }
     }
     // An allowed file with another name beside it that is denied (`ln conf/.env conf/public.txt`
-    // while an allowed public.txt was missing): granting it would grant that file.
+    // while an allowed public.txt was missing): granting it would grant that file, whose rights the
+    // kernel keeps on the file, not on a name.
     for (path, operation) in plan.allowed.clone() {
-        let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-        let Some(dir) = path.parent().filter(|_| !meta.is_dir() && meta.nlink() >= 2) else { continue };
-        let linked_to_denied = std::fs::read_dir(dir).into_iter().flatten().flatten().any(|entry| {
-            let other = entry.path();
-            let same = entry.metadata().is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()));
-            other != path && same && denied_in(plan, &other, operation)
-        });
-        if linked_to_denied {
+        let Some((_, others)) = names_beside(&path) else { continue };
+        if others.iter().any(|other| denied_in(plan, other, operation)) {
             plan.allowed.retain(|allowed| *allowed != (path.clone(), operation));
-            plan.denied.push((path, operation));
+            if !plan.denied.contains(&(path.clone(), operation)) {
+                plan.denied.push((path, operation));
+            }
         }
     }
+}
+
+/// For a file with more than one link: its link count and its other names in its own directory.
+fn names_beside(path: &Path) -> Option<(u64, Vec<PathBuf>)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let dir = path.parent().filter(|_| !meta.is_dir() && meta.nlink() >= 2)?;
+    let others = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| (entry.path(), entry.metadata()))
+        .filter(|(other, m)| {
+            other != path && m.as_ref().is_ok_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()))
+        })
+        .map(|(other, _)| other)
+        .collect();
+    Some((meta.nlink(), others))
 }
 
 /// Whether the plan denies `operation` on `path`: the deepest boundary above it is a denied one.
