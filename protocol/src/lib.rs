@@ -56,7 +56,7 @@ pub mod profile;
 pub use contract::{
     ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse, TransferError,
 };
-pub use fs::{FsRequest, FsResponse};
+pub use fs::{FsRequest, FsResponse, Verb};
 pub use message::{
     CancelRequest, CancelResult, ClientMessage, DecodeError, DownloadRequest, DownloadResult, DownloadStart,
     ErrorCode, ErrorReply, ExecRequest, ExecResult, ExecStarted, Hello, HelloReply, Offload,
