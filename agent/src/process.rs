@@ -505,8 +505,8 @@ impl Process {
     pub fn ended(self: &Arc<Self>, result: &mut ExecResult) {
         result.process = self.id.clone();
         if self.abandoned.load(Ordering::SeqCst) {
-            result.abandoned = true;
-            result.cancelled = false;
+            result.ending.abandoned = true;
+            result.ending.cancelled = false;
         }
         let stored = {
             let mut state = lock(&self.state);
@@ -652,10 +652,7 @@ impl Process {
             info.state = ProcessState::Exited;
             info.ended = state.ended_at.map(unix_seconds);
             info.exit_code = Some(result.exit_code);
-            info.signal = result.signal.clone();
-            info.timed_out = result.timed_out;
-            info.cancelled = result.cancelled;
-            info.abandoned = result.abandoned;
+            info.ending = result.ending.clone();
             info.total_bytes = result.total_bytes;
             info.stray_processes = state.stray;
         }
@@ -751,6 +748,7 @@ impl Drop for Waiting<'_> {
 
 #[cfg(test)]
 mod tests {
+    use agentd_protocol::Ending;
     use agentd_protocol::limits::MAX_LISTED_COMMAND_BYTES;
 
     use super::*;
@@ -952,8 +950,9 @@ mod tests {
         drop(again);
         tokio::time::sleep(grace * 3).await;
         assert!(process.cancel.is_cancelled());
-        let mut result = ExecResult { cancelled: true, ..ExecResult::default() };
+        let ending = Ending { cancelled: true, ..Ending::default() };
+        let mut result = ExecResult { ending, ..ExecResult::default() };
         process.ended(&mut result);
-        assert!(result.abandoned && !result.cancelled);
+        assert!(result.ending.abandoned && !result.ending.cancelled);
     }
 }

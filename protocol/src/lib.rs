@@ -63,4 +63,4 @@ pub use message::{
     PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, UploadResult, decode_client,
 };
 pub use message::{FsMessage, FsReply};
-pub use process::{ProcessInfo, ProcessState, StdinMode, TerminalSize};
+pub use process::{Ending, ProcessInfo, ProcessState, StdinMode, TerminalSize};

@@ -37,7 +37,7 @@ use agentd_protocol::limits::{
 };
 use agentd_protocol::permission::Operation;
 use agentd_protocol::profile::Limits;
-use agentd_protocol::{ErrorCode, ExecResult, TerminalSize};
+use agentd_protocol::{Ending, ErrorCode, ExecResult, TerminalSize};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use thiserror::Error;
@@ -465,12 +465,15 @@ impl Executor {
 
         let mut result = ExecResult {
             exit_code: exit.code(),
-            signal: match exit {
-                Exit::Signal(signal) => Some(signal.as_str().to_owned()),
-                Exit::Code(_) => None,
+            ending: Ending {
+                signal: match exit {
+                    Exit::Signal(signal) => Some(signal.as_str().to_owned()),
+                    Exit::Code(_) => None,
+                },
+                timed_out,
+                cancelled,
+                abandoned: false,
             },
-            timed_out,
-            cancelled,
             duration: duration.as_secs_f64(),
             total_bytes: capture.total(),
             capped: capture.is_full(),

@@ -670,7 +670,7 @@ async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, B
     };
     if cli.json {
         println!("{}", agentd_protocol::ServerMessage::ExecResult(result.clone()).to_json());
-    } else if result.timed_out {
+    } else if result.ending.timed_out {
         eprintln!("agentctl: timed out after {:.1}s; the process tree was killed", result.duration);
     } else if result.truncated {
         eprintln!("agentctl: output truncated: {} bytes in all", result.total_bytes);
