@@ -21,10 +21,7 @@ mod process;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentd_protocol::fs::{
-    DeleteResult, EditResult, FsRequest, FsResponse, GlobResult, GrepResult, LsResult, ReadResult,
-    WriteResult,
-};
+use agentd_protocol::fs::FsRequest;
 use agentd_protocol::limits::{
     HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_INLINE_CAPTURE,
     MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
@@ -690,11 +687,8 @@ impl Session {
             (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
         let permits = Arc::clone(&self.blocking);
         tokio::spawn(async move {
-            let read_only = !matches!(
-                request,
-                FsRequest::Write { .. } | FsRequest::Edit { .. } | FsRequest::Delete { .. }
-            );
-            let cancelled = cancelled_response(&request);
+            let verb = request.verb();
+            let cancelled = verb.failed(CANCELLED.to_owned());
             let permit = tokio::select! {
                 permit = permits.acquire_owned() => permit.ok(),
                 () = cancel.cancelled() => None,
@@ -713,7 +707,7 @@ impl Session {
                         })
                         .await;
                     let response = match ran {
-                        Ok(_) if read_only && cancel.is_cancelled() => Ok(cancelled),
+                        Ok(_) if !verb.writes() && cancel.is_cancelled() => Ok(cancelled),
                         ran => ran,
                     };
                     (response, Some(permit))
@@ -752,20 +746,6 @@ impl Session {
 /// The `error` reply of a process verb that could not be done.
 fn process_error(id: u64, err: &ProcessError) -> ServerMessage {
     ServerMessage::Error(ErrorReply { id: Some(id), code: err.code(), message: err.to_string() })
-}
-
-/// What a verb answers when it was cancelled: its result with `error: "cancelled"`.
-fn cancelled_response(request: &FsRequest) -> FsResponse {
-    let error = Some(CANCELLED.to_owned());
-    match request {
-        FsRequest::Ls { .. } => FsResponse::Ls(LsResult { error, ..LsResult::default() }),
-        FsRequest::Read { .. } => FsResponse::Read(ReadResult { error, ..ReadResult::default() }),
-        FsRequest::Write { .. } => FsResponse::Write(WriteResult { error, path: None }),
-        FsRequest::Edit { .. } => FsResponse::Edit(EditResult { error, ..EditResult::default() }),
-        FsRequest::Glob { .. } => FsResponse::Glob(GlobResult { error, ..GlobResult::default() }),
-        FsRequest::Grep { .. } => FsResponse::Grep(GrepResult { error, ..GrepResult::default() }),
-        FsRequest::Delete { .. } => FsResponse::Delete(DeleteResult { error, path: None }),
-    }
 }
 
 /// The `error` of a cancelled verb's result (as a cancelled download's).
