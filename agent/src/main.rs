@@ -53,6 +53,7 @@ mod cancel;
 mod confine;
 mod exec;
 mod fs;
+mod guard;
 mod inbound;
 mod install;
 mod leftovers;
@@ -61,10 +62,12 @@ mod oneshot;
 mod outbox;
 mod permission;
 mod process;
+mod reaper;
 mod registry;
 mod root;
 mod scratch;
 mod server;
+mod syscall;
 mod transfer;
 
 use std::net::SocketAddr;
@@ -79,8 +82,8 @@ use crate::admission::ServerPolicy;
 use crate::auth::Token;
 use crate::confine::{Confiner, FileWork};
 use crate::exec::Executor;
-use crate::exec::reaper::Reaper;
 use crate::permission::Permissions;
+use crate::reaper::Reaper;
 use crate::registry::Connections;
 use crate::root::Workspace;
 use crate::server::{Listener, Shared};
@@ -217,7 +220,7 @@ fn main() -> ExitCode {
                 // A thread can always be made for the pool: commands cannot take agentd's own
                 // tasks (their budget leaves agentd its reserve, `confine::cgroup`).
                 .thread_keep_alive(Duration::from_secs(2))
-                .on_thread_start(exec::reaper::keep_signals_off_this_thread)
+                .on_thread_start(reaper::keep_signals_off_this_thread)
                 .build();
             match runtime {
                 Ok(runtime) => {
@@ -338,7 +341,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         shutdown,
         processes: Arc::default(),
         workspace: files,
-        confiner,
+        confiner: Arc::new(confiner),
         files: file_work,
         token,
         policy: ServerPolicy {
@@ -414,7 +417,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
 
 /// Closes every descriptor above stderr, before agentd opens any of its own.
 fn close_inherited_descriptors() {
-    if exec::syscall::close_from(3, 0).is_ok() {
+    if syscall::close_from(3, 0).is_ok() {
         return;
     }
     // Before Linux 5.9: the descriptors as `/proc` lists them, the listing's own closed with it.

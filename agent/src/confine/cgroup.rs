@@ -451,6 +451,12 @@ impl Drop for PidsCgroup {
 /// Per-command cgroups that exist now (their [`PidsCgroup`]s), in use or idle.
 static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// The pids the cgroup `dir` lists in `cgroup.procs`: its processes, however they left the tree.
+pub fn cgroup_procs(dir: &Path) -> io::Result<Vec<i32>> {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+    Ok(procs.lines().filter_map(|l| l.parse().ok()).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -815,7 +815,7 @@ fn widen(pipe: &impl AsFd) {
 /// Readies a thread that drains a large output: signals stay with the runtime thread, and the thread
 /// yields the CPU to requests ([`DRAIN_NICE`]). Nice values are per thread on Linux.
 fn settle_drain_thread() {
-    super::reaper::keep_signals_off_this_thread();
+    crate::reaper::keep_signals_off_this_thread();
     let tid = nix::unistd::gettid().as_raw();
     // SAFETY: setpriority takes plain integers and touches no memory of ours. Failing (a seccomp
     // filter of the host's, say) only leaves the thread at the runtime's priority.

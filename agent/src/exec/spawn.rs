@@ -16,7 +16,7 @@
 //! express (cgroup, rlimits, landlock, seccomp), and because what every spawn needs is kept across
 //! spawns ([`Spawner`]): the children's stacks, which glibc maps and unmaps on every call.
 //!
-//! The child, on data prepared before the clone, makes raw system calls only ([`super::syscall`]: it
+//! The child, on data prepared before the clone, makes raw system calls only ([`crate::syscall`]: it
 //! runs beside the thread that cloned it, on that thread's `errno`): default dispositions for the
 //! signals agentd ignores or handles (Rust ignores SIGPIPE, and ignored signals survive `exec`; the
 //! set is read once, [`altered_signals`]), stdio, every other descriptor close-on-exec, working
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use agentd_protocol::profile::Enforcement;
 
-use super::syscall;
+use crate::syscall;
 
 use crate::confine::{ChildStatus, ChildSteps};
 
@@ -127,7 +127,7 @@ impl Spawner {
     /// a command's pipe and close agentd's copies of its child's ends in one step with this call,
     /// with no other spawn between: no child then holds another command's pipe.
     ///
-    /// Call with the reaper's lock held ([`super::reaper::Reaper::spawn`]), so the pid is registered
+    /// Call with the reaper's lock held ([`crate::reaper::Reaper::spawn`]), so the pid is registered
     /// before anyone reaps it.
     pub fn spawn(&self, shell: &Shell<'_>, steps: Option<ChildSteps>) -> io::Result<Launch> {
         let program = cstring("/bin/sh")?;
@@ -176,7 +176,7 @@ impl Spawner {
             // SAFETY: `child` runs on its own stack (`stack`, which no other child uses until this
             // one is done), gets `context`, and reads only what the `Launch` below owns and keeps
             // until the child exec'd or exited (`done` tells). It makes raw system calls only
-            // ([`super::syscall`]): nothing of this thread's (its `errno`, its locks) is touched
+            // ([`crate::syscall`]): nothing of this thread's (its `errno`, its locks) is touched
             // while both run. `done` outlives the child's use of it (the `Launch` keeps it).
             unsafe {
                 libc::clone(
@@ -408,7 +408,7 @@ struct Context {
 // memory that does not move with it); the parent reads the rest only once the child is done.
 unsafe impl Send for Context {}
 
-/// The child, between clone and exec: raw system calls only ([`super::syscall`]), on `Context`.
+/// The child, between clone and exec: raw system calls only ([`crate::syscall`]), on `Context`.
 extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Context` `Spawner::spawn` passed, alive and untouched by the parent
     // until this child exec'd or exited (the `Launch` holding it waits for that).
@@ -470,13 +470,13 @@ impl Altered {
 }
 
 /// The standard signals whose disposition is not the default (ignored, as Rust ignores SIGPIPE and
-/// `nohup` SIGHUP, or handled), and those agentd handles ([`super::reaper::HANDLED`], in case their
+/// `nohup` SIGHUP, or handled), and those agentd handles ([`crate::reaper::HANDLED`], in case their
 /// handlers are installed after this is read): the ones a child must set back. Read once, at the
 /// first spawn, by which time agentd has installed its handlers; it never changes a disposition
 /// after that. A child then makes a few `sigaction` calls instead of 29 (21 µs per spawn here,
 /// timed in the child).
 fn altered_signals() -> Altered {
-    let handled = |signal: libc::c_int| super::reaper::HANDLED.iter().any(|&h| h as libc::c_int == signal);
+    let handled = |signal: libc::c_int| crate::reaper::HANDLED.iter().any(|&h| h as libc::c_int == signal);
     let mut altered = Altered { signals: [0; 32], len: 0 };
     // 1 to 31; those between 31 and SIGRTMIN are glibc's own, and it refuses them.
     for signal in (1..32).filter(|&signal| signal != libc::SIGKILL && signal != libc::SIGSTOP) {

@@ -27,9 +27,8 @@
 //! processes around once held every other connection's `exec true` for 12 s.
 
 use std::collections::{HashMap, HashSet};
-use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,7 +37,8 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::time::{Instant, sleep};
 
-use super::reaper::Reaper;
+use crate::confine::cgroup_procs;
+use crate::reaper::Reaper;
 
 /// Name of the environment variable every exec's processes inherit.
 pub const TAG_VAR: &str = "AGENTD_EXEC_TAG";
@@ -316,12 +316,6 @@ async fn off_runtime<T: Default + Send + 'static>(work: impl FnOnce() -> T + Sen
         tracing::warn!("a kill round failed: {err}");
         T::default()
     })
-}
-
-/// The pids the cgroup `dir` lists in `cgroup.procs`: its processes, however they left the tree.
-pub fn cgroup_procs(dir: &Path) -> io::Result<Vec<i32>> {
-    let procs = std::fs::read_to_string(dir.join("cgroup.procs"))?;
-    Ok(procs.lines().filter_map(|l| l.parse().ok()).collect())
 }
 
 /// Ends every process in the pids cgroups `dirs` (each holds one command's processes, a finished

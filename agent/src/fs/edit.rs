@@ -27,7 +27,7 @@ use nix::fcntl::OFlag;
 
 use super::errno;
 use crate::cancel::Cancel;
-use crate::fs::guard;
+use crate::guard;
 use crate::root::{Node, ResolveError, Workspace};
 use crate::transfer::{UploadTarget, spool};
 

@@ -1,7 +1,7 @@
 //! Raw system calls for a child between its clone and its exec.
 //!
 //! The child shares agentd's memory and runs beside the thread that cloned it
-//! ([`super::spawn`]), on that thread's thread-local area. libc's wrappers write `errno` there
+//! ([`crate::exec::spawn`]), on that thread's thread-local area. libc's wrappers write `errno` there
 //! (and glibc's cancellation points touch the thread's descriptor), so the child calls the kernel
 //! directly: the result is the return value, `-errno` on failure, and nothing else is written.
 
