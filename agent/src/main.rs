@@ -6,19 +6,29 @@
 //!
 //! ## Layout
 //! - [`server`]: websocket listener, bearer-token check on the upgrade, one session per connection
-//!   dispatching requests by id.
-//! - [`exec`]: spawn, reaping (agentd is a child subreaper), capture file and preview, kill ladder.
+//!   that parses requests, dispatches them by id and writes the replies; the work is the modules'
+//!   below.
+//! - [`exec`]: an exec request admitted and planned ([`exec::prepare`]), then spawn, capture file
+//!   and preview, kill ladder.
+//! - [`reaper`]: the one owner of exit statuses (agentd is a child subreaper, maybe PID 1).
+//! - [`syscall`]: the raw system calls of a child between its clone and its exec (the spawn's and
+//!   the confinement's).
+//! - [`pid`]: process ids, typed once; the protocol's `u32` converted in one place.
 //! - [`confine`]: sandbox profiles applied in each command's own process between clone and exec
 //!   (pids cgroup, rlimits, landlock, the seccomp filter of `network = "deny"`), and the measured
 //!   report of what was enforced.
-//! - [`transfer`]: chunked uploads (temp file + rename) and downloads, sha256 end to end.
+//! - [`transfer`]: `upload` and `download` requests: chunked uploads (temp file + rename) and
+//!   downloads, sha256 end to end.
 //! - [`fs`]: the seven file verbs, implemented once, for native `fs` requests and `agentd fs`.
+//! - [`guard`]: the profile's permission rules on the file verbs, transfers and offload capture
+//!   files, with deepagents' messages.
 //! - [`root`]: the workspace, and with `--root` the guard that resolves every path beneath it on
 //!   file descriptors.
 //! - [`oneshot`]: the one-shot CLI (`agentd fs …`, `agentd exec …`) the host's derived path runs
 //!   through any exec channel.
 //! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
-//!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
+//!   path from the wire validated): pure rules over resolved values, used by [`exec::prepare`] and
+//!   the CLI.
 //! - [`permission`]: path permission rules, pure: what the file verbs may do to a path, and the
 //!   subtrees landlock withholds from commands.
 //! - [`process`]: every exec by process id, across connections: kept processes (`keep`) that
@@ -61,6 +71,7 @@ mod memory;
 mod oneshot;
 mod outbox;
 mod permission;
+mod pid;
 mod process;
 mod reaper;
 mod registry;

@@ -488,7 +488,7 @@ impl Process {
     /// The exec started: what it runs as and how it is reached.
     pub fn spawned(&self, spawned: Spawned) {
         let mut state = lock(&self.state);
-        state.pid = spawned.pid;
+        state.pid = crate::pid::to_wire(spawned.pid);
         state.target = Some(spawned.target);
         state.progress = Some(spawned.progress);
         state.journal = spawned.journal.map(Arc::new);

@@ -6,6 +6,7 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::sync::Arc;
 
 use agentd_protocol::profile::Enforcement;
+use nix::unistd::Pid;
 use seccompiler::BpfProgram;
 
 use super::ConfineError;
@@ -98,9 +99,9 @@ impl ChildSteps {
     pub fn conclude(
         &self,
         status: &ChildStatus,
-        spawned: io::Result<u32>,
+        spawned: io::Result<Pid>,
         report: &mut Enforcement,
-    ) -> io::Result<u32> {
+    ) -> io::Result<Pid> {
         let (expect, measured) = (self.expect(), Measured::decode(status.bytes));
         match spawned {
             Ok(pid) => {

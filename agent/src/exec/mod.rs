@@ -40,6 +40,7 @@ use agentd_protocol::profile::{Enforcement, Limits};
 use agentd_protocol::{ErrorCode, ExecResult, TerminalSize};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{mpsc, oneshot};
@@ -130,7 +131,7 @@ pub enum CaptureMode {
 /// What the caller of [`Executor::run`] learns right after the spawn (before the exec is known to
 /// have happened).
 pub struct Spawned {
-    pub pid: u32,
+    pub pid: Pid,
     /// Where the exec's processes are found: for signals and the kill ladder, also after its shell
     /// ended (its strays).
     pub target: Target,
@@ -645,7 +646,7 @@ async fn end_what_it_left(cleanup: Option<&mut Cleanup>, killed: bool) -> bool {
 async fn drain_output(
     mut drain: tokio::task::JoinHandle<io::Result<capture::Drained>>,
     stop_drain: oneshot::Sender<()>,
-    pid: u32,
+    pid: Pid,
 ) -> Result<(CaptureFile, bool), ExecError> {
     let drained = match tokio::time::timeout(DRAIN_AFTER_EXIT, &mut drain).await {
         Ok(drained) => drained,
@@ -659,11 +660,11 @@ async fn drain_output(
         .and_then(|drained| drained)
         .map_err(|source| ExecError::Capture { path: PathBuf::from("(output pipe)"), source })?;
     if let Err(err) = read_result {
-        tracing::warn!(pid, "reading exec output failed: {err}");
+        tracing::warn!(%pid, "reading exec output failed: {err}");
     }
     let pipe_held = matches!(end, DrainEnd::Stopped);
     if pipe_held {
-        tracing::debug!(pid, "a background process still holds the output pipe");
+        tracing::debug!(%pid, "a background process still holds the output pipe");
     }
     Ok((capture, pipe_held))
 }
@@ -803,7 +804,7 @@ fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut Exe
         }
         CaptureMode::Kept => {
             // The journal stays for its attachers; its head is the output, as it is for them.
-            let head = capture.read_at(0, KEPT_HEAD_BYTES)?;
+            let head = capture.read_at(0, kept_head_len())?;
             set_kept_output(result, head, capture.captured());
         }
         CaptureMode::Offload { .. } if !offloadable => {
@@ -845,7 +846,12 @@ pub fn journal_cap(max_capture_bytes: u64) -> u64 {
 }
 
 /// Bytes of a kept exec's journal read back for its result's output: as much as an inline capture.
-pub const KEPT_HEAD_BYTES: usize = MAX_INLINE_CAPTURE as usize;
+pub const KEPT_HEAD_BYTES: u64 = MAX_INLINE_CAPTURE;
+
+/// [`KEPT_HEAD_BYTES`] as a buffer's length.
+pub fn kept_head_len() -> usize {
+    usize::try_from(KEPT_HEAD_BYTES).unwrap_or(usize::MAX)
+}
 
 /// The output of a kept exec's result, for its own connection and for every attacher alike: `head`
 /// (the journal's first [`KEPT_HEAD_BYTES`]) within the reply's budget, `truncated` when bytes were
@@ -857,7 +863,7 @@ pub fn set_kept_output(result: &mut ExecResult, head: Vec<u8>, stored: u64) {
 
 /// The size of a kept exec's reply, as [`reply_size`] tells a capture's.
 pub fn kept_reply_size(stored: u64) -> usize {
-    inline_reply_size(stored.min(KEPT_HEAD_BYTES as u64))
+    inline_reply_size(stored.min(KEPT_HEAD_BYTES))
 }
 
 /// A new terminal of `size`: its master side and the side the command gets, both close-on-exec
@@ -893,7 +899,7 @@ pub fn resize_terminal(master: std::os::fd::BorrowedFd<'_>, size: TerminalSize) 
 #[derive(Default)]
 pub struct Watchers {
     pub spawned: Option<oneshot::Sender<Spawned>>,
-    pub started: Option<oneshot::Sender<u32>>,
+    pub started: Option<oneshot::Sender<Pid>>,
     pub live: Option<mpsc::Sender<Vec<u8>>>,
 }
 

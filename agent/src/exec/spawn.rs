@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use agentd_protocol::profile::Enforcement;
+use nix::unistd::Pid;
 
 use crate::syscall;
 
@@ -209,7 +210,7 @@ impl Spawner {
             },
             steps,
         };
-        Ok(Launch { pid: pid as u32, done, kept: ManuallyDrop::new(kept) })
+        Ok(Launch { pid: Pid::from_raw(pid), done, kept: ManuallyDrop::new(kept) })
     }
 }
 
@@ -218,7 +219,7 @@ const IN_USE: i32 = -1;
 
 /// A child between its clone and its exec, and everything it reads meanwhile.
 pub struct Launch {
-    pub pid: u32,
+    pub pid: Pid,
     /// The child's clear-tid word: 0 once it exec'd or exited (the kernel clears it when the child
     /// leaves our memory, before its exec closes its descriptors or its exit is reported).
     done: Arc<AtomicI32>,
@@ -288,7 +289,7 @@ impl Launch {
     }
 
     /// What the child said of its steps and exec (once it is done).
-    fn spawned(&self) -> io::Result<u32> {
+    fn spawned(&self) -> io::Result<Pid> {
         match self.kept.context.errno {
             0 => Ok(self.pid),
             errno => Err(io::Error::from_raw_os_error(errno)),

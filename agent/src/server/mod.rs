@@ -8,6 +8,10 @@
 //! unfinished uploads removed and its verbs and downloads stopped: no result could be delivered any
 //! more, and nothing should be left running unseen.
 //!
+//! The session only transports: it parses each message, dispatches it and writes the reply. An
+//! exec is prepared by [`crate::exec::prepare`] (admit, plan) and run by the [`Executor`]; uploads
+//! and downloads are [`transfer`]'s; file verbs are [`crate::fs`]'s.
+//!
 //! A kept exec (`keep`) is the exception: its connection's end only detaches it, and the process
 //! verbs ([`process`]: `attach`, `processes`, `kill`, `wait`, `forget`, stdin, `resize`) reach it
 //! from any connection.
@@ -35,6 +39,7 @@ use agentd_protocol::{
     HelloReply, PROTOCOL_VERSION, ServerMessage, TerminalSize, UploadRequest, chunk, decode_client,
 };
 use futures_util::StreamExt as _;
+use nix::unistd::Pid;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
@@ -121,7 +126,7 @@ pub async fn serve(listener: Listener, shared: Arc<Shared>) {
                     let peer = match peer {
                         // Zero: a process of another pid namespace, which cannot be one of ours.
                         Some(pid) => {
-                            let pid = u32::try_from(pid).unwrap_or(0);
+                            let pid = Pid::from_raw(pid.max(0));
                             let ours = tokio::task::spawn_blocking(move || tree::is_agentd_descendant(pid));
                             if ours.await.unwrap_or(true) { Peer::OwnCommand } else { Peer::Local }
                         }
@@ -157,7 +162,7 @@ async fn connection<S>(stream: S, peer: String, who: Peer, shared: Arc<Shared>, 
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    #[allow(clippy::result_large_err)] // tungstenite's `Callback` signature
+    #[expect(clippy::result_large_err, reason = "tungstenite's `Callback` signature")]
     let auth =
         |request: &Request, response: Response| authorize(shared.token.as_ref(), who, request, response);
     let (stream, meter) = Metered::new(stream, shared.large_messages.clone());
@@ -283,8 +288,10 @@ async fn session<S>(
 /// (403), never a web page (an `Origin` header: 403), and with the right bearer token when agentd
 /// has one (else 401). Browsers send `Origin` on every websocket upgrade and cannot leave it out, so
 /// no page a local browser opens can reach agentd, whatever it guesses.
-// The error type is tungstenite's `Callback` signature, not ours to box.
-#[allow(clippy::result_large_err)]
+#[expect(
+    clippy::result_large_err,
+    reason = "the error type is tungstenite's `Callback` signature, not ours to box"
+)]
 fn authorize(
     token: Option<&Token>,
     peer: Peer,
@@ -504,7 +511,7 @@ impl Session {
             let running = shared.executor.run(spec, &cancel, watchers, Some(out.room()));
             let follow = async {
                 if let Ok(spawned) = spawned_rx.await {
-                    let pid = spawned.pid;
+                    let pid = crate::pid::to_wire(spawned.pid);
                     process.spawned(spawned);
                     // A kept exec's client learns its process id at once (to attach again after a
                     // blip), without waiting for the exec itself: if the command then cannot start,
@@ -693,11 +700,12 @@ fn cancelled_response(request: &FsRequest) -> FsResponse {
 async fn forward_live(
     id: u64,
     process: String,
-    started: oneshot::Receiver<u32>,
+    started: oneshot::Receiver<Pid>,
     mut live: mpsc::Receiver<Vec<u8>>,
     out: Outbox,
 ) {
     if let Ok(pid) = started.await {
+        let pid = crate::pid::to_wire(pid);
         let _ = out.reply(ServerMessage::ExecStarted(ExecStarted { id, pid, process })).await;
     }
     while let Some(data) = live.recv().await {
