@@ -29,6 +29,7 @@ use agentd_protocol::limits::{
     MAX_STDIN_WAITING, PROCESSES_PAGE, RESULT_RETENTION_SECS,
 };
 use agentd_protocol::{ErrorCode, ExecResult, ProcessInfo, ProcessState, StdinMode, TerminalSize};
+use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
@@ -464,7 +465,8 @@ pub struct Process {
 
 #[derive(Default)]
 struct State {
-    pid: u32,
+    /// The shell's pid, once spawned.
+    pid: Option<Pid>,
     target: Option<Target>,
     input: Option<Arc<Input>>,
     /// It had an input once (so a missing one was closed).
@@ -488,7 +490,7 @@ impl Process {
     /// The exec started: what it runs as and how it is reached.
     pub fn spawned(&self, spawned: Spawned) {
         let mut state = lock(&self.state);
-        state.pid = spawned.pid;
+        state.pid = Some(spawned.pid);
         state.target = Some(spawned.target);
         state.progress = Some(spawned.progress);
         state.journal = spawned.journal.map(Arc::new);
@@ -633,7 +635,7 @@ impl Process {
             process: self.id.clone(),
             command: self.command.clone(),
             state: ProcessState::Running,
-            pid: state.pid,
+            pid: state.pid.map_or(0, crate::pid::to_wire),
             started: unix_seconds(self.started),
             total_bytes: progress.total,
             stored_bytes: progress.stored,
