@@ -191,8 +191,7 @@ fn anchors_are_githubs() {
 fn the_agentctl_page_names_every_sandbox_form_agentctl_parses() {
     let page = read(&workspace().join("docs/agentctl.md"));
     // The comment of its first example lists them, wrapped over `# ` lines: joined, as one text.
-    let shell: String =
-        page.lines().filter_map(|line| line.strip_prefix("# ")).collect::<Vec<_>>().join(" ");
+    let shell: String = page.lines().filter_map(|line| line.strip_prefix("# ")).collect::<Vec<_>>().join(" ");
     let forms: Vec<&str> = agentd_host::provider::SPEC_FORMS.split(", ").collect();
     assert!(forms.len() >= 7, "{forms:?}");
     let missing: Vec<&&str> = forms.iter().filter(|form| !shell.contains(**form)).collect();
@@ -263,8 +262,8 @@ fn every_module_is_named_by_its_parent_or_its_crate_root() {
         for file in rust_files(&src) {
             let dir = file.parent().unwrap().to_owned();
             let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
-            // A crate root: the library's or the binary's, or one of src/bin/.
-            if dir == src && (stem == "lib" || stem == "main") || dir == bin || stem == "main" {
+            // A crate root: the library's (`lib.rs`), a binary's (`main.rs`, or a file of src/bin/).
+            if stem == "main" || dir == bin || (dir == src && stem == "lib") {
                 continue;
             }
             // `NAME/mod.rs` is the module NAME of the directory above.
