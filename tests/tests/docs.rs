@@ -1,6 +1,8 @@
 //! The docs stay true to the tree: every crate's map (the root file's `//!` doc) names each module the
-//! root declares, every link of the Markdown docs between sections and files resolves, and the
-//! README names every `--sandbox` form agentctl parses.
+//! root declares, every module file is named by its parent's `//!` doc or its crate's, every link of
+//! the Markdown docs (README.md, docs/*.md, protocol/README.md, images/README.md) between sections and
+//! files resolves, and docs/agentctl.md names every `--sandbox` form agentctl parses. Links in the
+//! crate docs are rustdoc's intra-doc links, which `cargo doc` with warnings denied checks (CI).
 
 // Test helpers outside #[test] functions: a failed read aborts the test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -156,8 +158,16 @@ fn every_markdown_link_resolves() {
             }
         }
     }
-    // The README alone links to a dozen sections.
+    // The README alone links to a dozen pages and sections.
     assert!(checked > 12, "only {checked} links found");
+    // Each page of docs/ is linked from the README: the front door leads everywhere.
+    let readme = read(&root.join("README.md"));
+    let unlinked: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".md") && !readme.contains(&format!("](docs/{name}")))
+        .collect();
+    assert!(unlinked.is_empty(), "docs/ pages the README does not link to: {unlinked:?}");
     assert!(broken.is_empty(), "links that lead nowhere:\n{}", broken.join("\n"));
 }
 
@@ -178,13 +188,107 @@ fn anchors_are_githubs() {
 }
 
 #[test]
-fn the_readme_names_every_sandbox_form_agentctl_parses() {
-    let readme = read(&workspace().join("README.md"));
-    // The comment of "From the shell" lists them, wrapped over `# ` lines: joined, as one text.
-    let shell: String =
-        readme.lines().filter_map(|line| line.strip_prefix("# ")).collect::<Vec<_>>().join(" ");
+fn the_agentctl_page_names_every_sandbox_form_agentctl_parses() {
+    let page = read(&workspace().join("docs/agentctl.md"));
+    // The comment of its first example lists them, wrapped over `# ` lines: joined, as one text.
+    let shell: String = page.lines().filter_map(|line| line.strip_prefix("# ")).collect::<Vec<_>>().join(" ");
     let forms: Vec<&str> = agentd_host::provider::SPEC_FORMS.split(", ").collect();
     assert!(forms.len() >= 7, "{forms:?}");
     let missing: Vec<&&str> = forms.iter().filter(|form| !shell.contains(**form)).collect();
-    assert!(missing.is_empty(), "--sandbox forms missing from README's \"From the shell\": {missing:?}");
+    assert!(missing.is_empty(), "--sandbox forms missing from docs/agentctl.md: {missing:?}");
+}
+
+/// The crates whose module trees the maps cover: each one's `src/`.
+const CRATE_SOURCES: [&str; 5] = ["protocol/src", "agent/src", "host/src", "tests/src", "python/src"];
+
+/// Every `.rs` file below `dir`, recursively.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// The words inside the backtick spans of a file's `//!` doc: `` `exec` ``, `` [`exec`] ``,
+/// `` `exec::tree` ``, `` `exec/tree.rs` `` and `` `exec/{tree,spawn}.rs` `` all name `tree`.
+fn named_in_doc(path: &Path) -> Vec<String> {
+    let Ok(source) = std::fs::read_to_string(path) else { return Vec::new() };
+    let doc: String = source
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    doc.split('`')
+        .skip(1)
+        .step_by(2)
+        .flat_map(|span| span.split(|c: char| !(c.is_alphanumeric() || c == '_')))
+        .filter(|word| !word.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The file of the module a directory of submodules belongs to: `dir.rs` beside it, else
+/// `dir/mod.rs` (for `src/bin/NAME/`, the binary's root `src/bin/NAME.rs` or `src/bin/NAME/main.rs`).
+fn module_file_of(dir: &Path) -> PathBuf {
+    let beside = dir.with_extension("rs");
+    if beside.is_file() {
+        return beside;
+    }
+    let main = dir.join("main.rs");
+    if main.is_file() { main } else { dir.join("mod.rs") }
+}
+
+/// The module maps below the crate roots. The rule: every module file of a crate (`NAME.rs`, or
+/// `NAME/mod.rs`, below `src/`) is named, in backticks, in the `//!` doc of its parent module's file
+/// or of its crate root (`lib.rs`, `main.rs`, or for a binary's modules its `src/bin/` file). Crate
+/// roots themselves (`lib.rs`, `main.rs`, the files of `src/bin/`) are not modules. A file is named
+/// when one of the words inside a backtick span of that doc is its module's name (see
+/// [`named_in_doc`]); so a newcomer finds any module from its crate's map in at most two hops.
+#[test]
+fn every_module_is_named_by_its_parent_or_its_crate_root() {
+    let root = workspace();
+    let mut missing = Vec::new();
+    let mut seen = 0;
+    for crate_src in CRATE_SOURCES {
+        let src = root.join(crate_src);
+        let lib = if src.join("lib.rs").is_file() { src.join("lib.rs") } else { src.join("main.rs") };
+        let bin = src.join("bin");
+        for file in rust_files(&src) {
+            let dir = file.parent().unwrap().to_owned();
+            let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
+            // A crate root: the library's (`lib.rs`), a binary's (`main.rs`, or a file of src/bin/).
+            if stem == "main" || dir == bin || (dir == src && stem == "lib") {
+                continue;
+            }
+            // `NAME/mod.rs` is the module NAME of the directory above.
+            let (name, home) = if stem == "mod" {
+                (dir.file_name().unwrap().to_string_lossy().into_owned(), dir.parent().unwrap().to_owned())
+            } else {
+                (stem, dir)
+            };
+            let parent = if home == src { lib.clone() } else { module_file_of(&home) };
+            // The crate root: a binary's (the first directory below src/bin/), else the library's.
+            let crate_root = match home.strip_prefix(&bin).ok().and_then(|rest| rest.components().next()) {
+                Some(first) => module_file_of(&bin.join(first)),
+                None => lib.clone(),
+            };
+            seen += 1;
+            if ![parent, crate_root].iter().any(|doc| named_in_doc(doc).contains(&name)) {
+                missing.push(format!("{}: `{name}`", file.strip_prefix(&root).unwrap().display()));
+            }
+        }
+    }
+    // The walk found the modules at all (agentd alone has more than forty).
+    assert!(seen > 100, "only {seen} module files found");
+    assert!(
+        missing.is_empty(),
+        "module files named neither by their parent's `//!` doc nor by their crate root's:\n{}",
+        missing.join("\n")
+    );
 }
