@@ -171,6 +171,46 @@ fn every_markdown_link_resolves() {
     assert!(broken.is_empty(), "links that lead nowhere:\n{}", broken.join("\n"));
 }
 
+/// The paths of the tree that a Markdown text names in backticks (`agent/src/guard.rs`), outside
+/// code blocks: those that start at a top-level folder of the workspace.
+fn named_paths(markdown: &str) -> Vec<String> {
+    const TOP: [&str; 8] = ["agent/", "host/", "protocol/", "tests/", "python/", "images/", "docs/", "fuzz/"];
+    let mut out = Vec::new();
+    for line in outside_code(markdown) {
+        for (n, piece) in line.split('`').enumerate() {
+            // Odd pieces are inside backticks.
+            let path = piece.split([':', '#', ' ']).next().unwrap_or("");
+            if n % 2 == 1 && TOP.iter().any(|top| path.starts_with(top)) && !path.contains(['*', '<', '{']) {
+                out.push(path.trim_end_matches(['.', ',']).to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_path_the_docs_name_exists() {
+    let root = workspace();
+    let mut docs: Vec<PathBuf> = ["README.md", "protocol/README.md"].iter().map(|p| root.join(p)).collect();
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        docs.push(entry.unwrap().path());
+    }
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for doc in &docs {
+        for path in named_paths(&read(doc)) {
+            checked += 1;
+            // Build outputs and files the tests make are named too; they live under target/.
+            if !root.join(&path).exists() {
+                missing.push(format!("{}: `{path}`", doc.strip_prefix(&root).unwrap().display()));
+            }
+        }
+    }
+    // The architecture page alone names dozens of files.
+    assert!(checked > 30, "only {checked} paths found");
+    assert!(missing.is_empty(), "paths the docs name that the tree does not have:\n{}", missing.join("\n"));
+}
+
 #[test]
 fn anchors_are_githubs() {
     let headings = "# agentd\n## A sandbox you don't trust\n```sh\n# a comment\n```\n### Process walls (measured)\n## `agentd fs` — verbs\n## Limits\n## Limits\n";
