@@ -141,6 +141,23 @@ pub struct Ending {
     pub abandoned: bool,
 }
 
+impl Ending {
+    /// As in a listing: every field but `signal` always present.
+    fn serialize_listed<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Listed<'a> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            signal: &'a Option<String>,
+            timed_out: bool,
+            cancelled: bool,
+            abandoned: bool,
+        }
+        let Ending { signal, timed_out, cancelled, abandoned } = self;
+        Listed { signal, timed_out: *timed_out, cancelled: *cancelled, abandoned: *abandoned }
+            .serialize(serializer)
+    }
+}
+
 /// One process as `processes` and `wait` tell it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ProcessInfo {
@@ -162,8 +179,9 @@ pub struct ProcessInfo {
     /// The exit status, once ended (a death by signal `n`: `128 + n`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    /// What ended it, beside its own exit (all unset while it runs).
-    #[serde(flatten)]
+    /// What ended it, beside its own exit (all unset while it runs). A listing always names
+    /// `abandoned` (an `exec_result` only when true).
+    #[serde(flatten, serialize_with = "Ending::serialize_listed")]
     pub ending: Ending,
     /// Bytes the process wrote so far.
     pub total_bytes: u64,
