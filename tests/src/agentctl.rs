@@ -1,5 +1,6 @@
 //! agentctl as a child process, as the tests that bound it run it: isolated from the machine's
-//! providers ([`agentctl`], then [`with_daytona`] / [`with_modal`] for a fake), run to its end with
+//! providers ([`agentctl`], then [`with_daytona`] / [`with_modal`] for a fake; [`agentctl_in`] with a
+//! given session file and no sandbox from the environment), run to its end with
 //! its own peak RSS measured ([`run`]: `wait4`'s rusage of that very child, so other children of the
 //! test process do not count).
 
@@ -7,9 +8,10 @@ use std::io::Read as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::binary;
-use crate::fake_daytona::FakeDaytona;
-use crate::fake_modal::FakeModal;
+use agentd_fakes::fake_daytona::FakeDaytona;
+use agentd_fakes::fake_modal::FakeModal;
+
+use crate::binaries::binary;
 
 /// agentctl with no provider configured but the ones a test adds, and a Docker engine that is
 /// not there (so no test here touches real containers).
@@ -33,6 +35,17 @@ pub fn agentctl(state: &tempfile::TempDir) -> Command {
     ] {
         command.env_remove(variable);
     }
+    command
+}
+
+/// `agentctl` with the session file `session`, and no sandbox named by the environment.
+pub fn agentctl_in(session: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(binary("agentctl"));
+    command
+        .env("AGENTCTL_SESSION", session)
+        .env_remove("AGENTD_URL")
+        .env_remove("AGENTD_TOKEN")
+        .env_remove("DAYTONA_API_KEY");
     command
 }
 

@@ -8,7 +8,8 @@
 
 use std::process::Command;
 
-use agentd_tests::{agentctl_in as agentctl, binary};
+use agentd_tests::agentctl::agentctl_in as agentctl;
+use agentd_tests::binary;
 
 /// Runs `command`, which must succeed; returns its output.
 fn succeed(command: &mut Command) -> std::process::Output {

@@ -94,7 +94,7 @@ struct Tag(String);
 impl Tag {
     /// `image` under a new name.
     fn of(image: &str) -> Self {
-        let tag = Self(format!("agentd-test-cleanup-{}:latest", agentd_tests::random_hex(6)));
+        let tag = Self(format!("agentd-test-cleanup-{}:latest", agentd_fakes::random_hex(6)));
         docker(&["tag", image, &tag.0]);
         tag
     }
@@ -103,7 +103,7 @@ impl Tag {
     /// as PID 1): its published port accepts connections and then drops them. The entrypoint is
     /// still a program named agentd, so the adapter takes it for baked and injects nothing.
     fn mute(image: &str) -> Self {
-        let tag = Self(format!("agentd-test-cleanup-mute-{}:latest", agentd_tests::random_hex(6)));
+        let tag = Self(format!("agentd-test-cleanup-mute-{}:latest", agentd_fakes::random_hex(6)));
         let mut build = Command::new("docker")
             .args(["build", "-q", "-t", &tag.0, "-"])
             .stdin(Stdio::piped())

@@ -1,4 +1,4 @@
-//! `DaytonaSandbox` against the fake Daytona (`agentd_tests::fake_daytona`): real containers from
+//! `DaytonaSandbox` against the fake Daytona (`agentd_fakes::fake_daytona`): real containers from
 //! `agentd-base-debian` (no agentd inside, so it is injected), the REST API, the toolbox's bulk
 //! multipart endpoints and exec, and the preview proxy carrying the websocket link.
 //!
@@ -10,12 +10,12 @@
 
 use std::time::{Duration, Instant};
 
+use agentd_fakes::fake_daytona::{FakeDaytona, IMAGE_BUILD_FAILED};
 use agentd_host::adapters::daytona::{
     Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaProvider, DaytonaSandbox,
 };
 use agentd_host::provider::Provider as _;
 use agentd_host::{BaseSandbox, SandboxError};
-use agentd_tests::fake_daytona::{FakeDaytona, IMAGE_BUILD_FAILED};
 
 const DEBIAN_BASE: &str = "agentd-base-debian:latest";
 

@@ -1,4 +1,4 @@
-//! The host against an agentd that lies ([`agentd_tests::evil_agentd`]): code in a sandbox can put
+//! The host against an agentd that lies ([`agentd_fakes::evil_agentd`]): code in a sandbox can put
 //! its own server where agentd was. Each test is one misbehaviour, through the Rust API and through
 //! `agentctl`: every wait ends at its documented deadline (set small here), the error says what was
 //! waited for or what was wrong, memory stays bounded and no file is left behind.
@@ -10,11 +10,11 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agentd_fakes::evil_agentd::{Evil, EvilAgentd, HUNG};
 use agentd_host::link::Link;
 use agentd_host::{AgentdSandbox, BaseSandbox as _, Deadlines, SandboxError};
 use agentd_protocol::{ExecRequest, FsRequest};
 use agentd_tests::binary;
-use agentd_tests::evil_agentd::{Evil, EvilAgentd, HUNG};
 
 /// Deadlines of one to two seconds: long enough for loopback, short enough for a test.
 fn tight() -> Deadlines {

@@ -18,9 +18,9 @@
 
 use std::time::Duration;
 
+use agentd_fakes::fake_daytona::FakeDaytona;
+use agentd_fakes::fake_modal::FakeModal;
 use agentd_tests::agentctl::{Run, agentctl, run, with_daytona, with_modal};
-use agentd_tests::fake_daytona::FakeDaytona;
-use agentd_tests::fake_modal::FakeModal;
 
 /// Ids no request may carry, and their sources.
 const HOSTILE_IDS: [&str; 4] = ["../../../../evil/delete-me", "a%2Fb", "\u{1b}]0;pwned\u{7}", ".."];

@@ -534,7 +534,7 @@ impl Session {
         let profile = DefaultProfile::create(workspace.path()).unwrap();
         let socket_dir = socket_dir().unwrap();
         let token_file = socket_dir.path().join("token");
-        let token = agentd_tests::random_hex(32);
+        let token = agentd_fakes::random_hex(32);
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -831,7 +831,7 @@ async fn shared_memory_outside_cannot_be_removed() {
 #[tokio::test]
 async fn an_abstract_socket_outside_cannot_be_reached() {
     use std::os::linux::net::SocketAddrExt as _;
-    let name = format!("agentd-walls-{}", agentd_tests::random_hex(8));
+    let name = format!("agentd-walls-{}", agentd_fakes::random_hex(8));
     let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let _listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
     let params = probe_params(&name);

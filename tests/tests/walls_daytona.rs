@@ -21,10 +21,10 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agentd_fakes::fake_daytona::{FakeDaytona, generated_bytes};
 use agentd_host::adapters::daytona::{DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
 use agentd_host::{BaseSandbox as _, SandboxError};
 use agentd_tests::agentctl::{Run, agentctl, run, with_daytona};
-use agentd_tests::fake_daytona::{FakeDaytona, generated_bytes};
 use sha2::{Digest as _, Sha256};
 
 const MIB: u64 = 1 << 20;

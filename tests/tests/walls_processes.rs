@@ -207,7 +207,7 @@ async fn one_client_with_its_kept_processes_all_taken_starves_no_other_client() 
 
 #[tokio::test]
 async fn a_sandbox_that_pages_processes_without_end_cannot_hold_the_host() {
-    use agentd_tests::evil_agentd::{Evil, EvilAgentd};
+    use agentd_fakes::evil_agentd::{Evil, EvilAgentd};
     let server = EvilAgentd::start(Evil::EndlessPages).unwrap();
     let link = agentd_host::Link::connect(&server.url(), None).await.unwrap();
     let listed = tokio::time::timeout(Duration::from_secs(30), link.processes()).await.expect("in time");

@@ -16,7 +16,8 @@ use std::process::Command;
 use agentd_host::{AgentdSandbox, BaseSandbox};
 use agentd_protocol::ExecRequest;
 use agentd_protocol::profile::Level;
-use agentd_tests::{Daemon, Need, agentctl_in as agentctl, binary, profiled, run, skip};
+use agentd_tests::agentctl::agentctl_in as agentctl;
+use agentd_tests::{Daemon, Need, binary, profiled, run, skip};
 
 /// The workspace's real path.
 fn real(daemon: &Daemon) -> PathBuf {

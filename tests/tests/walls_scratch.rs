@@ -181,7 +181,7 @@ impl Session {
             std::fs::write(profile.file(), json.to_string()).unwrap();
         }
         let socket_dir = socket_dir().unwrap();
-        let token = agentd_tests::random_hex(32);
+        let token = agentd_fakes::random_hex(32);
         let (child, started) = spawn_agentd(
             workspace.path(),
             socket_dir.path(),
@@ -366,7 +366,7 @@ async fn a_command_cannot_use_what_agentd_inherited() {
         ),
     )
     .unwrap();
-    let token = agentd_tests::random_hex(16);
+    let token = agentd_fakes::random_hex(16);
     let mut command = Command::new(binary("agentd"));
     command
         .args(["serve", "--listen", "127.0.0.1:0", "--profile", profile.to_str().unwrap()])
