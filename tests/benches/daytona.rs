@@ -10,8 +10,7 @@
 //! cargo build --release --workspace && cargo bench -p agentd-tests --bench daytona
 //! ```
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::time::{Duration, Instant};
 

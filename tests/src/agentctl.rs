@@ -69,7 +69,7 @@ pub struct Run {
 
 /// Runs `command` to its end (killed after `deadline`), measuring its peak RSS. The child is
 /// reaped by `wait4` (for its own rusage), not by `Child::wait`.
-#[allow(clippy::zombie_processes)]
+#[expect(clippy::zombie_processes, reason = "the child is reaped by `wait4`, which `Child` cannot do")]
 pub fn run(command: &mut Command, deadline: Duration) -> Run {
     let started = Instant::now();
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();

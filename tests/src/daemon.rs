@@ -3,6 +3,7 @@
 //! speak the protocol by hand. Dropping it stops agentd and removes what it left.
 
 use crate::binaries::binary;
+use crate::processes::nix_pid;
 use crate::scratch::remove_scratch;
 
 /// A started agentd with its address and token, for tests that speak the protocol by hand.
@@ -98,10 +99,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+        let _ = nix::sys::signal::kill(nix_pid(self.child.id()), nix::sys::signal::Signal::SIGTERM);
         let _ = self.child.wait();
         remove_scratch(self.child.id());
     }

@@ -19,8 +19,8 @@
 //! - `daemon`: a real agentd as a child process, on TCP or a Unix socket ([`Daemon`]).
 //! - `docker`: the engine and images or a visible skip ([`docker_available`]), containers and
 //!   Docker sandboxes for tests ([`docker_sandbox`], [`RemoveOnDrop`]).
-//! - `processes`: processes as `/proc` shows them ([`descendants`], [`status_kb`], …), stopping one,
-//!   and [`eventually`].
+//! - `processes`: processes as `/proc` shows them ([`descendants`], [`status_kb`], …), signalling
+//!   and stopping one ([`nix_pid`], [`sigterm_and_wait`]), and [`eventually`].
 //! - `profiles`: a daemon serving a profile ([`profiled`]) and a command on it ([`run`]).
 //! - `sandboxes`: sandboxes for the derived path ([`ShellSandbox`], [`ExecOnly`]).
 //! - `scratch`: agentd's scratch directories ([`scratch_dir`], [`remove_scratch`]).
@@ -60,7 +60,8 @@ pub use checks::{check_commands_and_verbs, check_per_file_codes, check_transfers
 pub use daemon::Daemon;
 pub use docker::{RemoveOnDrop, docker_available, docker_sandbox, plain_container};
 pub use processes::{
-    cpu_ticks, descendants, eventually, fd_count, processes_named, sigterm_and_wait, status_count, status_kb,
+    cpu_ticks, descendants, eventually, fd_count, nix_pid, processes_named, sigterm_and_wait, status_count,
+    status_kb,
 };
 pub use profiles::{profiled, run};
 pub use sandboxes::{ExecOnly, ShellSandbox};

@@ -4,10 +4,14 @@
 
 use std::time::Duration;
 
+/// `pid` as nix takes it (a pid always fits an i32: `pid_max` is at most 2^22).
+pub fn nix_pid(pid: u32) -> nix::unistd::Pid {
+    nix::unistd::Pid::from_raw(i32::try_from(pid).expect("a pid fits an i32"))
+}
+
 /// Sends SIGTERM to `child` and waits up to `within` for it to exit (a failure past that).
 pub async fn sigterm_and_wait(child: &mut std::process::Child, within: Duration) -> std::process::ExitStatus {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-        .expect("SIGTERM");
+    nix::sys::signal::kill(nix_pid(child.id()), nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
     let deadline = std::time::Instant::now() + within;
     loop {
         if let Some(status) = child.try_wait().expect("try_wait") {

@@ -9,6 +9,11 @@ pub fn median(mut times: Vec<Duration>) -> Duration {
 }
 
 /// The value below which the fraction `p` of `sorted` lies (nearest rank; 0.5 is the median).
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "a rank between 0 and len - 1 (p is a fraction): the float to integer cast is exact"
+)]
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }

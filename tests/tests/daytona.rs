@@ -5,8 +5,10 @@
 //! Without Docker or the images each test prints one `skipped:` line and returns
 //! ([`agentd_tests::skip`]), unless `AGENTD_REQUIRE_DOCKER=1` makes that a failure.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,10 @@
 //! The fake Daytona (`agentd_fakes::fake_daytona`) checked against the official Python SDK, and its
 //! wire details (auth, states, the bulk multipart layouts, the exec 408) checked by hand.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 

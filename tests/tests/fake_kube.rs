@@ -2,7 +2,11 @@
 //! against the API's documented behaviour: auth, discovery, the generic verbs and their `Status`
 //! errors, selectors, watches, Pods as real containers, exec on the channel protocols.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 

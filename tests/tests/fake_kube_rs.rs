@@ -3,7 +3,10 @@
 //! apiserver's errors, the runtime's watcher (list+watch and streaming lists) and `await_condition`,
 //! exec over `v5.channel.k8s.io` with stdin closed and the exit status.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::Duration;
 

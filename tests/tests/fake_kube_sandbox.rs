@@ -4,7 +4,10 @@
 //! its Sandbox and pod, a claim on a missing pool or template says why; and the official
 //! `k8s-agent-sandbox` Python client drives a claim through its own API.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 

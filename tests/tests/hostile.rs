@@ -3,8 +3,11 @@
 //! `agentctl`: every wait ends at its documented deadline (set small here), the error says what was
 //! waited for or what was wrong, memory stays bounded and no file is left behind.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, Stdio};
@@ -186,10 +189,9 @@ fn agentctl_within(limit: Duration, url: &str, env: &[(&str, &str)], args: &[&st
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let started = Instant::now();
-    // Reaped by wait4 below, which std's `Child` cannot do.
-    #[allow(clippy::zombie_processes)]
+    #[expect(clippy::zombie_processes, reason = "reaped by wait4 below, which std's `Child` cannot do")]
     let mut child = command.spawn().unwrap();
-    let pid = child.id() as i32;
+    let pid = i32::try_from(child.id()).unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let err = std::thread::spawn(move || std::io::read_to_string(&mut stderr).unwrap());
     let killer = std::thread::spawn(move || {

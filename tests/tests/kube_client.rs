@@ -2,7 +2,10 @@
 //! `kubernetes` Python client (`tests/kube_client_check.py`, in the python `$AGENTD_KUBE_PYTHON`
 //! names) and `kubectl`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 

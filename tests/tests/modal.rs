@@ -7,8 +7,10 @@
 //! ([`agentd_tests::skip`]), unless `AGENTD_REQUIRE_DOCKER=1` makes that a failure. Every sandbox
 //! is terminated by a guard, and the fake removes its containers when dropped, failed test or not.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 

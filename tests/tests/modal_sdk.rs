@@ -3,7 +3,11 @@
 //! timeout, JWT expiry, injected faults) checked with the adapter's own generated gRPC clients, and
 //! the standalone `fake-modal` binary.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::Duration;
 
@@ -594,10 +598,7 @@ async fn fake_modal_binary_prints_exports_and_serves_until_killed() {
     struct Kill(u32);
     impl Drop for Kill {
         fn drop(&mut self) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.0 as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            let _ = nix::sys::signal::kill(agentd_tests::nix_pid(self.0), nix::sys::signal::Signal::SIGTERM);
         }
     }
     let kill = Kill(child.id());

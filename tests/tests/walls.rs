@@ -12,8 +12,10 @@
 //! `user = "agentd"` (the same profile, root's capabilities) or without a profile, where it gets
 //! through: the attack is real.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -567,10 +569,8 @@ impl Session {
     /// SIGTERM, and the wait for agentd's exit.
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            let _ =
+                nix::sys::signal::kill(agentd_tests::nix_pid(child.id()), nix::sys::signal::Signal::SIGTERM);
             let _ = child.wait();
         }
     }

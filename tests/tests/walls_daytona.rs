@@ -14,8 +14,10 @@
 //! Like `hostile_providers.rs`, these run `target/<profile>/agentctl` as built: `cargo build
 //! --workspace` first (a test run alone does not rebuild the binary).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
