@@ -36,7 +36,7 @@ impl PidsCap {
         cap
     }
 
-    /// A wrapper for [`Daemon::launch`]: a shell that joins the cap, then runs its arguments.
+    /// A wrapper for [`Daemon::launch`](crate::Daemon::launch): a shell that joins the cap, then runs its arguments.
     pub fn enter(&self) -> String {
         format!("echo $$ > {}/cgroup.procs && exec \"$@\"", self.dir.display())
     }
