@@ -82,18 +82,6 @@ pub fn status_kb(pid: u32, field: &str) -> u64 {
         .expect("field")
 }
 
-/// Waits up to `within` for `check` to hold.
-pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
-    while tokio::time::Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    check()
-}
-
 /// A plain-number `/proc/<pid>/status` field (`Threads`).
 pub fn status_count(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -115,4 +103,16 @@ pub fn cpu_ticks(pid: u32) -> u64 {
 /// Open file descriptors of `pid`.
 pub fn fd_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
+}
+
+/// Waits up to `within` for `check` to hold.
+pub async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    check()
 }

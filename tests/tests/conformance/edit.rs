@@ -6,8 +6,7 @@
     reason = "test helpers outside #[test] functions: a failed setup step aborts the test with its message"
 )]
 
-use std::os::unix::fs::PermissionsExt as _;
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::path::Path;
 
 use agentd_protocol::fs::EditResult;

@@ -1,7 +1,17 @@
-//! The file-verb conformance suite: every case on every sandbox of the list below, native vs derived,
-//! byte for byte. One test per case per sandbox, named `<factory>::<case>`, so a failure names both;
-//! a factory whose requirement is missing (the Docker engine, an image) skips its tests visibly
-//! ([`agentd_tests::skip`]).
+//! The file-verb conformance suite: the seven file verbs (the contract's rules and its golden cases
+//! 5–53) and the derived offload framing (§4, golden case 55), on every sandbox of the list below,
+//! native vs derived, byte for byte. One test per case per sandbox, named `<factory>::<case>`, so a
+//! failure names both; a factory whose requirement is missing (the Docker engine, an image) skips its
+//! tests visibly ([`agentd_tests::skip`]).
+//!
+//! Every call runs twice: natively (a real agentd over a real websocket) and on the derived path
+//! (`agentd fs request` through nothing but `execute`), on the same files. The two results must be
+//! identical, and each must be the contract's value. Mutating calls rebuild their fixture before each
+//! run and compare the whole workspace afterwards. Failures are collected per case and reported
+//! together at its end, so one run shows every difference (expected vs got, native vs derived) rather
+//! than only the first.
+//!
+//! The tests run as root in CI: cases 34 and 53 assert the root behaviour there (see their comments).
 //!
 //! Adding a kind of sandbox is one factory function (returning a [`Target`]) in `factories` and one
 //! entry in the list below; a case missing from `cases` is dead code, which the lints refuse.
