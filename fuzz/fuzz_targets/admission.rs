@@ -4,11 +4,19 @@
 //! the server's permission rules kept as they are, after only deny rules).
 #![no_main]
 
-#[allow(dead_code, unreachable_pub)]
+#[expect(
+    dead_code,
+    unreachable_pub,
+    reason = "a module of another crate, included as is: its `pub` items are the crate's, and the target uses part of it"
+)]
 #[path = "../../agent/src/admission.rs"]
 mod admission;
 
-#[allow(dead_code, unreachable_pub)]
+#[expect(
+    dead_code,
+    unreachable_pub,
+    reason = "a module of another crate, included as is: its `pub` items are the crate's, and the target uses part of it"
+)]
 #[path = "../../agent/src/permission.rs"]
 mod permission;
 

@@ -30,8 +30,7 @@
 //!    end hashes everything it moves);
 //! 8. agentd's binary size, idle RSS and peak RSS.
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::os::fd::AsFd as _;
 use std::path::PathBuf;

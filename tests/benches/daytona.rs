@@ -1,5 +1,5 @@
 //! Daytona benchmark: prints figures, asserts nothing about speed. Through the fake Daytona
-//! (`agentd_tests::fake_daytona`) on loopback, one sandbox from `agentd-base-debian` with agentd
+//! (`agentd_fakes::fake_daytona`) on loopback, one sandbox from `agentd-base-debian` with agentd
 //! injected, seen through two handles in the same run: one over the websocket link (preview proxy)
 //! and one attached in `DaytonaMode::ToolboxExec` (every call a toolbox exec, the verbs derived
 //! through it). Needs the Docker engine, the images from `images/build.sh` and the static agentd
@@ -10,14 +10,13 @@
 //! cargo build --release --workspace && cargo bench -p agentd-tests --bench daytona
 //! ```
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::time::{Duration, Instant};
 
+use agentd_fakes::fake_daytona::FakeDaytona;
 use agentd_host::BaseSandbox as _;
 use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
-use agentd_tests::fake_daytona::FakeDaytona;
 use agentd_tests::stats::ms;
 
 const IMAGE: &str = "agentd-base-debian:latest";

@@ -5,8 +5,7 @@
 //! images/build.sh && cargo build --release --workspace && cargo bench -p agentd-tests --bench docker
 //! ```
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -6,8 +6,7 @@
 //! cargo build --release --workspace && cargo bench -p agentd-tests --bench fs
 //! ```
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};

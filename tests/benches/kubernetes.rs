@@ -1,5 +1,5 @@
 //! Kubernetes benchmark: prints figures, asserts nothing about speed. Through the fake Kubernetes
-//! API (`agentd_tests::fake_kube`) on loopback, whose Pods are Docker containers:
+//! API (`agentd_fakes::fake_kube`) on loopback, whose Pods are Docker containers:
 //!
 //! - **Ready**: a cold Pod (`kube:agentd-debian:latest`, agentd baked) against a claim from a warm
 //!   pool of the same image (`kube-claim:POOL`, the template `agentctl sandbox kube-template` makes:
@@ -13,16 +13,15 @@
 //! images/build.sh && cargo build --release --workspace && cargo bench -p agentd-tests --bench kubernetes
 //! ```
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::time::{Duration, Instant};
 
+use agentd_fakes::fake_kube::FakeKube;
 use agentd_host::BaseSandbox as _;
 use agentd_host::adapters::kubernetes::{
     Channel, Cluster, KubernetesMode, KubernetesOptions, KubernetesSandbox, manifests,
 };
-use agentd_tests::fake_kube::FakeKube;
 use agentd_tests::stats::{ms, percentile};
 
 const IMAGE: &str = "agentd-debian:latest";
@@ -41,7 +40,7 @@ async fn run() {
         return;
     }
     let fake = FakeKube::start();
-    agentd_tests::fake_kube::agent_sandbox::install(&fake);
+    agentd_fakes::fake_kube::agent_sandbox::install(&fake);
     let options = |mode| KubernetesOptions {
         mode,
         kubeconfig: Some(fake.kubeconfig_path().to_owned()),

@@ -1,5 +1,5 @@
 //! Modal benchmark: prints figures, asserts nothing about speed. Through the fake Modal
-//! (`agentd_tests::fake_modal`) on loopback, one sandbox from `agentd-base-debian` with agentd
+//! (`agentd_fakes::fake_modal`) on loopback, one sandbox from `agentd-base-debian` with agentd
 //! injected, seen through two handles in the same run: one over the websocket link (the tunnel)
 //! and one attached in `ModalMode::RouterExec` (every call a command-router exec, the verbs derived
 //! through it). Needs the Docker engine, the images from `images/build.sh` and the static agentd
@@ -10,14 +10,13 @@
 //! cargo build --release --workspace && cargo bench -p agentd-tests --bench modal
 //! ```
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::time::{Duration, Instant};
 
+use agentd_fakes::fake_modal::FakeModal;
 use agentd_host::BaseSandbox as _;
 use agentd_host::adapters::modal::{Channel, ModalConfig, ModalMode, ModalOptions, ModalSandbox};
-use agentd_tests::fake_modal::FakeModal;
 use agentd_tests::stats::ms;
 
 const IMAGE: &str = "agentd-base-debian:latest";

@@ -20,8 +20,7 @@
 //! Uses the static agentd at `target/x86_64-unknown-linux-gnu/release/agentd` when it exists, else
 //! `target/release/agentd`.
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -15,8 +15,7 @@
 //! 4. with `AGENTD_BASELINE=PATH` (an agentd built from an earlier commit), `exec true` on this
 //!    agentd next to the same on that one, in turns: what the process table costs every exec.
 
-// A benchmark binary: a failed step aborts it with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, reason = "a benchmark binary: a failed step aborts it with its message")]
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,6 @@
 //! agentctl as a child process, as the tests that bound it run it: isolated from the machine's
-//! providers ([`agentctl`], then [`with_daytona`] / [`with_modal`] for a fake), run to its end with
+//! providers ([`agentctl`], then [`with_daytona`] / [`with_modal`] for a fake; [`agentctl_in`] with a
+//! given session file and no sandbox from the environment), run to its end with
 //! its own peak RSS measured ([`run`]: `wait4`'s rusage of that very child, so other children of the
 //! test process do not count).
 
@@ -7,9 +8,10 @@ use std::io::Read as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::binary;
-use crate::fake_daytona::FakeDaytona;
-use crate::fake_modal::FakeModal;
+use agentd_fakes::fake_daytona::FakeDaytona;
+use agentd_fakes::fake_modal::FakeModal;
+
+use crate::binaries::binary;
 
 /// agentctl with no provider configured but the ones a test adds, and a Docker engine that is
 /// not there (so no test here touches real containers).
@@ -36,6 +38,17 @@ pub fn agentctl(state: &tempfile::TempDir) -> Command {
     command
 }
 
+/// `agentctl` with the session file `session`, and no sandbox named by the environment.
+pub fn agentctl_in(session: &std::path::Path) -> std::process::Command {
+    let mut command = std::process::Command::new(binary("agentctl"));
+    command
+        .env("AGENTCTL_SESSION", session)
+        .env_remove("AGENTD_URL")
+        .env_remove("AGENTD_TOKEN")
+        .env_remove("DAYTONA_API_KEY");
+    command
+}
+
 pub fn with_daytona(command: &mut Command, fake: &FakeDaytona) {
     command.env("DAYTONA_API_URL", fake.api_url()).env("DAYTONA_API_KEY", fake.api_key());
 }
@@ -56,7 +69,7 @@ pub struct Run {
 
 /// Runs `command` to its end (killed after `deadline`), measuring its peak RSS. The child is
 /// reaped by `wait4` (for its own rusage), not by `Child::wait`.
-#[allow(clippy::zombie_processes)]
+#[expect(clippy::zombie_processes, reason = "the child is reaped by `wait4`, which `Child` cannot do")]
 pub fn run(command: &mut Command, deadline: Duration) -> Run {
     let started = Instant::now();
     let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();

@@ -3,12 +3,16 @@
 //! `sandbox ls|rm` across kinds (Docker tests skip, see [`agentd_tests::skip`], without the engine
 //! or the images `images/build.sh` builds).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::process::Command;
 
-use agentd_tests::{agentctl_in as agentctl, binary};
+use agentd_tests::agentctl::agentctl_in as agentctl;
+use agentd_tests::binary;
 
 /// Runs `command`, which must succeed; returns its output.
 fn succeed(command: &mut Command) -> std::process::Output {
@@ -520,7 +524,7 @@ fn down_ends_a_process_whose_first_thread_exited_alone_when_agentd_cannot() {
     let session = state.path().join("session.json");
     let up = Up::start(&session);
     let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&session).unwrap()).unwrap();
-    let agentd = nix::unistd::Pid::from_raw(saved["pid"].as_i64().unwrap() as i32);
+    let agentd = nix::unistd::Pid::from_raw(i32::try_from(saved["pid"].as_i64().unwrap()).unwrap());
     let workspace = std::path::Path::new(saved["workspace"].as_str().unwrap()).to_owned();
     let half = "import ctypes, threading, time\n\
         threading.Thread(target=time.sleep, args=(1000,)).start()\n\

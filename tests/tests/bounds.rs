@@ -3,8 +3,10 @@
 //! links. A real agentd; every flood is bounded in count and time, and its agentd is stopped (SIGTERM)
 //! when the test ends, pass or fail.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -399,11 +401,7 @@ async fn sigterm_during_a_flood_ends_agentd_promptly() {
     send_all(&mut ws, downloads.chain(greps)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let start = Instant::now();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.pid() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    nix::sys::signal::kill(agentd_tests::nix_pid(daemon.pid()), nix::sys::signal::Signal::SIGTERM).unwrap();
     // Watched without reaping it: the pid stays agentd's (a zombie) until `Daemon` reaps it on drop.
     let pid = daemon.pid();
     let exited = eventually(Duration::from_secs(5), || {

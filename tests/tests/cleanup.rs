@@ -5,8 +5,10 @@
 //! passed or failed. Without the engine or the image the Docker tests skip ([`agentd_tests::skip`];
 //! a failure under `AGENTD_REQUIRE_DOCKER`).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::io::BufRead as _;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -56,7 +58,7 @@ fn stderr_lines(child: &mut Child) -> std::sync::mpsc::Receiver<String> {
 /// Sends `signal` to `child` and waits up to `within` for it to exit: its status and how long it took.
 fn signal_and_wait(child: &mut Child, signal: Signal, within: Duration) -> (ExitStatus, Duration) {
     let sent = Instant::now();
-    kill(Pid::from_raw(child.id() as i32), signal).unwrap();
+    kill(agentd_tests::nix_pid(child.id()), signal).unwrap();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
             return (status, sent.elapsed());
@@ -94,7 +96,7 @@ struct Tag(String);
 impl Tag {
     /// `image` under a new name.
     fn of(image: &str) -> Self {
-        let tag = Self(format!("agentd-test-cleanup-{}:latest", agentd_tests::random_hex(6)));
+        let tag = Self(format!("agentd-test-cleanup-{}:latest", agentd_fakes::random_hex(6)));
         docker(&["tag", image, &tag.0]);
         tag
     }
@@ -103,7 +105,7 @@ impl Tag {
     /// as PID 1): its published port accepts connections and then drops them. The entrypoint is
     /// still a program named agentd, so the adapter takes it for baked and injects nothing.
     fn mute(image: &str) -> Self {
-        let tag = Self(format!("agentd-test-cleanup-mute-{}:latest", agentd_tests::random_hex(6)));
+        let tag = Self(format!("agentd-test-cleanup-mute-{}:latest", agentd_fakes::random_hex(6)));
         let mut build = Command::new("docker")
             .args(["build", "-q", "-t", &tag.0, "-"])
             .stdin(Stdio::piped())
@@ -279,7 +281,7 @@ async fn a_second_signal_exits_at_once_naming_the_container() {
     until(Duration::from_secs(30), "command in the container", || runs(&container, LONG).then_some(()));
     // A stopped agentd makes the removal last Docker's 5 s stop grace: time for the second signal.
     stop_agentd(&container);
-    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    kill(agentd_tests::nix_pid(child.id()), Signal::SIGTERM).unwrap();
     let removing = stderr.recv_timeout(Duration::from_secs(10)).unwrap();
     assert!(removing.contains("SIGTERM: removing docker:"), "{removing}");
     let (status, took) = signal_and_wait(&mut child, Signal::SIGINT, Duration::from_secs(2));

@@ -3,8 +3,10 @@
 //! `/scratch/deep/`, with deepagents' `CompositeBackend` semantics; and in-memory `StateSandbox`es
 //! routed at `/state/` and `/state/deep/` (deepagents' `StateBackend` as a route).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::sync::Arc;
 
@@ -195,7 +197,7 @@ async fn state_routes_keep_files_in_memory() {
         ])
         .await
         .unwrap();
-    #[allow(clippy::type_complexity)]
+    #[expect(clippy::type_complexity, reason = "the tuple is the comparison's shape, spelled out once")]
     let got: Vec<(&str, Option<&[u8]>, Option<&str>)> =
         down.iter().map(|d| (d.path.as_str(), d.content.as_deref(), d.error.as_deref())).collect();
     assert_eq!(

@@ -3,8 +3,10 @@
 //! are swept; any valid name (255 bytes) works; a failed upload removes the directories it made; new
 //! content never inherits setuid/setgid. A real agentd binary, killed for real.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -28,7 +30,7 @@ async fn greeted(daemon: &Daemon) -> Ws {
 }
 
 fn kill9(daemon: &mut Daemon) {
-    let pid = nix::unistd::Pid::from_raw(daemon.pid() as i32);
+    let pid = agentd_tests::nix_pid(daemon.pid());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
     daemon.child.wait().unwrap();
     agentd_tests::remove_scratch(daemon.pid());
@@ -186,7 +188,7 @@ async fn names_of_255_bytes_upload_write_and_edit() {
     let sb = AgentdSandbox::connect(&daemon.url, Some(&daemon.token)).await.unwrap();
     let dir = daemon.workspace.path().canonicalize().unwrap();
     for (i, verb) in ["upload", "write", "edit"].into_iter().enumerate() {
-        let name: String = std::iter::repeat_n(char::from(b'a' + i as u8), 255).collect();
+        let name: String = std::iter::repeat_n(char::from(b'a' + u8::try_from(i).unwrap()), 255).collect();
         let path = dir.join(&name);
         let p = path.to_str().unwrap().to_owned();
         match verb {
@@ -366,11 +368,7 @@ async fn the_next_agentd_sweeps_a_killed_ones_scratch_directory_and_nothing_else
     std::fs::create_dir(dead.join("sub")).unwrap();
     std::fs::write(dead.join("sub/left"), "x").unwrap();
     std::os::unix::fs::symlink(outside.path(), dead.join("link")).unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(killed.pid() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    nix::sys::signal::kill(agentd_tests::nix_pid(killed.pid()), nix::sys::signal::Signal::SIGKILL).unwrap();
     killed.child.wait().unwrap();
     assert!(dead.is_dir(), "the control: a killed agentd leaves its scratch directory");
     // Names of pids no agentd here has (none reaches 2^22, the kernel's highest pid_max).

@@ -1,21 +1,23 @@
-//! `DaytonaSandbox` against the fake Daytona (`agentd_tests::fake_daytona`): real containers from
+//! `DaytonaSandbox` against the fake Daytona (`agentd_fakes::fake_daytona`): real containers from
 //! `agentd-base-debian` (no agentd inside, so it is injected), the REST API, the toolbox's bulk
 //! multipart endpoints and exec, and the preview proxy carrying the websocket link.
 //!
 //! Without Docker or the images each test prints one `skipped:` line and returns
 //! ([`agentd_tests::skip`]), unless `AGENTD_REQUIRE_DOCKER=1` makes that a failure.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 
+use agentd_fakes::fake_daytona::{FakeDaytona, IMAGE_BUILD_FAILED};
 use agentd_host::adapters::daytona::{
     Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaProvider, DaytonaSandbox,
 };
 use agentd_host::provider::Provider as _;
 use agentd_host::{BaseSandbox, SandboxError};
-use agentd_tests::fake_daytona::{FakeDaytona, IMAGE_BUILD_FAILED};
 
 const DEBIAN_BASE: &str = "agentd-base-debian:latest";
 

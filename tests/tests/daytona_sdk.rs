@@ -1,11 +1,14 @@
-//! The fake Daytona (`agentd_tests::fake_daytona`) checked against the official Python SDK, and its
+//! The fake Daytona (`agentd_fakes::fake_daytona`) checked against the official Python SDK, and its
 //! wire details (auth, states, the bulk multipart layouts, the exec 408) checked by hand.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 
-use agentd_tests::fake_daytona::{CONTAINER_LABEL, DEFAULT_IMAGE, FakeDaytona};
+use agentd_fakes::fake_daytona::{CONTAINER_LABEL, DEFAULT_IMAGE, FakeDaytona};
 use agentd_tests::{Need, docker_available, skip};
 use serde_json::{Value, json};
 
@@ -13,7 +16,7 @@ const BUSYBOX: &str = "agentd-base-busybox:latest";
 
 /// Containers of `fake` still there (any state).
 fn containers_of(fake: &FakeDaytona) -> Vec<String> {
-    agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
+    agentd_fakes::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -373,12 +376,12 @@ async fn fake_daytona_binary_prints_exports_and_serves_until_killed() {
             .await
             .unwrap();
         let filter = format!("label={CONTAINER_LABEL}.sandbox={}", created["id"].as_str().unwrap());
-        assert_eq!(agentd_tests::containers::listed(&filter).len(), 1, "{created}");
+        assert_eq!(agentd_fakes::containers::listed(&filter).len(), 1, "{created}");
         sandbox_filter = Some(filter);
     }
     let status = agentd_tests::sigterm_and_wait(&mut child, Duration::from_secs(20)).await;
     assert!(status.success(), "{status}");
     if let Some(filter) = sandbox_filter {
-        assert!(agentd_tests::containers::listed(&filter).is_empty(), "fake-daytona left its container");
+        assert!(agentd_fakes::containers::listed(&filter).is_empty(), "fake-daytona left its container");
     }
 }

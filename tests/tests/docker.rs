@@ -6,8 +6,10 @@
 //! ([`agentd_tests::skip`]), unless
 //! `AGENTD_REQUIRE_DOCKER=1` (set by `.ci/run`) makes that a failure.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,10 @@
 //! exec over a real websocket to a real agentd.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,8 +127,7 @@ async fn background_process_holding_the_pipe_does_not_hang_the_result() {
     // The orphan is still running (not killed on a normal exit) and reaped later, not a zombie.
     assert_eq!(processes_named("sleep 1004").len(), 1);
     for pid in processes_named("sleep 1004") {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL)
-            .unwrap();
+        nix::sys::signal::kill(agentd_tests::nix_pid(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     }
     assert!(all_gone("sleep 1004").await);
 }
@@ -257,7 +259,10 @@ async fn two_hundred_concurrent_execs_on_one_link() {
     for task in futures_util::future::join_all(tasks).await {
         let (i, result) = task.unwrap();
         let r = result.unwrap();
-        assert_eq!((r.output, r.exit_code), (format!("start-{i}\nend-{i}\n"), Some((i % 256) as i32)));
+        assert_eq!(
+            (r.output, r.exit_code),
+            (format!("start-{i}\nend-{i}\n"), Some(i32::try_from(i % 256).unwrap()))
+        );
     }
 }
 
@@ -281,7 +286,7 @@ async fn quick_exits_among_dying_orphans_each_get_their_own_status() {
     let done =
         tokio::time::timeout(Duration::from_secs(60), runs).await.expect("an exec never got its status");
     for (i, code) in done {
-        assert_eq!(code, Some((i % 97) as i32), "exec {i}");
+        assert_eq!(code, Some(i32::try_from(i % 97).unwrap()), "exec {i}");
     }
 }
 

@@ -1,13 +1,17 @@
-//! The fake Kubernetes API server (`agentd_tests::fake_kube`) checked over HTTP and websockets
+//! The fake Kubernetes API server (`agentd_fakes::fake_kube`) checked over HTTP and websockets
 //! against the API's documented behaviour: auth, discovery, the generic verbs and their `Status`
 //! errors, selectors, watches, Pods as real containers, exec on the channel protocols.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 
+use agentd_fakes::fake_kube::{CONTAINER_LABEL, FakeKube};
 use agentd_tests::docker_available;
-use agentd_tests::fake_kube::{CONTAINER_LABEL, FakeKube};
 use futures_util::{SinkExt as _, StreamExt as _};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
@@ -101,7 +105,7 @@ async fn auth_discovery_and_the_generic_verbs_follow_the_api() {
 
     // A custom resource type registered from Rust shows in discovery and gets the verbs.
     let widget =
-        agentd_tests::fake_kube::ResourceType::new("example.dev", "v1alpha1", "widgets", "Widget", true)
+        agentd_fakes::fake_kube::ResourceType::new("example.dev", "v1alpha1", "widgets", "Widget", true)
             .with_status();
     fake.store().register(widget);
     let (_, groups) = api.get("/apis").await;
@@ -450,7 +454,7 @@ fn two_container_pod(name: &str) -> Value {
 
 /// Live containers of a fake (any state).
 fn containers_of(fake: &FakeKube) -> Vec<String> {
-    agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
+    agentd_fakes::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -647,7 +651,7 @@ async fn pods_are_containers_with_the_kubelets_status_exec_and_log() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (status, _) = api.get("/api/v1/namespaces/default/pods/duo").await;
-        if status == 404 && agentd_tests::containers::listed(&pod_filter).is_empty() {
+        if status == 404 && agentd_fakes::containers::listed(&pod_filter).is_empty() {
             break;
         }
         assert!(Instant::now() < deadline, "the pod or its containers stayed");
@@ -775,7 +779,7 @@ async fn pods_that_cannot_run_say_why_as_the_cluster_would() {
     let instance = fake.instance().to_owned();
     assert!(!containers_of(&fake).is_empty());
     drop(fake);
-    assert!(agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}={instance}")).is_empty());
+    assert!(agentd_fakes::containers::listed(&format!("label={CONTAINER_LABEL}={instance}")).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -824,7 +828,7 @@ async fn fake_kube_binary_writes_a_kubeconfig_and_serves_until_killed() {
             .unwrap();
         let filter = format!("label={CONTAINER_LABEL}.pod={}", created["metadata"]["uid"].as_str().unwrap());
         assert!(
-            agentd_tests::eventually(Duration::from_secs(30), || agentd_tests::containers::listed(&filter)
+            agentd_tests::eventually(Duration::from_secs(30), || agentd_fakes::containers::listed(&filter)
                 .len()
                 == 1)
             .await
@@ -835,7 +839,7 @@ async fn fake_kube_binary_writes_a_kubeconfig_and_serves_until_killed() {
     assert!(status.success(), "{status}");
     assert!(!std::path::Path::new(&path).exists(), "the kubeconfig outlived the fake");
     if let Some(filter) = pod_filter {
-        assert!(agentd_tests::containers::listed(&filter).is_empty(), "fake-kube left its container");
+        assert!(agentd_fakes::containers::listed(&filter).is_empty(), "fake-kube left its container");
     }
 }
 
@@ -947,14 +951,14 @@ async fn a_fake_dropped_while_its_kubelet_makes_containers_leaves_none_behind() 
     for instance in &instances {
         let filter = format!("label={CONTAINER_LABEL}={instance}");
         left.extend(
-            agentd_tests::containers::listed(&filter).into_iter().map(|id| format!("container {id}")),
+            agentd_fakes::containers::listed(&filter).into_iter().map(|id| format!("container {id}")),
         );
         let volumes =
             std::process::Command::new("docker").args(["volume", "ls", "-q", "--filter", &filter]).output();
         let volumes = String::from_utf8_lossy(&volumes.unwrap().stdout).into_owned();
         left.extend(volumes.split_whitespace().map(|v| format!("volume {v}")));
         // Removed here too, so a failing run leaves nothing either.
-        agentd_tests::fake_kube::pods::remove_all_blocking(instance);
+        agentd_fakes::fake_kube::pods::remove_all_blocking(instance);
     }
     assert!(left.is_empty(), "left behind by dropped fakes: {left:?}");
 }

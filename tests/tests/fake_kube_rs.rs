@@ -1,14 +1,17 @@
-//! The fake Kubernetes API server (`agentd_tests::fake_kube`) driven by kube-rs, the client the
+//! The fake Kubernetes API server (`agentd_fakes::fake_kube`) driven by kube-rs, the client the
 //! host's Kubernetes adapter uses: kubeconfig loading, typed create/get/list/delete with the
 //! apiserver's errors, the runtime's watcher (list+watch and streaming lists) and `await_condition`,
 //! exec over `v5.channel.k8s.io` with stdin closed and the exit status.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::Duration;
 
+use agentd_fakes::fake_kube::FakeKube;
 use agentd_tests::docker_available;
-use agentd_tests::fake_kube::FakeKube;
 use futures_util::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams};

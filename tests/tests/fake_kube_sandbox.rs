@@ -1,14 +1,17 @@
-//! agent-sandbox in the fake Kubernetes API server (`agentd_tests::fake_kube::agent_sandbox`), over
+//! agent-sandbox in the fake Kubernetes API server (`agentd_fakes::fake_kube::agent_sandbox`), over
 //! HTTP as a client sees it: a claim gets a Sandbox with a real pod (exec into it), a warm pool
 //! hands out a ready one, suspend deletes the pod and resume makes a new one, deleting a claim takes
 //! its Sandbox and pod, a claim on a missing pool or template says why; and the official
 //! `k8s-agent-sandbox` Python client drives a claim through its own API.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 
-use agentd_tests::fake_kube::{CONTAINER_LABEL, FakeKube, agent_sandbox};
+use agentd_fakes::fake_kube::{CONTAINER_LABEL, FakeKube, agent_sandbox};
 use agentd_tests::{docker_available, skip};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
@@ -183,7 +186,7 @@ fn claim(name: &str, pool: &str) -> Value {
 
 /// This fake's containers (any state).
 fn containers_of(fake: &FakeKube) -> Vec<String> {
-    agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
+    agentd_fakes::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,7 +473,7 @@ async fn deleting_a_claim_takes_its_sandbox_pod_and_container() {
 
 /// RFC 3339 for `seconds` from now (the API's form, whole seconds).
 fn in_seconds(seconds: u64) -> String {
-    agentd_tests::fake_kube::store::rfc3339(std::time::SystemTime::now() + Duration::from_secs(seconds))
+    agentd_fakes::fake_kube::store::rfc3339(std::time::SystemTime::now() + Duration::from_secs(seconds))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,10 @@
 //! that contains exactly the delimiter the generator draws first still arrives byte for byte, and a
 //! forged result line does not change the result.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use agentd_host::derived::{OffloadScript, fs_script};
 use agentd_host::{BaseSandbox, LocalSandbox};

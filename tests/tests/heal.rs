@@ -3,8 +3,10 @@
 //! returns its exact output and exit code; a streamed exec's output arrives byte-exact, each cut
 //! resumed from the last byte delivered.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -96,7 +98,7 @@ async fn execs_survive_a_link_cut_many_times_with_exact_output_and_exit_codes() 
                 format!("seq 1 {}; sleep 0.{}; seq {} {n}; exit {}", n / 2, 2 + i % 5, n / 2 + 1, i % 7);
             let response = sandbox.execute(&command, None).await.expect("execute survives the cuts");
             assert_eq!(response.output, numbers(n), "round {i}");
-            assert_eq!(response.exit_code, Some((i % 7) as i32), "round {i}");
+            assert_eq!(response.exit_code, Some(i32::try_from(i % 7).unwrap()), "round {i}");
         }));
     }
     for i in 0..rounds / 2 {
@@ -319,7 +321,7 @@ async fn a_followed_process_is_followed_again_from_the_last_byte_across_cuts() {
         let expected: String =
             (1..=20).flat_map(|k| (k * 1000..=k * 1000 + 999).map(|n| format!("{n}\n"))).collect();
         assert_eq!(String::from_utf8(bytes).unwrap(), expected, "process {i}: every byte once, in order");
-        assert_eq!(result.exit_code, i as i32);
+        assert_eq!(result.exit_code, i32::try_from(i).unwrap());
         runs.push(process.delivered());
     }
     let cuts = proxy.cuts.load(Ordering::Relaxed);

@@ -1,20 +1,23 @@
-//! The host against an agentd that lies ([`agentd_tests::evil_agentd`]): code in a sandbox can put
+//! The host against an agentd that lies ([`agentd_fakes::evil_agentd`]): code in a sandbox can put
 //! its own server where agentd was. Each test is one misbehaviour, through the Rust API and through
 //! `agentctl`: every wait ends at its documented deadline (set small here), the error says what was
 //! waited for or what was wrong, memory stays bounded and no file is left behind.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use agentd_fakes::evil_agentd::{Evil, EvilAgentd, HUNG};
 use agentd_host::link::Link;
 use agentd_host::{AgentdSandbox, BaseSandbox as _, Deadlines, SandboxError};
 use agentd_protocol::{ExecRequest, FsRequest};
 use agentd_tests::binary;
-use agentd_tests::evil_agentd::{Evil, EvilAgentd, HUNG};
 
 /// Deadlines of one to two seconds: long enough for loopback, short enough for a test.
 fn tight() -> Deadlines {
@@ -186,10 +189,9 @@ fn agentctl_within(limit: Duration, url: &str, env: &[(&str, &str)], args: &[&st
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let started = Instant::now();
-    // Reaped by wait4 below, which std's `Child` cannot do.
-    #[allow(clippy::zombie_processes)]
+    #[expect(clippy::zombie_processes, reason = "reaped by wait4 below, which std's `Child` cannot do")]
     let mut child = command.spawn().unwrap();
-    let pid = child.id() as i32;
+    let pid = i32::try_from(child.id()).unwrap();
     let mut stderr = child.stderr.take().unwrap();
     let err = std::thread::spawn(move || std::io::read_to_string(&mut stderr).unwrap());
     let killer = std::thread::spawn(move || {

@@ -13,14 +13,16 @@
 //! Like `agentctl.rs`, these run `target/<profile>/agentctl` as built: `cargo build --workspace`
 //! first (a test run alone does not rebuild the binary).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::Duration;
 
+use agentd_fakes::fake_daytona::FakeDaytona;
+use agentd_fakes::fake_modal::FakeModal;
 use agentd_tests::agentctl::{Run, agentctl, run, with_daytona, with_modal};
-use agentd_tests::fake_daytona::FakeDaytona;
-use agentd_tests::fake_modal::FakeModal;
 
 /// Ids no request may carry, and their sources.
 const HOSTILE_IDS: [&str; 4] = ["../../../../evil/delete-me", "a%2Fb", "\u{1b}]0;pwned\u{7}", ".."];

@@ -1,12 +1,15 @@
-//! The fake Kubernetes API server (`agentd_tests::fake_kube`) driven by real clients: the official
+//! The fake Kubernetes API server (`agentd_fakes::fake_kube`) driven by real clients: the official
 //! `kubernetes` Python client (`tests/kube_client_check.py`, in the python `$AGENTD_KUBE_PYTHON`
 //! names) and `kubectl`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 
-use agentd_tests::fake_kube::{CONTAINER_LABEL, FakeKube};
+use agentd_fakes::fake_kube::{CONTAINER_LABEL, FakeKube};
 use agentd_tests::{Need, docker_available, skip};
 
 const IMAGE: &str = "agentd-base-debian:latest";
@@ -65,7 +68,7 @@ async fn python_client_creates_watches_execs_and_deletes_a_pod() {
     assert!(requests.iter().any(|r| r.contains("watch=True") || r.contains("watch=true")), "{requests:?}");
     assert!(requests.iter().any(|r| r.contains("/pods/kube-client-check/exec?")), "{requests:?}");
     assert!(
-        agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance())).is_empty(),
+        agentd_fakes::containers::listed(&format!("label={CONTAINER_LABEL}={}", fake.instance())).is_empty(),
         "the client's delete left containers"
     );
 }

@@ -1,22 +1,24 @@
-//! `KubernetesSandbox` against the fake Kubernetes API (`agentd_tests::fake_kube`): real Pods (Docker
+//! `KubernetesSandbox` against the fake Kubernetes API (`agentd_fakes::fake_kube`): real Pods (Docker
 //! containers from the `agentd-*` images), the `pods/exec` websocket carrying `agentd bridge`, and
 //! agent-sandbox claims from warm pools.
 //!
 //! Without Docker or the images each test prints one `skipped:` line and returns
 //! ([`agentd_tests::skip`]), unless `AGENTD_REQUIRE_DOCKER=1` makes that a failure.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 
+use agentd_fakes::fake_kube::FakeKube;
 use agentd_host::adapters::inject::AgentdSource;
 use agentd_host::adapters::kubernetes::{
     Backing, Channel, KubernetesMode, KubernetesOptions, KubernetesProvider, KubernetesSandbox,
 };
 use agentd_host::provider::Provider as _;
 use agentd_host::{BaseSandbox, SandboxError};
-use agentd_tests::fake_kube::FakeKube;
 
 const DEBIAN: &str = "agentd-debian:latest";
 const DEBIAN_BASE: &str = "agentd-base-debian:latest";
@@ -198,7 +200,7 @@ async fn attach_remove_and_pause_through_the_provider() {
 /// warm pool of it, applied through the API; waits until the pool has `ready` ready Sandboxes.
 async fn warm_pool(fake: &FakeKube, name: &str, image: &str, ready: u64) {
     use agentd_host::adapters::kubernetes::{Cluster, manifests};
-    agentd_tests::fake_kube::agent_sandbox::install(fake);
+    agentd_fakes::fake_kube::agent_sandbox::install(fake);
     let cluster = Cluster::connect(&options(fake, KubernetesMode::Link)).await.unwrap();
     let template = manifests::sandbox_template(name, image, manifests::AGENTD_IMAGE);
     let pool = manifests::warm_pool(name, name, u32::try_from(ready).unwrap());
@@ -277,7 +279,7 @@ async fn a_claim_on_a_missing_pool_says_why() {
         return;
     }
     let fake = FakeKube::start();
-    agentd_tests::fake_kube::agent_sandbox::install(&fake);
+    agentd_fakes::fake_kube::agent_sandbox::install(&fake);
     let err = KubernetesSandbox::claim("nowhere", &options(&fake, KubernetesMode::Link))
         .await
         .err()
@@ -296,7 +298,7 @@ async fn agentctl_runs_in_kube() {
         return;
     }
     let fake = FakeKube::start();
-    agentd_tests::fake_kube::agent_sandbox::install(&fake);
+    agentd_fakes::fake_kube::agent_sandbox::install(&fake);
     let agentctl = |args: &[&str]| {
         let out = std::process::Command::new(agentd_tests::binary("agentctl"))
             .args(args)

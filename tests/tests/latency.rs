@@ -5,9 +5,6 @@
 //! Everything runs inside a pids cgroup the test makes ([`PidsCap`]); without a writable cgroup v1
 //! `pids` hierarchy the test skips (`AGENTD_REQUIRE_CGROUP`).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -40,7 +37,7 @@ struct Stop(Child);
 
 impl Drop for Stop {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let pid = agentd_tests::nix_pid(self.0.id());
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -57,7 +54,7 @@ impl Drop for Stop {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exec_stays_responsive_while_forty_timeouts_kill_1500_processes() {
     // Room for the 1500 processes, agentd's threads, and the per-command limit the profile sets.
-    let Some(cap) = PidsCap::or_skip(DEFAULT_PROCESSES as u32 + 200) else { return };
+    let Some(cap) = PidsCap::or_skip(u32::try_from(DEFAULT_PROCESSES).unwrap() + 200) else { return };
     let workspace = tempfile::tempdir().unwrap();
     let profile = DefaultProfile::create(workspace.path()).unwrap();
     let sockets = socket_dir().unwrap();
@@ -118,7 +115,7 @@ async fn exec_stays_responsive_while_forty_timeouts_kill_1500_processes() {
 
     // Nothing of the timed-out execs is left: the cap holds agentd and nothing else (a thread of
     // this test may have been counted in it while agentd started; it is no command).
-    let own = [started.pid as i32, std::process::id() as i32];
+    let own = [i32::try_from(started.pid).unwrap(), i32::try_from(std::process::id()).unwrap()];
     let left: Vec<i32> = cap.pids().into_iter().filter(|pid| !own.contains(pid)).collect();
     let made_cgroups = cap.dir.join(format!("agentd-{}", started.pid)).is_dir();
     if made_cgroups {

@@ -2,8 +2,10 @@
 //! (Python's `os.fork` or multiprocessing do this when the copy is collected) leaves the parent's
 //! agentd, workspace and socket alone; the owner's drop still ends them all.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -3,8 +3,11 @@
 //! replies and reads none of them. agentd's peak RSS (`VmHWM`) is read after each case and held to a
 //! stated ceiling; the figures are printed (`--nocapture`).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 
@@ -56,7 +59,7 @@ async fn giant_inline_outputs_fit_one_reply_and_memory_does_not_follow_them() {
     let idle = status_kb(daemon.pid(), "VmRSS");
     // Eight at once, asking for far more than the inline clamp.
     for id in 1..=8u64 {
-        let (command, _) = GIANT_OUTPUTS[id as usize % 3];
+        let (command, _) = GIANT_OUTPUTS[usize::try_from(id % 3).unwrap()];
         let request = json!({"type": "exec", "id": id, "command": command, "max_capture_bytes": 1u64 << 40});
         ws.feed(Message::text(request.to_string())).await.unwrap();
     }
@@ -70,7 +73,7 @@ async fn giant_inline_outputs_fit_one_reply_and_memory_does_not_follow_them() {
             panic!("{}", &text[..200.min(text.len())])
         };
         let ExecResult { id, exit_code, truncated, total_bytes, .. } = result;
-        let (_, byte) = GIANT_OUTPUTS[id as usize % 3];
+        let (_, byte) = GIANT_OUTPUTS[usize::try_from(id % 3).unwrap()];
         let output = result.output_bytes().unwrap();
         assert_eq!((exit_code, truncated, total_bytes), (0, true, 1 << 30), "exec {id}");
         assert!(output.len() as u64 >= MIN_INLINE_CAPTURE_BYTES, "exec {id}: {} bytes back", output.len());
@@ -146,7 +149,7 @@ async fn sixteen_connections_sending_60_mib_messages_hold_the_large_message_budg
             send_text(&mut ws, json!({"type": "hello", "id": 0, "versions": [1]}).to_string()).await;
             assert_eq!(recv_json(&mut ws).await["type"], "hello");
             // Over the text limit, under the codec's: read whole, then answered `frame_too_large`.
-            ws.send(Message::text("x".repeat(60 * 1024 * 1024 + i as usize))).await.unwrap();
+            ws.send(Message::text("x".repeat(60 * 1024 * 1024 + usize::try_from(i).unwrap()))).await.unwrap();
             let reply = recv_json(&mut ws).await;
             assert_eq!(reply["code"], "frame_too_large", "{reply}");
             // Kept open: what a connection holds after its large message must not stay with it.

@@ -1,4 +1,4 @@
-//! `ModalSandbox` against the fake Modal (`agentd_tests::fake_modal`): real containers from
+//! `ModalSandbox` against the fake Modal (`agentd_fakes::fake_modal`): real containers from
 //! `agentd-base-debian` (no agentd inside, so it is injected through the router exec), the control
 //! plane's create sequence, the command router's execs (stdio streams, stdin streams, waits), and
 //! the tunnel carrying the websocket link.
@@ -7,16 +7,18 @@
 //! ([`agentd_tests::skip`]), unless `AGENTD_REQUIRE_DOCKER=1` makes that a failure. Every sandbox
 //! is terminated by a guard, and the fake removes its containers when dropped, failed test or not.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::{Duration, Instant};
 
+use agentd_fakes::fake_modal::FakeModal;
 use agentd_host::adapters::modal::{
     Channel, Control, ModalConfig, ModalMode, ModalOptions, ModalProvider, ModalSandbox,
 };
 use agentd_host::{BaseSandbox, Provider, SandboxError};
-use agentd_tests::fake_modal::FakeModal;
 use tonic::Code;
 
 const DEBIAN_BASE: &str = "agentd-base-debian:latest";

@@ -1,12 +1,17 @@
-//! The fake Modal (`agentd_tests::fake_modal`) checked against the official Python client, its wire
+//! The fake Modal (`agentd_fakes::fake_modal`) checked against the official Python client, its wire
 //! facts (auth, image build, sandbox states, stdio resume at an offset, stdin offsets, the exec
 //! timeout, JWT expiry, injected faults) checked with the adapter's own generated gRPC clients, and
 //! the standalone `fake-modal` binary.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::Duration;
 
+use agentd_fakes::fake_modal::{CONTAINER_LABEL, FakeModal};
 use agentd_host::adapters::modal::proto::client::modal_client_client::ModalClientClient;
 use agentd_host::adapters::modal::proto::client::{self as api, generic_result::GenericStatus};
 use agentd_host::adapters::modal::proto::task_command_router::task_command_router_client::TaskCommandRouterClient;
@@ -14,7 +19,6 @@ use agentd_host::adapters::modal::proto::task_command_router::{
     self as tcr, task_exec_poll_response, task_exec_stdin_write_stream_request::Payload,
     task_exec_wait_response::ExitStatus,
 };
-use agentd_tests::fake_modal::{CONTAINER_LABEL, FakeModal};
 use agentd_tests::{Need, docker_available, skip};
 use base64::Engine as _;
 use tonic::transport::Channel;
@@ -255,7 +259,7 @@ async fn python_client_creates_a_sandbox_and_runs_an_exec() {
         ]
     );
     let filter = format!("label={CONTAINER_LABEL}={}", fake.instance());
-    assert!(agentd_tests::containers::listed(&filter).is_empty(), "the client's terminate left containers");
+    assert!(agentd_fakes::containers::listed(&filter).is_empty(), "the client's terminate left containers");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -388,7 +392,7 @@ async fn fake_follows_the_wire_facts() {
     );
     let container = fake.container_of(&sandbox_id).expect("a container");
     assert_eq!(
-        agentd_tests::containers::listed(&format!("label={CONTAINER_LABEL}.sandbox={sandbox_id}")).len(),
+        agentd_fakes::containers::listed(&format!("label={CONTAINER_LABEL}.sandbox={sandbox_id}")).len(),
         1
     );
 
@@ -555,7 +559,7 @@ async fn fake_follows_the_wire_facts() {
     control.client.sandbox_terminate(control.req(terminate(&sandbox_id))).await.unwrap();
     assert_eq!(router.wait("e8").await, ExitStatus::Signal(9));
     assert!(
-        agentd_tests::containers::listed(&format!("id={container}")).is_empty(),
+        agentd_fakes::containers::listed(&format!("id={container}")).is_empty(),
         "the container is still there"
     );
     let waited = control.client.sandbox_wait(control.req(wait(10.0))).await.unwrap().into_inner();
@@ -577,9 +581,9 @@ async fn fake_follows_the_wire_facts() {
     // Drop removes whatever is left.
     let live = control.client.sandbox_create(control.req(create(600))).await.unwrap().into_inner().sandbox_id;
     let filter = format!("label={CONTAINER_LABEL}.sandbox={live}");
-    assert_eq!(agentd_tests::containers::listed(&filter).len(), 1);
+    assert_eq!(agentd_fakes::containers::listed(&filter).len(), 1);
     drop(fake);
-    assert!(agentd_tests::containers::listed(&filter).is_empty(), "drop left a container");
+    assert!(agentd_fakes::containers::listed(&filter).is_empty(), "drop left a container");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -594,10 +598,7 @@ async fn fake_modal_binary_prints_exports_and_serves_until_killed() {
     struct Kill(u32);
     impl Drop for Kill {
         fn drop(&mut self) {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.0 as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            let _ = nix::sys::signal::kill(agentd_tests::nix_pid(self.0), nix::sys::signal::Signal::SIGTERM);
         }
     }
     let kill = Kill(child.id());
@@ -644,7 +645,7 @@ async fn fake_modal_binary_prints_exports_and_serves_until_killed() {
         let sandbox_id =
             control.client.sandbox_create(control.req(create)).await.unwrap().into_inner().sandbox_id;
         let filter = format!("label={CONTAINER_LABEL}.sandbox={sandbox_id}");
-        assert_eq!(agentd_tests::containers::listed(&filter).len(), 1);
+        assert_eq!(agentd_fakes::containers::listed(&filter).len(), 1);
         sandbox_filter = Some(filter);
     }
     let status = agentd_tests::sigterm_and_wait(&mut child, Duration::from_secs(20)).await;
@@ -652,6 +653,6 @@ async fn fake_modal_binary_prints_exports_and_serves_until_killed() {
     std::mem::forget(kill);
     assert!(status.success(), "{status}");
     if let Some(filter) = sandbox_filter {
-        assert!(agentd_tests::containers::listed(&filter).is_empty(), "fake-modal left its container");
+        assert!(agentd_fakes::containers::listed(&filter).is_empty(), "fake-modal left its container");
     }
 }

@@ -5,8 +5,10 @@
 //! Needs landlock (ABI ≥ 4, as the profile tests); without it each test prints one `skipped:` line
 //! ([`agentd_tests::skip`]) unless `AGENTD_REQUIRE_LANDLOCK=1`.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::path::{Path, PathBuf};
 

@@ -2,8 +2,11 @@
 //! `keep`, `attach` from an offset, `kill` of a tree with background children, the grace, stdin
 //! pipes, terminals, and the bounds and bad input around them.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::Duration;
 

@@ -7,8 +7,10 @@
 //! handle, nested landlock) are python3 scripts; without python3 those tests skip the same way
 //! (`AGENTD_REQUIRE_PYTHON3`).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};

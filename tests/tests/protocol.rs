@@ -1,8 +1,10 @@
 //! The wire protocol spoken by hand: auth, handshake, bad input, in-flight isolation, interrupted
 //! uploads. A real agentd, a raw websocket.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::Duration;
 
@@ -224,7 +226,7 @@ async fn sigterm_closes_links_with_going_away_and_no_result_of_its_kills() {
         send_text(&mut ws, exec.to_string()).await;
         assert_eq!(recv_json(&mut ws).await["type"], "exec_started");
     }
-    let pid = nix::unistd::Pid::from_raw(daemon.pid() as i32);
+    let pid = agentd_tests::nix_pid(daemon.pid());
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let frame = tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("a frame in time");
     match frame.expect("open").expect("frame") {

@@ -3,8 +3,11 @@
 //! Docker sandboxes listed by their label and removed by id. Docker tests skip (see
 //! [`agentd_tests::skip`]) without the engine or the images `images/build.sh` builds.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use agentd_host::provider::{self, Kind, SandboxSpec};
 use agentd_host::{BaseSandbox, LocalSandbox};

@@ -3,8 +3,11 @@
 //! one 256 MiB line, a `read` of a 512 MiB file that fails the UTF-8 sniff), against a real agentd
 //! over its websocket, its VmRSS sampled while each runs.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::io::Write as _;
 use std::path::Path;

@@ -1,9 +1,6 @@
 //! `agentd serve --root DIR`: file verbs, transfers, exec `cwd` and capture paths see DIR as `/` and
 //! cannot leave it. The swap races are in `root_races.rs`.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use agentd_host::{AgentdSandbox, BaseSandbox, SandboxError};
 use agentd_protocol::{ErrorCode, ExecRequest, Offload};
 use agentd_tests::Daemon;

@@ -7,8 +7,10 @@
 //! Each attack must also have seen both sides of the swap (a round that reached the inside, and
 //! one that was refused as `invalid_path`), so the race really interleaved with the requests.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;

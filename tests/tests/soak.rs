@@ -2,8 +2,10 @@
 //! where it was: processes, file descriptors, threads, temporary files, and memory (RSS growth under
 //! 1 MiB after a warm-up). Bounded in time: the whole test takes well under a minute here.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::path::Path;
 use std::sync::Arc;

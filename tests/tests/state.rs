@@ -8,7 +8,11 @@
 //! Timestamps differ between any two runs, so results are compared with each timestamp replaced by
 //! whether it is set; their order still counts (`glob` answers most recent first).
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::time::Duration;
 

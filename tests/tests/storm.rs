@@ -9,8 +9,10 @@
 //! table; without a writable cgroup v1 `pids` hierarchy the tests skip (`AGENTD_REQUIRE_CGROUP`).
 //! The tests run one at a time (a lock), so two bombs never share the machine's two cores.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -28,6 +30,7 @@ use agentd_tests::{PidsCap, binary, pids_below};
 const BOMB_AND_SLEEPERS: &str = "for i in $(seq 50); do sleep 1022 & done; bomb(){ bomb|bomb& };bomb";
 
 /// Room above the profile's limit for agentd's own threads and the test's thread.
+#[expect(clippy::cast_possible_truncation, reason = "a constant of a few thousand")]
 const CAP: u32 = DEFAULT_PROCESSES as u32 + 200;
 
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -174,7 +177,7 @@ async fn agentd_never_dies_of_a_fork_bomb_in_a_tight_cgroup() {
             let next = sb.execute("echo alive", None).await.unwrap();
             assert_eq!(next.output, "alive\n", "round {round}: {next:?}");
         }
-        assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(agentd as i32), None).is_ok());
+        assert!(nix::sys::signal::kill(agentd_tests::nix_pid(agentd), None).is_ok());
         drop(sb);
         assert!(cap.pids().is_empty(), "processes outlived the sandbox");
     }
@@ -280,7 +283,7 @@ async fn session_with_a_bomb(cap: &PidsCap, state: &Path) -> (u32, impl Fn(&[&st
         .unwrap();
     assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
     let saved: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&session).unwrap()).unwrap();
-    let pid = saved["pid"].as_u64().unwrap() as u32;
+    let pid = u32::try_from(saved["pid"].as_u64().unwrap()).unwrap();
     // Its exec still running: a bomb is ended with its exec, so `down` meets it while it runs.
     let running = format!("{BOMB_AND_SLEEPERS}; sleep 1000");
     let exec = std::process::Command::new(binary("agentctl"))
@@ -336,8 +339,7 @@ async fn agentctl_down_ends_the_commands_of_an_agentd_that_cannot() {
     let state = tempfile::tempdir().unwrap();
     let (pid, agentctl) = session_with_a_bomb(&cap, state.path()).await;
     // A stopped agentd never acts on SIGTERM: `down` kills it after 5 s and must end the bomb itself.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGSTOP)
-        .unwrap();
+    nix::sys::signal::kill(agentd_tests::nix_pid(pid), nix::sys::signal::Signal::SIGSTOP).unwrap();
     let started = Instant::now();
     let down = agentctl(&["down"]);
     let took = started.elapsed();
@@ -424,8 +426,7 @@ async fn the_cgroups_a_killed_agentd_left_are_removed_by_the_next_one() {
     let pid = killed.pid();
     let left = cap.dir.join(format!("agentd-{pid}"));
     assert!(!command_cgroups(&cap, pid).is_empty(), "the agentd made no per-command cgroup");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL)
-        .unwrap();
+    nix::sys::signal::kill(agentd_tests::nix_pid(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     drop(killed);
     agentd_tests::remove_scratch(pid);
     assert!(left.is_dir(), "the control: a killed agentd leaves its cgroups");

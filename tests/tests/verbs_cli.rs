@@ -1,9 +1,6 @@
 //! The file verbs' command lines: `agentctl` and `agentd fs` take the same arguments (one definition,
 //! `agentd_protocol::cli::FsCommand`) and give the same results.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::process::Command;
 
 use agentd_tests::binary;

@@ -12,8 +12,10 @@
 //! `user = "agentd"` (the same profile, root's capabilities) or without a profile, where it gets
 //! through: the attack is real.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -534,7 +536,7 @@ impl Session {
         let profile = DefaultProfile::create(workspace.path()).unwrap();
         let socket_dir = socket_dir().unwrap();
         let token_file = socket_dir.path().join("token");
-        let token = agentd_tests::random_hex(32);
+        let token = agentd_fakes::random_hex(32);
         std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -567,10 +569,8 @@ impl Session {
     /// SIGTERM, and the wait for agentd's exit.
     fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
+            let _ =
+                nix::sys::signal::kill(agentd_tests::nix_pid(child.id()), nix::sys::signal::Signal::SIGTERM);
             let _ = child.wait();
         }
     }
@@ -831,7 +831,7 @@ async fn shared_memory_outside_cannot_be_removed() {
 #[tokio::test]
 async fn an_abstract_socket_outside_cannot_be_reached() {
     use std::os::linux::net::SocketAddrExt as _;
-    let name = format!("agentd-walls-{}", agentd_tests::random_hex(8));
+    let name = format!("agentd-walls-{}", agentd_fakes::random_hex(8));
     let address = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
     let _listener = std::os::unix::net::UnixListener::bind_addr(&address).unwrap();
     let params = probe_params(&name);

@@ -14,17 +14,19 @@
 //! Like `hostile_providers.rs`, these run `target/<profile>/agentctl` as built: `cargo build
 //! --workspace` first (a test run alone does not rebuild the binary).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agentd_fakes::fake_daytona::{FakeDaytona, generated_bytes};
 use agentd_host::adapters::daytona::{DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
 use agentd_host::{BaseSandbox as _, SandboxError};
 use agentd_tests::agentctl::{Run, agentctl, run, with_daytona};
-use agentd_tests::fake_daytona::{FakeDaytona, generated_bytes};
 use sha2::{Digest as _, Sha256};
 
 const MIB: u64 = 1 << 20;

@@ -5,8 +5,10 @@
 //! root-only file as the bearer token to the command's own listener; and `agentctl --token`, which
 //! every process of the machine could read in `/proc/*/cmdline`.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::io::Read as _;
 use std::os::unix::fs::PermissionsExt as _;
@@ -223,7 +225,7 @@ fn a_command_cannot_steer_agentctl_through_its_session_files() {
     if up.status.success() {
         let saved = std::fs::read_to_string(home_path.join(".agentd/session.json")).unwrap();
         let saved: serde_json::Value = serde_json::from_str(&saved).unwrap();
-        stray.0 = saved["pid"].as_i64().map(|pid| pid as i32);
+        stray.0 = saved["pid"].as_i64().and_then(|pid| i32::try_from(pid).ok());
         let rewrite =
             "cd ~/.agentd && rm -f session.json && printf %s \"$FORGED\" > session.json; echo rc=$?";
         let out =

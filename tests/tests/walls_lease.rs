@@ -4,8 +4,10 @@
 //! that changed the mode, times and owner of what a write-deny rule names, because that was lent
 //! to its user with the rest.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::io::{BufRead as _, Read as _};
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};

@@ -3,8 +3,10 @@
 //! shell's number; one client whose kept processes made every other client's `execute` fail; a
 //! `processes` reply past the reply limit.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -27,7 +29,7 @@ struct EndOnDrop(u32);
 impl Drop for EndOnDrop {
     fn drop(&mut self) {
         use nix::sys::signal::{Signal, kill};
-        let pid = nix::unistd::Pid::from_raw(self.0 as i32);
+        let pid = agentd_tests::nix_pid(self.0);
         let _ = kill(pid, Signal::SIGTERM);
         for _ in 0..500 {
             if kill(pid, None).is_err() {
@@ -207,7 +209,7 @@ async fn one_client_with_its_kept_processes_all_taken_starves_no_other_client() 
 
 #[tokio::test]
 async fn a_sandbox_that_pages_processes_without_end_cannot_hold_the_host() {
-    use agentd_tests::evil_agentd::{Evil, EvilAgentd};
+    use agentd_fakes::evil_agentd::{Evil, EvilAgentd};
     let server = EvilAgentd::start(Evil::EndlessPages).unwrap();
     let link = agentd_host::Link::connect(&server.url(), None).await.unwrap();
     let listed = tokio::time::timeout(Duration::from_secs(30), link.processes()).await.expect("in time");

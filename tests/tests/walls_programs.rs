@@ -10,8 +10,11 @@
 //! busybox binary out of the `agentd-busybox` image (Docker). Without them each test prints one
 //! `skipped:` line ([`agentd_tests::skip`]).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;

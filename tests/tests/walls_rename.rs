@@ -7,8 +7,10 @@
 //! Needs landlock (ABI ≥ 4, as the profile tests); without it each test prints one `skipped:` line
 //! ([`agentd_tests::skip`]).
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,7 +18,8 @@ use std::process::Command;
 use agentd_host::{AgentdSandbox, BaseSandbox};
 use agentd_protocol::ExecRequest;
 use agentd_protocol::profile::Level;
-use agentd_tests::{Daemon, Need, agentctl_in as agentctl, binary, profiled, run, skip};
+use agentd_tests::agentctl::agentctl_in as agentctl;
+use agentd_tests::{Daemon, Need, binary, profiled, run, skip};
 
 /// The workspace's real path.
 fn real(daemon: &Daemon) -> PathBuf {

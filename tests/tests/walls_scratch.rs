@@ -8,8 +8,10 @@
 //!   `network = "deny"` a command wrote to an inherited TCP socket and appended to a root 0600 file
 //!   outside its roots.
 
-// Test helpers outside #[test] functions: a failed step aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
+)]
 
 use std::io::{Read as _, Write as _};
 use std::os::fd::AsRawFd as _;
@@ -181,7 +183,7 @@ impl Session {
             std::fs::write(profile.file(), json.to_string()).unwrap();
         }
         let socket_dir = socket_dir().unwrap();
-        let token = agentd_tests::random_hex(32);
+        let token = agentd_fakes::random_hex(32);
         let (child, started) = spawn_agentd(
             workspace.path(),
             socket_dir.path(),
@@ -204,10 +206,8 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGTERM,
-        );
+        let _ =
+            nix::sys::signal::kill(agentd_tests::nix_pid(self.child.id()), nix::sys::signal::Signal::SIGTERM);
         let _ = self.child.wait();
     }
 }
@@ -366,7 +366,7 @@ async fn a_command_cannot_use_what_agentd_inherited() {
         ),
     )
     .unwrap();
-    let token = agentd_tests::random_hex(16);
+    let token = agentd_fakes::random_hex(16);
     let mut command = Command::new(binary("agentd"));
     command
         .args(["serve", "--listen", "127.0.0.1:0", "--profile", profile.to_str().unwrap()])

@@ -3,7 +3,7 @@
 
 use std::io::Write as _;
 
-use agentd_tests::evil_agentd::{Evil, EvilAgentd};
+use agentd_fakes::evil_agentd::{Evil, EvilAgentd};
 
 fn main() -> std::process::ExitCode {
     let modes: Vec<&str> = Evil::ALL.iter().map(|(name, _)| *name).collect();
@@ -25,6 +25,6 @@ fn main() -> std::process::ExitCode {
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
         return std::process::ExitCode::FAILURE;
     };
-    runtime.block_on(agentd_tests::until_terminated());
+    runtime.block_on(agentd_fakes::until_terminated());
     std::process::ExitCode::SUCCESS
 }

@@ -23,7 +23,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let fake = match agentd_tests::fake_daytona::FakeDaytona::start_on(addr) {
+    let fake = match agentd_fakes::fake_daytona::FakeDaytona::start_on(addr) {
         Ok(fake) => fake,
         Err(err) => {
             eprintln!("fake-daytona: {err}");
@@ -36,11 +36,11 @@ fn main() -> std::process::ExitCode {
     let _ = stdout.flush();
     eprintln!(
         "fake-daytona: serving (containers labelled {}={})",
-        agentd_tests::fake_daytona::CONTAINER_LABEL,
+        agentd_fakes::fake_daytona::CONTAINER_LABEL,
         fake.instance()
     );
     // Wait for a signal (on the fake's own runtime), then drop the fake: it removes its containers.
-    fake.block_on(agentd_tests::until_terminated());
+    fake.block_on(agentd_fakes::until_terminated());
     drop(fake);
     std::process::ExitCode::SUCCESS
 }

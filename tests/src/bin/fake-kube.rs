@@ -52,7 +52,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let fake = match agentd_tests::fake_kube::FakeKube::launch(addr, tls) {
+    let fake = match agentd_fakes::fake_kube::FakeKube::launch(addr, tls) {
         Ok(fake) => fake,
         Err(err) => {
             eprintln!("fake-kube: {err}");
@@ -60,11 +60,11 @@ fn main() -> std::process::ExitCode {
         }
     };
     if agent_sandbox {
-        agentd_tests::fake_kube::agent_sandbox::install(&fake);
+        agentd_fakes::fake_kube::agent_sandbox::install(&fake);
     }
     for (name, image, replicas) in pools {
+        use agentd_fakes::fake_kube::store::ResourceKey;
         use agentd_host::adapters::kubernetes::manifests;
-        use agentd_tests::fake_kube::store::ResourceKey;
         let group = "extensions.agents.x-k8s.io";
         let made = [
             (
@@ -86,11 +86,11 @@ fn main() -> std::process::ExitCode {
     eprintln!(
         "fake-kube: serving {} (containers labelled {}={})",
         fake.url(),
-        agentd_tests::fake_kube::CONTAINER_LABEL,
+        agentd_fakes::fake_kube::CONTAINER_LABEL,
         fake.instance()
     );
     // Wait for a signal (on the fake's own runtime), then drop the fake: it removes its containers.
-    fake.block_on(agentd_tests::until_terminated());
+    fake.block_on(agentd_fakes::until_terminated());
     drop(fake);
     std::process::ExitCode::SUCCESS
 }

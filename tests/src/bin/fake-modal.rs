@@ -26,7 +26,7 @@ fn main() -> std::process::ExitCode {
     let (Some(listen), Some(router)) = (parse(&listen), parse(&router)) else {
         return std::process::ExitCode::from(2);
     };
-    let fake = match agentd_tests::fake_modal::FakeModal::start_on(listen, router) {
+    let fake = match agentd_fakes::fake_modal::FakeModal::start_on(listen, router) {
         Ok(fake) => fake,
         Err(err) => {
             eprintln!("fake-modal: {err}");
@@ -41,11 +41,11 @@ fn main() -> std::process::ExitCode {
     eprintln!(
         "fake-modal: serving, router at {} (containers labelled {}={})",
         fake.router_url(),
-        agentd_tests::fake_modal::CONTAINER_LABEL,
+        agentd_fakes::fake_modal::CONTAINER_LABEL,
         fake.instance()
     );
     // Wait for a signal (on the fake's own runtime), then drop the fake: it removes its containers.
-    fake.block_on(agentd_tests::until_terminated());
+    fake.block_on(agentd_fakes::until_terminated());
     drop(fake);
     std::process::ExitCode::SUCCESS
 }

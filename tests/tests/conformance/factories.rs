@@ -1,105 +1,29 @@
-//! The file-verb conformance suite: every case of `conformance/suite.rs` on every sandbox of the list
-//! below, native vs derived, byte for byte. One test per case per sandbox, named `<factory>::<case>`,
-//! so a failure names both; a factory whose requirement is missing (the Docker engine, an image)
-//! skips its tests visibly ([`agentd_tests::skip`]).
-//!
-//! Adding a kind of sandbox is one factory function (returning a [`Target`]) and one entry in
-//! `factories` below; a case missing from `cases` is dead code, which the lints refuse.
+//! The sandboxes the suite runs on: each factory makes one native sandbox and its derived twin over
+//! one workspace (a [`Target`]), or skips (and returns `None`) when its requirement is missing.
 
-// Factories outside #[test] functions: a failed setup step aborts the test with its message.
-#![allow(clippy::expect_used)]
+#![expect(
+    clippy::expect_used,
+    reason = "factories outside #[test] functions: a failed setup step aborts the test with its message"
+)]
 
-#[path = "conformance/suite.rs"]
-mod suite;
-
-use std::future::Future;
 use std::sync::Arc;
 
+use agentd_fakes::fake_daytona::FakeDaytona;
+use agentd_fakes::fake_kube::FakeKube;
+use agentd_fakes::fake_modal::FakeModal;
 use agentd_host::adapters::daytona::{Channel, DaytonaConfig, DaytonaMode, DaytonaOptions, DaytonaSandbox};
 use agentd_host::adapters::kubernetes::{self, KubernetesMode, KubernetesOptions, KubernetesSandbox};
 use agentd_host::adapters::modal::{self, ModalConfig, ModalMode, ModalOptions, ModalSandbox};
 use agentd_host::{BaseSandbox, LocalSandbox};
-use agentd_tests::fake_daytona::FakeDaytona;
-use agentd_tests::fake_kube::FakeKube;
-use agentd_tests::fake_modal::FakeModal;
 use agentd_tests::{ExecOnly, ShellSandbox};
-use suite::{Suite, Target};
 
-/// One module per factory, one test per case in each: `<factory>::<case>`.
-macro_rules! conformance {
-    (factories: [$($factory:ident),* $(,)?], cases: $cases:tt $(,)?) => {
-        $(conformance!(@factory $factory $cases);)*
-    };
-    (@factory $factory:ident [$($case:ident),* $(,)?]) => {
-        mod $factory {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::run(super::$factory(), super::suite::$case).await;
-                }
-            )*
-        }
-    };
-}
-
-conformance! {
-    factories: [
-        local,
-        docker_busybox_baked,
-        docker_busybox_injected,
-        docker_debian_baked,
-        docker_debian_injected,
-        daytona_link,
-        daytona_toolbox,
-        modal_link,
-        modal_router,
-        kube_pod_baked,
-        kube_pod_injected,
-        kube_claim,
-    ],
-    cases: [
-        golden_05_06_ls_one_level_links_and_errors,
-        golden_07_to_10_read_line_endings_and_windows,
-        golden_11_to_13_read_empty_paging_and_the_utf8_sniff,
-        golden_14_15_read_invalid_utf8_after_the_sniff,
-        golden_16_17_read_binary_extensions_and_content,
-        golden_18_to_20_read_byte_cap_and_total_lines,
-        golden_21_22_read_odd_bytes_and_non_files,
-        edge_read_long_lines_crlf_offsets_and_relative_paths,
-        edge_empty_path_names_nothing,
-        golden_23_write_creates_overwrites_and_fails_as_values,
-        golden_24_to_29_edit_matching_forms_and_counts,
-        edge_edit_occurrences_crlf_and_lone_cr,
-        golden_30_to_32_edit_errors_links_and_large_payloads,
-        golden_33_34_delete_links_and_permissions,
-        edge_delete_trees_links_refusals_and_relative_paths,
-        golden_35_36_grep_route_a_walk_and_basename_filter,
-        golden_37_38_grep_route_b_paths,
-        golden_39_to_43_grep_errors_max_count_crlf_and_file_roots,
-        edge_grep_glob_hidden_files_git_and_classes,
-        edge_long_lines_in_grep,
-        golden_44_to_47_glob_basename_and_path_rules,
-        golden_48_to_50_glob_braces_classes_and_pattern_checks,
-        golden_51_glob_roots,
-        golden_52_glob_match_budget,
-        golden_53_glob_unreadable_subtrees_as_root,
-        edge_odd_file_names_through_every_verb,
-        edge_nul_in_a_path,
-        edge_symlinks_in_ls_and_delete,
-        derived_framing_survives_heredoc_lookalikes_and_forged_meta,
-        golden_55_offload_head_tail_preview_on_both_paths,
-    ],
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Factories: each makes one native sandbox and its derived twin, or skips (and returns None).
-// ---------------------------------------------------------------------------------------------------
+use crate::harness::Target;
 
 /// A local agentd (LocalSandbox); derived: a local `/bin/sh -c` in its workspace (ShellSandbox).
 /// Without the embedded default's profile: the cases compare the verbs' semantics with a shell of the
 /// test's own user, on fixtures the test makes as that user (under the profile the file work is the
 /// sandbox user's, whose walls `walls.rs` tries).
-async fn local() -> Option<Target> {
+pub async fn local() -> Option<Target> {
     let local = Arc::new(LocalSandbox::start_unconfined().await.expect("start a local agentd"));
     let ws = local.workspace().to_owned();
     let derived = Box::new(ShellSandbox::new(&ws));
@@ -107,22 +31,22 @@ async fn local() -> Option<Target> {
 }
 
 /// agentd baked into `agentd-busybox`.
-async fn docker_busybox_baked() -> Option<Target> {
+pub async fn docker_busybox_baked() -> Option<Target> {
     docker("agentd-busybox:latest", false).await
 }
 
 /// The static agentd injected into a plain busybox container.
-async fn docker_busybox_injected() -> Option<Target> {
+pub async fn docker_busybox_injected() -> Option<Target> {
     docker("agentd-base-busybox:latest", true).await
 }
 
 /// agentd baked into `agentd-debian`.
-async fn docker_debian_baked() -> Option<Target> {
+pub async fn docker_debian_baked() -> Option<Target> {
     docker("agentd-debian:latest", false).await
 }
 
 /// The static agentd injected into a plain Debian container.
-async fn docker_debian_injected() -> Option<Target> {
+pub async fn docker_debian_injected() -> Option<Target> {
     docker("agentd-base-debian:latest", true).await
 }
 
@@ -145,7 +69,7 @@ async fn docker(image: &str, inject: bool) -> Option<Target> {
 
 /// A Daytona sandbox made through the fake from `agentd-base-debian` (agentd injected) over the
 /// preview link; derived: the same sandbox through `execute` over that link ([`ExecOnly`]).
-async fn daytona_link() -> Option<Target> {
+pub async fn daytona_link() -> Option<Target> {
     let (fake, workspace, ws) = daytona_fake().await?;
     let sandbox = daytona_sandbox(&fake, DaytonaMode::Link).await;
     assert_eq!(sandbox.channel(), Channel::Link);
@@ -159,7 +83,7 @@ async fn daytona_link() -> Option<Target> {
 /// [`DaytonaMode::ToolboxExec`], whose verbs and offload take the derived path through the toolbox
 /// exec, is the derived side; the native side is the same Daytona sandbox attached over the preview
 /// link (a second injected agentd in the same container), so both see the same files and cwd.
-async fn daytona_toolbox() -> Option<Target> {
+pub async fn daytona_toolbox() -> Option<Target> {
     let (fake, workspace, ws) = daytona_fake().await?;
     let toolbox = daytona_sandbox(&fake, DaytonaMode::ToolboxExec).await;
     assert_eq!(toolbox.channel(), Channel::ToolboxExec);
@@ -216,7 +140,7 @@ async fn daytona_sandbox(fake: &FakeDaytona, mode: DaytonaMode) -> DaytonaSandbo
 
 /// A Modal sandbox made through the fake from `agentd-base-debian` (agentd injected) over the
 /// tunnel link; derived: the same sandbox through `execute` over that link ([`ExecOnly`]).
-async fn modal_link() -> Option<Target> {
+pub async fn modal_link() -> Option<Target> {
     let (fake, workspace, ws) = modal_fake().await?;
     let sandbox = modal_sandbox(&fake, ModalMode::Link).await;
     assert_eq!(sandbox.channel(), modal::Channel::Link);
@@ -229,7 +153,7 @@ async fn modal_link() -> Option<Target> {
 /// The router-exec fallback: a Modal sandbox made through the fake in [`ModalMode::RouterExec`]
 /// (verbs and offload derived through the command router's exec) is the derived side; the native
 /// side is the same sandbox attached over the tunnel link.
-async fn modal_router() -> Option<Target> {
+pub async fn modal_router() -> Option<Target> {
     let (fake, workspace, ws) = modal_fake().await?;
     let router = modal_sandbox(&fake, ModalMode::RouterExec).await;
     assert_eq!(router.channel(), modal::Channel::RouterExec);
@@ -280,12 +204,12 @@ async fn modal_sandbox(fake: &FakeModal, mode: ModalMode) -> ModalSandbox {
 
 /// A Pod through the fake Kubernetes API from `agentd-debian` (agentd baked in) over the exec-stream
 /// link; derived: the same sandbox through `execute` over that link ([`ExecOnly`]).
-async fn kube_pod_baked() -> Option<Target> {
+pub async fn kube_pod_baked() -> Option<Target> {
     kube_pod("agentd-debian:latest").await
 }
 
 /// The same from `agentd-base-debian` (agentd injected through exec).
-async fn kube_pod_injected() -> Option<Target> {
+pub async fn kube_pod_injected() -> Option<Target> {
     kube_pod(DAYTONA_IMAGE).await
 }
 
@@ -336,13 +260,13 @@ async fn kube_pod(image: &str) -> Option<Target> {
 
 /// A Sandbox claimed from a warm pool of one, from the template `agentctl sandbox kube-template`
 /// makes (agentd copied in by an initContainer) with the workspace mounted.
-async fn kube_claim() -> Option<Target> {
+pub async fn kube_claim() -> Option<Target> {
     use kubernetes::{Cluster, manifests};
     if !agentd_tests::docker_available(manifests::AGENTD_IMAGE).await {
         return None;
     }
     let (fake, workspace, ws, spec) = kube_fake(DAYTONA_IMAGE).await?;
-    agentd_tests::fake_kube::agent_sandbox::install(&fake);
+    agentd_fakes::fake_kube::agent_sandbox::install(&fake);
     let mut template = manifests::sandbox_template("conformance", DAYTONA_IMAGE, manifests::AGENTD_IMAGE);
     let pod = &mut template["spec"]["podTemplate"]["spec"];
     pod["volumes"].as_array_mut().expect("volumes").push(spec["volumes"][0].clone());
@@ -364,11 +288,4 @@ async fn kube_claim() -> Option<Target> {
     let derived = Box::new(ExecOnly(Arc::clone(&native)));
     let keep = (Arc::clone(&native), fake, workspace);
     Some(Target { native, derived, ws, keep: Box::new(keep) })
-}
-
-/// Runs `case` on what `factory` makes (nothing when it skipped).
-async fn run<F: Future<Output = ()>>(factory: impl Future<Output = Option<Target>>, case: fn(Suite) -> F) {
-    if let Some(target) = factory.await {
-        case(Suite::new(target)).await;
-    }
 }

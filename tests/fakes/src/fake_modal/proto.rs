@@ -1,6 +1,6 @@
-//! The servers generated from `host/proto/modal/` (see `tests/build.rs`).
+//! The servers generated from `host/proto/modal/` (see `tests/fakes/build.rs`).
 
-#![allow(clippy::all, clippy::pedantic, missing_docs)]
+#![expect(clippy::all, reason = "generated code: its style is prost's and tonic's")]
 
 /// Package `modal.client`.
 pub mod client {

@@ -202,7 +202,8 @@ impl Shared {
 
     /// A JWT-shaped token: `b64url(header).b64url({"exp":…,…}).b64url(signature)`.
     pub fn mint_jwt(&self, subject: &str, router: bool) -> String {
-        let exp = now_secs() as u64 + JWT_LIFETIME.as_secs();
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+        let exp = now + JWT_LIFETIME.as_secs();
         let header = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
         let payload =
             serde_json::json!({"exp": exp, "sub": subject, "jti": crate::random_hex(8)}).to_string();

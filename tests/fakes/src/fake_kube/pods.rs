@@ -523,6 +523,12 @@ fn bytes_quantity(quantity: &str) -> Option<u64> {
     units.iter().find_map(|(suffix, factor)| {
         let number = quantity.strip_suffix(suffix)?;
         let value: f64 = number.parse().ok()?;
+        // `as` saturates: a negative or NaN quantity is 0, a huge one `u64::MAX`.
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "a float to integer `as` saturates, which is what is wanted here"
+        )]
         Some((value * *factor as f64) as u64)
     })
 }

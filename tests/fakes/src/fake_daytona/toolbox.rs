@@ -34,7 +34,7 @@ pub fn routes() -> Router<Arc<Shared>> {
 
 /// The container of a started sandbox, or the error response (returned at once by every caller,
 /// so its size does not matter).
-#[allow(clippy::result_large_err)]
+#[expect(clippy::result_large_err, reason = "the error response is returned at once by every caller")]
 fn container(shared: &Shared, id: &str, uri: &Uri, method: &Method) -> Result<String, Response> {
     let sandboxes = shared.lock_sandboxes();
     let sandbox = sandboxes.get(id).or_else(|| sandboxes.values().find(|s| s.name == id));
@@ -234,7 +234,7 @@ fn part(out: &mut Vec<u8>, name: &str, path: &str, content_type: &str, body: &[u
 }
 
 /// The `paths` of a bulk download's body, or the 400 answer.
-#[allow(clippy::result_large_err)]
+#[expect(clippy::result_large_err, reason = "the error response is returned at once by the caller")]
 fn requested_paths(body: &[u8]) -> Result<Vec<String>, Response> {
     match serde_json::from_slice::<Value>(body) {
         Ok(value) => match value.get("paths").and_then(Value::as_array) {
@@ -253,8 +253,8 @@ fn requested_paths(body: &[u8]) -> Result<Vec<String>, Response> {
 /// The bytes of a generated part of `len` bytes, chunk by chunk: byte `i` is `i % 251` (a prime,
 /// so a part shifted or cut short does not hash the same), each chunk a whole number of periods.
 pub fn generated_bytes(len: u64) -> impl Iterator<Item = Bytes> + Send + 'static {
-    const PERIOD: usize = 251;
-    let block = Bytes::from((0..PERIOD * 256).map(|i| (i % PERIOD) as u8).collect::<Vec<u8>>());
+    const PERIOD: u8 = 251;
+    let block = Bytes::from((0..256).flat_map(|_| 0..PERIOD).collect::<Vec<u8>>());
     let mut left = len;
     std::iter::from_fn(move || {
         if left == 0 {

@@ -645,8 +645,6 @@ mod tests {
     //! The controller's passes over a store with no kubelet: pods are made Running and Ready by
     //! hand, so what is checked is the controller's own bookkeeping.
 
-    #![allow(clippy::unwrap_used)]
-
     use super::*;
 
     fn key(group: &str, plural: &str) -> ResourceKey {
