@@ -34,7 +34,8 @@
 //! Modules:
 //! - this one: [`Confiner`] (the server's profile, what the machine offers, the plans and what they
 //!   keep for the next), [`Plan`] and [`Cleanup`];
-//! - [`report`]: the enforcement report, pure rules over the profile and the machine;
+//! - [`report`]: the enforcement report, pure rules over the profile and the machine (its tests
+//!   in `report_tests`);
 //! - [`child`]: the child's steps; [`measured`]: what it asked for and measured, as it tells the
 //!   parent;
 //! - [`ruleset`]: the landlock ruleset and the kernel's ABI; [`carve`]: the withheld paths;

@@ -40,6 +40,7 @@ fn crate_roots() -> Vec<PathBuf> {
         "protocol/src/lib.rs",
         "python/src/lib.rs",
         "tests/src/lib.rs",
+        "tests/fakes/src/lib.rs",
     ]
     .iter()
     .map(|p| root.join(p))
@@ -239,7 +240,8 @@ fn the_agentctl_page_names_every_sandbox_form_agentctl_parses() {
 }
 
 /// The crates whose module trees the maps cover: each one's `src/`.
-const CRATE_SOURCES: [&str; 5] = ["protocol/src", "agent/src", "host/src", "tests/src", "python/src"];
+const CRATE_SOURCES: [&str; 6] =
+    ["protocol/src", "agent/src", "host/src", "tests/src", "tests/fakes/src", "python/src"];
 
 /// Every `.rs` file below `dir`, recursively.
 fn rust_files(dir: &Path) -> Vec<PathBuf> {

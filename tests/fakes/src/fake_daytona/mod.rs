@@ -21,6 +21,9 @@
 //! any size, generated as it is sent; [`FakeDaytona::generated_file`] answers a bulk download with a
 //! generated part of any size, its `Content-Length` true or a lie. Every request's method and raw path is recorded
 //! ([`FakeDaytona::requests`]), so a test can check that nothing went outside `/sandbox/<id>`.
+//!
+//! Modules: `api` (the REST API's routes), `toolbox` (files and exec in a sandbox), `preview` (the
+//! per-port proxy), `state` (the sandboxes' records), `docker` (the containers behind them).
 
 mod api;
 mod docker;

@@ -25,6 +25,9 @@
 //! [`FakeModal::expire_router_jwts`], [`FakeModal::unavailable_once`], [`FakeModal::mount`]; every
 //! call is recorded ([`FakeModal::calls`]) with its idempotency key and retry attempt.
 //!
+//! Modules: `control` (the control plane's RPCs), `router` (the command router's), `proto` (the
+//! `.proto` subset, compiled).
+//!
 //! Hostile switches (a provider that is not to be trusted): [`FakeModal::add_listed`] lists a
 //! sandbox with any id and source tag, with no container behind it; the id of every terminate
 //! request is recorded ([`FakeModal::terminated`]); [`FakeModal::endless_stdout`] makes every exec
