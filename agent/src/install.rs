@@ -1,6 +1,6 @@
 //! `agentd install DIR`: copies this agentd to `DIR/agentd` (mode 0755, written beside it and
 //! renamed over, so a running copy is never rewritten in place). What an initContainer runs to put
-//! the static agentd into a volume its Pod's sandbox container mounts (README, "Kubernetes").
+//! the static agentd into a volume its Pod's sandbox container mounts (docs/providers.md, "Kubernetes").
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -177,7 +177,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 1800.0)]
     default_timeout: f64,
     /// Sandbox profile (TOML) applied to every command: writable/readable roots, network, environment,
-    /// timeouts, resource limits. See README, "Sandbox profiles".
+    /// timeouts, resource limits. See docs/profiles.md.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
     /// Seconds between SIGTERM and SIGKILL when a command times out or is cancelled.

@@ -18,7 +18,7 @@
 //! - [`runtime`]: the tokio runtime every call runs on, one per process (a forked child gets its
 //!   own), and the asyncio futures the coroutines await, settled on their loop's thread.
 //!
-//! Build it with maturin (`python/install.sh`, README "From Python"); `cargo build` builds the same
+//! Build it with maturin (`python/install.sh`, docs/python.md); `cargo build` builds the same
 //! shared object (never linked to libpython: the interpreter that imports it provides the symbols).
 
 // Its Rust API is the Python module, not these items: this map is for the crate's maintainers and

@@ -9,7 +9,7 @@
 //! `cargo bench -p agentd-tests --bench core -- round`; the sizes are printed always.
 //!
 //! Uses the static agentd at `target/x86_64-unknown-linux-gnu/release/agentd` when it exists (see
-//! README), else `target/release/agentd`.
+//! docs/building.md), else `target/release/agentd`.
 //!
 //! What it prints, in order:
 //! 1. the round trip of `true`, unconfined, under the embedded default profile and under it with

@@ -7,7 +7,7 @@
 //! of them. Landlock's rights are the union of the rules on a path's ancestors, so no rule on the
 //! way to P carries what is withheld from P.
 //!
-//! Consequences, documented in the README:
+//! Consequences, documented in docs/profiles.md:
 //! - entries created later directly in a directory on the way (`/`, `/run`, `/sys`, `/sys/fs`)
 //!   do not get the withheld rights; and since the token's withheld rights include every write
 //!   right, those directories cannot get new entries or lose old ones: a command cannot rename the

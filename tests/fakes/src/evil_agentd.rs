@@ -1,5 +1,5 @@
 //! An agentd that lies: a websocket server on loopback that misbehaves in one chosen way, for the
-//! tests of what the host does when the sandbox has replaced agentd (README, "Hostile sandboxes").
+//! tests of what the host does when the sandbox has replaced agentd (docs/security.md, "The host against a hostile sandbox").
 //! It speaks just enough of the protocol to reach the misbehaviour, and records nothing.
 //!
 //! Standalone as the `evil-agentd` binary (the Python tests start it): `evil-agentd MODE` prints
