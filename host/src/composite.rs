@@ -39,8 +39,8 @@ use agentd_protocol::fs::{
 use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use async_trait::async_trait;
 
-use crate::error::{Result, SandboxError};
-use crate::sandbox::BaseSandbox;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::{BaseSandbox, OffloadRequest};
 
 /// A default sandbox and routes (see the module doc).
 pub struct CompositeSandbox {
@@ -227,17 +227,8 @@ impl BaseSandbox for CompositeSandbox {
         self.default.execute(command, timeout).await
     }
 
-    async fn execute_with_offload(
-        &self,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
-        self.default
-            .execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
-            .await
+    async fn execute_with_offload(&self, request: &OffloadRequest) -> Result<ExecuteOffloadResult> {
+        self.default.execute_with_offload(request).await
     }
 
     async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {

@@ -22,9 +22,9 @@ use std::time::Duration;
 use agentd_host::adapters::local::{
     DefaultProfile, Lifetime, LocalOptions, Started, TokenSource, socket_dir, spawn_agentd_passing,
 };
-use agentd_host::derived::shell_quote;
-use agentd_host::download::download_to_path;
-use agentd_host::provider::{self, Kind, Opened, SPEC_FORMS, SandboxInfo, SandboxSpec};
+use agentd_host::contract::derived::shell_quote;
+use agentd_host::contract::download::download_to_path;
+use agentd_host::provider::{self, Kind, Opened, SandboxInfo, SandboxSpec, spec_forms};
 use agentd_host::{AgentdSandbox, BaseSandbox, Deadlines, LocalSandbox, SandboxError, escape_controls};
 use agentd_protocol::cli::FsCommand;
 use agentd_protocol::permission::PermissionRule;
@@ -101,7 +101,7 @@ fn pass_env(raw: &str) -> Result<String, String> {
 }
 
 fn deadline(raw: &str) -> Result<Duration, String> {
-    agentd_host::deadlines::seconds(raw).map_err(str::to_owned)
+    agentd_host::contract::deadlines::seconds(raw).map_err(str::to_owned)
 }
 
 impl Cli {
@@ -218,17 +218,19 @@ enum SandboxCmd {
 }
 
 fn sandbox_help() -> String {
-    format!("Sandbox to use, KIND:SPEC: {SPEC_FORMS}")
+    format!("Sandbox to use, KIND:SPEC: {}", spec_forms())
 }
 
 fn sandbox_long_help() -> String {
+    // Each kind's sentence is its row's, so a new kind brings its own.
+    let kinds: Vec<&str> =
+        provider::KINDS.iter().map(|row| row.help).filter(|help| !help.is_empty()).collect();
     format!(
-        "Sandbox to use instead of --url or the `up` session, KIND:SPEC, one of: {SPEC_FORMS}.\n\
-         local: a private local agentd for this command. docker:IMAGE: a container from an image, with \
-         its own agentd when its entrypoint is agentd, else the static agentd injected. daytona:SNAPSHOT_OR_IMAGE: a Daytona sandbox (needs DAYTONA_API_KEY). modal:IMAGE: a Modal \
-         sandbox (needs MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or ~/.modal.toml). A \
+        "Sandbox to use instead of --url or the `up` session, KIND:SPEC, one of: {}.\n{} A \
          sandbox created for a command is removed when it ends; KIND-attach:ID uses an existing one \
-         and leaves it (docker-attach injects the static agentd)."
+         and leaves it (docker-attach injects the static agentd).",
+        spec_forms(),
+        kinds.join(" ")
     )
 }
 
@@ -542,8 +544,9 @@ async fn status(target: &Target) -> Result<ExitCode, Box<dyn std::error::Error>>
     let kind = match target {
         Target::Remote(_) => "attached",
         Target::Private(_) => "private (no `agentctl up` session)",
-        Target::Spec(opened) if opened.kind() == Kind::Docker => "container",
-        Target::Spec(opened) => opened.kind().name(),
+        Target::Spec(opened) => {
+            opened.kind().row().and_then(|row| row.noun).unwrap_or_else(|| opened.kind().name())
+        }
     };
     let sandbox = target.sandbox();
     // How a provider's sandbox got its agentd: `, baked` or `, injected`.
@@ -662,7 +665,8 @@ async fn exec(cli: &Cli, args: &ExecArgs, target: &Target) -> Result<ExitCode, B
         let _ = stdout.write_all(data);
         let _ = stdout.flush();
     };
-    let live: Option<agentd_host::link::OutputSink<'_>> = if cli.json { None } else { Some(&mut print) };
+    let live: Option<agentd_host::contract::link::OutputSink<'_>> =
+        if cli.json { None } else { Some(&mut print) };
     let result = match agentd.exec(request, live).await {
         Ok(result) => result,
         Err(SandboxError::Refused { message, .. }) => return Err(message.into()),
@@ -858,7 +862,7 @@ fn up(cli: &Cli, workspace: Option<&Path>) -> Result<ExitCode, Box<dyn std::erro
         .create_new(true)
         .mode(0o600)
         .open(&token_file)?
-        .write_all(agentd_host::adapters::inject::random_hex().as_bytes())?;
+        .write_all(agentd_host::contract::random::random_hex().as_bytes())?;
     let spawned = spawn_agentd_passing(
         &workspace,
         socket_dir.path(),
@@ -1185,7 +1189,7 @@ async fn list_all() -> (Vec<SandboxInfo>, Vec<Kind>) {
 
 /// How `sandbox ls` shows an id: Docker's are shortened as `docker ps` does (`rm` takes prefixes).
 fn short_id(info: &SandboxInfo) -> &str {
-    match info.kind.row().short_id {
+    match info.kind.row().and_then(|row| row.short_id) {
         // By `get`: an id that is not ASCII (a hostile listing) is shown whole, not cut mid-character.
         Some(width) => info.id.get(..width).unwrap_or(&info.id),
         None => &info.id,

@@ -26,7 +26,7 @@ use super::proto::task_command_router::{
     self as pb, task_command_router_client::TaskCommandRouterClient,
     task_exec_stdin_write_stream_request::Payload, task_exec_wait_response::ExitStatus as WireStatus,
 };
-use crate::error::{Result, SandboxError};
+use crate::contract::error::{Result, SandboxError};
 
 /// Refresh the JWT when it expires sooner than this.
 const REFRESH_BEFORE: Duration = Duration::from_secs(30);

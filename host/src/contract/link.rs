@@ -37,8 +37,8 @@ use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Bytes, Message};
 
-use crate::deadlines::{Deadlines, within};
-use crate::error::{Result, SandboxError};
+use crate::contract::deadlines::{Deadlines, within};
+use crate::contract::error::{Result, SandboxError};
 
 /// A failed upgrade: 401 is the token, anything else is said with agentd's reason.
 fn upgrade_error(url: &str, err: tungstenite::Error) -> SandboxError {

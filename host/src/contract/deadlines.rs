@@ -24,7 +24,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::error::{Result, SandboxError};
+use crate::contract::error::{Result, SandboxError};
 
 /// agentd's default for commands that name no timeout; exec channels of providers use the same.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(1800);
