@@ -10,7 +10,7 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agentd_host::link::Link;
+use agentd_host::contract::link::Link;
 use agentd_host::{AgentdSandbox, BaseSandbox as _, Deadlines, SandboxError};
 use agentd_protocol::{ExecRequest, FsRequest};
 use agentd_tests::binary;

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use agentd_host::adapters::inject::AgentdSource;
+use agentd_host::AgentdSource;
 use agentd_host::adapters::kubernetes::{
     Backing, Channel, KubernetesMode, KubernetesOptions, KubernetesProvider, KubernetesSandbox,
 };
