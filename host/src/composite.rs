@@ -299,15 +299,15 @@ impl BaseSandbox for CompositeSandbox {
     }
 }
 
+/// The paths of one call that go to one sandbox: each with its place in the input and the path
+/// it sees there.
+type Batch = (Arc<dyn BaseSandbox>, Vec<(usize, String)>);
+
 impl CompositeSandbox {
     /// `paths` grouped by the sandbox they go to (in order of first use), each with its place in
     /// the input and the path it sees there.
-    #[allow(clippy::type_complexity)]
-    fn batches<'a>(
-        &self,
-        paths: impl Iterator<Item = &'a str>,
-    ) -> Vec<(Arc<dyn BaseSandbox>, Vec<(usize, String)>)> {
-        let mut batches: Vec<(Arc<dyn BaseSandbox>, Vec<(usize, String)>)> = Vec::new();
+    fn batches<'a>(&self, paths: impl Iterator<Item = &'a str>) -> Vec<Batch> {
+        let mut batches: Vec<Batch> = Vec::new();
         for (at, path) in paths.enumerate() {
             let (sandbox, inner, _) = self.route(path);
             match batches.iter_mut().find(|(s, _)| Arc::ptr_eq(s, sandbox)) {

@@ -33,6 +33,9 @@ pub enum Form {
     Attach { what: &'static str },
 }
 
+/// Makes the provider of a kind (from the environment, for those with credentials).
+pub type MakeProvider = fn() -> Result<Box<dyn Provider>>;
+
 /// One kind: its name, spec forms, cargo feature, its provider when built, how it is shown.
 pub struct Row {
     pub kind: Kind,
@@ -41,7 +44,7 @@ pub struct Row {
     /// The cargo feature that brings it (`None`: always built).
     pub feature: Option<&'static str>,
     /// Its provider; `None` when its feature is off in this build.
-    pub provider: Option<fn() -> Result<Box<dyn Provider>>>,
+    pub provider: Option<MakeProvider>,
     /// Why it cannot be used here even when built (its credentials are not set), if it cannot.
     pub missing: fn() -> Option<String>,
     /// `sandbox ls` shows ids cut to this many characters (Docker's, as `docker ps` does; `rm`

@@ -249,7 +249,8 @@ impl Call {
             Call::Download(paths) => Answer::Download(sandbox.download_files(&paths).await?),
             Call::DownloadTo { path, local } => {
                 let saved =
-                    agentd_host::contract::download::download_to_path(sandbox, &path, &local, |_, _| {}).await?;
+                    agentd_host::contract::download::download_to_path(sandbox, &path, &local, |_, _| {})
+                        .await?;
                 Answer::DownloadTo(saved.err())
             }
             Call::Fs(request) => Answer::Fs(match request {

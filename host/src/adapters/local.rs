@@ -306,7 +306,10 @@ impl Drop for ChildGuard {
 
 /// SIGTERM, wait, then SIGKILL: agentd ends its commands' trees on SIGTERM before exiting.
 fn stop(child: &mut Child) {
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+    // Every pid fits (pid_max is at most 2^22); a number that did not is no process to signal.
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
     let deadline = Instant::now() + STOP_TIMEOUT;
     while Instant::now() < deadline {
         match child.try_wait() {

@@ -133,6 +133,12 @@ pub async fn within<T>(
     }
 }
 
+/// `timeout` in whole seconds for a wire that takes them: rounded up, and at least 1, so a short
+/// timeout never becomes 0 ("none").
+pub fn whole_secs(timeout: Duration) -> u64 {
+    timeout.as_secs().saturating_add(u64::from(timeout.subsec_nanos() > 0)).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

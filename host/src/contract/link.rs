@@ -57,9 +57,11 @@ fn upgrade_error(url: &str, err: tungstenite::Error) -> SandboxError {
 
 /// What a request's route receives.
 #[derive(Debug)]
-// Each message is moved once, through its route's channel: boxing the large variant (an
-// `ExecResult`) would add an allocation per message and save nothing.
-#[allow(clippy::large_enum_variant)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "each message is moved once, through its route's channel: boxing the large variant (an \
+              `ExecResult`) would add an allocation per message and save nothing"
+)]
 enum Incoming {
     Message(ServerMessage),
     Chunk(Bytes),

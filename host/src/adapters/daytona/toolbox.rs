@@ -86,7 +86,7 @@ impl Toolbox {
         let mut request = self.http.post(self.url(&["process", "execute"])?).bearer_auth(&self.key);
         if !timeout.is_zero() {
             // Whole seconds on the wire; never round a short timeout down to "none".
-            body["timeout"] = serde_json::json!(timeout.as_secs_f64().ceil().max(1.0) as u64);
+            body["timeout"] = serde_json::json!(crate::contract::deadlines::whole_secs(timeout));
             request = request.timeout(timeout + EXEC_MARGIN);
         }
         let what = "toolbox exec";
