@@ -45,7 +45,10 @@ async fn offload_survives_the_predicted_delimiter_and_a_forged_meta_line() {
     let expected = format!("body\n{first}\n{forged}");
     assert_eq!((derived.offloaded, derived.response.exit_code), (false, Some(4)));
     assert_eq!(derived.response.output, expected);
-    let native = local.execute_with_offload(&agentd_host::OffloadRequest::new(&command, &capture, 10_000)).await.unwrap();
+    let native = local
+        .execute_with_offload(&agentd_host::OffloadRequest::new(&command, &capture, 10_000))
+        .await
+        .unwrap();
     assert_eq!(native, derived);
 }
 

@@ -282,7 +282,9 @@ async fn the_file_verbs_obey_the_same_rules() {
     let uploaded = sb.upload_files(&[(p("src/up.py"), b"pwn".to_vec())]).await.unwrap();
     assert_eq!(uploaded[0].error.as_deref(), Some("permission_denied"));
     // An offload's capture file is agentd's write: refused there too, and nothing runs.
-    let offload = sb.execute_with_offload(&agentd_host::OffloadRequest::new("echo ran > other/ran; seq 100000", &x, 10)).await;
+    let offload = sb
+        .execute_with_offload(&agentd_host::OffloadRequest::new("echo ran > other/ran; seq 100000", &x, 10))
+        .await;
     let refused = format!("{offload:?}");
     assert!(refused.contains("SpawnFailed") && refused.contains("permission denied for write"), "{refused}");
     assert!(!w.join("other/ran").exists());
