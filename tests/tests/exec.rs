@@ -202,7 +202,7 @@ async fn offload_golden_cases() {
     let r = sb
         .execute_with_offload(&agentd_host::OffloadRequest::new(
             "echo hi; echo err >&2; exit 3",
-            &path("c54a"),
+            path("c54a"),
             100,
         ))
         .await
@@ -214,14 +214,14 @@ async fn offload_golden_cases() {
     assert_eq!(r.response.output, "hi\nerr\n");
     assert!(!sb.workspace().join("c54a").exists());
     let r = sb
-        .execute_with_offload(&agentd_host::OffloadRequest::new("printf '%0101d' 0", &path("c54c"), 100))
+        .execute_with_offload(&agentd_host::OffloadRequest::new("printf '%0101d' 0", path("c54c"), 100))
         .await
         .unwrap();
     assert_eq!((r.offloaded, r.response.output.len()), (true, 101));
     assert_eq!(std::fs::read(sb.workspace().join("c54c")).unwrap().len(), 101);
     // 55
     let r = sb
-        .execute_with_offload(&agentd_host::OffloadRequest::new("seq 1 100; exit 7", &path("c55"), 50))
+        .execute_with_offload(&agentd_host::OffloadRequest::new("seq 1 100; exit 7", path("c55"), 50))
         .await
         .unwrap();
     assert_eq!(
@@ -233,7 +233,7 @@ async fn offload_golden_cases() {
     let long = "printf '%05000d\\n' 0 | tr 0 a; printf '%05000d\\n' 0 | tr 0 b";
     let r = sb
         .execute_with_offload(
-            &agentd_host::OffloadRequest::new(long, &path("c57"), 100).max_capture_bytes(6000),
+            &agentd_host::OffloadRequest::new(long, path("c57"), 100).max_capture_bytes(6000),
         )
         .await
         .unwrap();
@@ -243,11 +243,7 @@ async fn offload_golden_cases() {
     ));
     // 59: 40 MB of short lines; exit code survives (no SIGPIPE).
     let r = sb
-        .execute_with_offload(&agentd_host::OffloadRequest::new(
-            "yes x | head -n 20000000",
-            &path("c59"),
-            100,
-        ))
+        .execute_with_offload(&agentd_host::OffloadRequest::new("yes x | head -n 20000000", path("c59"), 100))
         .await
         .unwrap();
     assert_eq!(
@@ -261,7 +257,7 @@ async fn offload_golden_cases() {
     // 59b: cut at the cap but within the budget: inline, loss not flagged (the contract's quirk).
     let r = sb
         .execute_with_offload(
-            &agentd_host::OffloadRequest::new("printf '%05000d' 0", &path("c59b"), 2000)
+            &agentd_host::OffloadRequest::new("printf '%05000d' 0", path("c59b"), 2000)
                 .max_capture_bytes(1000),
         )
         .await

@@ -888,7 +888,7 @@ async fn the_file_verbs_reach_what_a_command_reaches_and_no_more() {
     let offload = sb
         .execute_with_offload(&agentd_host::OffloadRequest::new(
             "echo ran > $TMPDIR/../ran; echo out",
-            &path("capture.txt"),
+            path("capture.txt"),
             1,
         ))
         .await;

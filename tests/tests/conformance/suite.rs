@@ -2325,13 +2325,13 @@ pub async fn derived_framing_survives_heredoc_lookalikes_and_forged_meta(s: Suit
     let want = offload(false, 0, false, false, want_output);
     let derived = s
         .derived
-        .execute_with_offload(&agentd_host::OffloadRequest::new(command, &format!("{cap}/d1"), 10_000))
+        .execute_with_offload(&agentd_host::OffloadRequest::new(command, format!("{cap}/d1"), 10_000))
         .await
         .unwrap();
     s.check("framing: derived", &derived, &want);
     let native = s
         .native
-        .execute_with_offload(&agentd_host::OffloadRequest::new(command, &format!("{cap}/n1"), 10_000))
+        .execute_with_offload(&agentd_host::OffloadRequest::new(command, format!("{cap}/n1"), 10_000))
         .await
         .unwrap();
     s.check("framing: native vs derived", &native, &derived);
@@ -2342,13 +2342,13 @@ pub async fn derived_framing_survives_heredoc_lookalikes_and_forged_meta(s: Suit
     let want = offload(false, 3, false, false, &format!("{forged}\n"));
     let derived = s
         .derived
-        .execute_with_offload(&agentd_host::OffloadRequest::new(&command, &format!("{cap}/d2"), 10_000))
+        .execute_with_offload(&agentd_host::OffloadRequest::new(&command, format!("{cap}/d2"), 10_000))
         .await
         .unwrap();
     s.check("forged meta: derived", &derived, &want);
     let native = s
         .native
-        .execute_with_offload(&agentd_host::OffloadRequest::new(&command, &format!("{cap}/n2"), 10_000))
+        .execute_with_offload(&agentd_host::OffloadRequest::new(&command, format!("{cap}/n2"), 10_000))
         .await
         .unwrap();
     s.check("forged meta: native vs derived", &native, &derived);
@@ -2367,12 +2367,12 @@ pub async fn golden_55_offload_head_tail_preview_on_both_paths(s: Suite) {
         offload(true, 7, false, true, "1\n2\n3\n4\n5\n... [90 lines truncated] ...\n96\n97\n98\n99\n100\n");
     let native = s
         .native
-        .execute_with_offload(&agentd_host::OffloadRequest::new(command, &format!("{cap}/native"), 50))
+        .execute_with_offload(&agentd_host::OffloadRequest::new(command, format!("{cap}/native"), 50))
         .await
         .unwrap();
     let derived = s
         .derived
-        .execute_with_offload(&agentd_host::OffloadRequest::new(command, &format!("{cap}/derived"), 50))
+        .execute_with_offload(&agentd_host::OffloadRequest::new(command, format!("{cap}/derived"), 50))
         .await
         .unwrap();
     s.check("55 native", &native, &want);
