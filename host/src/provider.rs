@@ -1,6 +1,6 @@
 //! The kinds table, above the adapters: which kinds of sandbox there are, each one row of
 //! [`KINDS`] (its spec forms, cargo feature, provider, how `agentctl` shows it). A
-//! [`Provider`](crate::contract::provider::Provider) creates a sandbox from a spec, attaches to an
+//! [`Provider`] creates a sandbox from a spec, attaches to an
 //! existing one by id, lists the ones agentd created and removes them. What it hands out is a
 //! `Box<dyn BaseSandbox>`, so callers do not care which kind they got.
 //!

@@ -19,7 +19,7 @@
 //!   transfers; nothing agentd says is trusted (sizes, ids, shapes are checked).
 //! - [`derived`]: the file verbs and the offload over any `execute`.
 //! - [`download`]: a sandbox's file saved to a local path, nameless until whole.
-//! - [`agentd`]: [`AgentdSandbox`](agentd::AgentdSandbox), any running agentd over the link, and
+//! - [`agentd`]: [`AgentdSandbox`], any running agentd over the link, and
 //!   [`OverAgentd`](agentd::OverAgentd), the delegation every wrapper of a link uses.
 //! - [`process`]: [`Process`](process::Process), a kept process followed across link drops.
 //! - [`provider`]: the [`Provider`](provider::Provider) interface and its plain types (a
