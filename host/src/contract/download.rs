@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! # async fn demo(sandbox: &dyn agentd_host::BaseSandbox) -> agentd_host::Result<()> {
-//! let saved = agentd_host::download::download_to_path(sandbox, "/work/out.tar", "out.tar".as_ref(), |_, _| {}).await?;
+//! let saved = agentd_host::contract::download::download_to_path(sandbox, "/work/out.tar", "out.tar".as_ref(), |_, _| {}).await?;
 //! match saved {
 //!     Ok(done) => println!("{} bytes, sha256 {}", done.size, done.sha256),
 //!     Err(error) => eprintln!("per-file error: {error}"),

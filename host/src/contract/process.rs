@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! # async fn demo(sandbox: &agentd_host::AgentdSandbox) -> agentd_host::Result<()> {
-//! use agentd_host::link::ProcessEvent;
+//! use agentd_host::contract::link::ProcessEvent;
 //! use agentd_protocol::{ExecRequest, StdinMode};
 //!
 //! let request = ExecRequest { command: "cat".into(), stdin: Some(StdinMode::Pipe), ..ExecRequest::default() };
