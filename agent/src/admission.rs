@@ -1,7 +1,8 @@
 //! Exec admission: what one request may do, decided in one place over plain values.
 //!
-//! The server ([`crate::server`]) and the one-shot CLI ([`crate::oneshot`]) both turn a request into
-//! an [`Admitted`] exec here, or get a [`Refusal`]; neither decides anything itself.
+//! The server's exec preparation ([`crate::exec::prepare`]) and the one-shot CLI ([`crate::oneshot`])
+//! both turn a request into an [`Admitted`] exec here, or get a [`Refusal`]; neither decides
+//! anything itself.
 //!
 //! Two kinds of input are validated before any use:
 //! - **numbers** (timeouts, capture sizes) must be finite and in range, turned into [`Duration`]s with

@@ -13,6 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Notify;
 
+/// The `error` of a cancelled verb's or download's result.
+pub const CANCELLED: &str = "cancelled";
+
 /// A cancellation flag: set once, polled by the work, awaitable by async code.
 #[derive(Debug, Clone, Default)]
 pub struct Cancel(Arc<CancelInner>);

@@ -35,7 +35,8 @@
 //! - this one: [`Confiner`] (the server's profile, what the machine offers, the plans and what they
 //!   keep for the next), [`Plan`] and [`Cleanup`];
 //! - [`report`]: the enforcement report, pure rules over the profile and the machine;
-//! - [`child`]: the child's steps and what it measured;
+//! - [`child`]: the child's steps; [`measured`]: what it asked for and measured, as it tells the
+//!   parent;
 //! - [`ruleset`]: the landlock ruleset and the kernel's ABI; [`carve`]: the withheld paths;
 //!   [`permits`]: the profile's `permissions` and `allowed_commands` as landlock rules;
 //!   [`watch`]: knowing a cached ruleset is still right; [`seccomp`]: the filter of `network =
@@ -51,6 +52,7 @@ mod child;
 mod files;
 mod identity;
 mod lease;
+mod measured;
 mod permits;
 mod report;
 mod ruleset;
@@ -58,6 +60,7 @@ mod seccomp;
 mod watch;
 
 pub use carve::{Withheld, agentd_withheld};
+pub use cgroup::cgroup_procs;
 pub use child::{ChildStatus, ChildSteps};
 pub use files::{FileWork, FileWorkers};
 
@@ -876,7 +879,7 @@ impl Cleanup {
 
     /// Processes still in the command's pids cgroup (`None` without one).
     pub fn processes_left(&self) -> Option<u32> {
-        let procs = crate::exec::tree::cgroup_procs(self.cgroup()?).ok()?;
+        let procs = cgroup_procs(self.cgroup()?).ok()?;
         Some(u32::try_from(procs.len()).unwrap_or(u32::MAX))
     }
 

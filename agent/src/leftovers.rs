@@ -11,6 +11,7 @@ use std::path::Path;
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
+use nix::unistd::Pid;
 
 /// An exclusive `flock` on the directory `dir`, or `None` when another process holds one, or `dir`
 /// is not a directory (a link is not followed: opening what it names could block, on a FIFO).
@@ -25,7 +26,7 @@ pub fn lock_dir(dir: &Path) -> Option<Flock<File>> {
 
 /// The pid in a directory name `agentd-<pid>` or `agentd-<pid>.<16 hex>` of another agentd than
 /// `own`. Pure.
-fn other_agentds_pid(name: &str, own: u32) -> Option<i32> {
+fn other_agentds_pid(name: &str, own: u32) -> Option<Pid> {
     let rest = name.strip_prefix("agentd-")?;
     let pid = match rest.split_once('.') {
         Some((pid, random)) if random.len() == 16 && random.bytes().all(|b| b.is_ascii_hexdigit()) => pid,
@@ -33,7 +34,7 @@ fn other_agentds_pid(name: &str, own: u32) -> Option<i32> {
         None => rest,
     };
     let pid: u32 = pid.parse().ok()?;
-    (pid != 0 && pid != own).then_some(i32::try_from(pid).ok()?)
+    (pid != 0 && pid != own).then_some(crate::pid::from_wire(pid)?)
 }
 
 /// Runs `remove` on each `agentd-<pid>` directory in `parent` of an agentd that is gone (see the
@@ -44,7 +45,7 @@ pub fn sweep_dead_agentds(parent: &Path, own: u32, remove: impl Fn(&Path)) {
         let Some(pid) = entry.file_name().to_str().and_then(|name| other_agentds_pid(name, own)) else {
             continue;
         };
-        let dead = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH);
+        let dead = nix::sys::signal::kill(pid, None) == Err(Errno::ESRCH);
         let dir = entry.path();
         if dead && let Some(_held) = lock_dir(&dir) {
             tracing::debug!("removing {}, left by an agentd that is gone", dir.display());
@@ -70,8 +71,8 @@ mod tests {
 
     #[test]
     fn only_other_agentds_directories_are_swept() {
-        assert_eq!(other_agentds_pid("agentd-4656", 7), Some(4656));
-        assert_eq!(other_agentds_pid("agentd-4656.0123456789abcdef", 7), Some(4656));
+        assert_eq!(other_agentds_pid("agentd-4656", 7), Some(Pid::from_raw(4656)));
+        assert_eq!(other_agentds_pid("agentd-4656.0123456789abcdef", 7), Some(Pid::from_raw(4656)));
         for name in [
             "agentd-7",
             "agentd-7.0123456789abcdef",

@@ -6,19 +6,29 @@
 //!
 //! ## Layout
 //! - [`server`]: websocket listener, bearer-token check on the upgrade, one session per connection
-//!   dispatching requests by id.
-//! - [`exec`]: spawn, reaping (agentd is a child subreaper), capture file and preview, kill ladder.
+//!   that parses requests, dispatches them by id and writes the replies; the work is the modules'
+//!   below.
+//! - [`exec`]: an exec request admitted and planned ([`exec::prepare`]), then spawn, capture file
+//!   and preview, kill ladder.
+//! - [`reaper`]: the one owner of exit statuses (agentd is a child subreaper, maybe PID 1).
+//! - [`syscall`]: the raw system calls of a child between its clone and its exec (the spawn's and
+//!   the confinement's).
+//! - [`pid`]: process ids, typed once; the protocol's `u32` converted in one place.
 //! - [`confine`]: sandbox profiles applied in each command's own process between clone and exec
 //!   (pids cgroup, rlimits, landlock, the seccomp filter of `network = "deny"`), and the measured
 //!   report of what was enforced.
-//! - [`transfer`]: chunked uploads (temp file + rename) and downloads, sha256 end to end.
+//! - [`transfer`]: `upload` and `download` requests: chunked uploads (temp file + rename) and
+//!   downloads, sha256 end to end.
 //! - [`fs`]: the seven file verbs, implemented once, for native `fs` requests and `agentd fs`.
+//! - [`guard`]: the profile's permission rules on the file verbs, transfers and offload capture
+//!   files, with deepagents' messages.
 //! - [`root`]: the workspace, and with `--root` the guard that resolves every path beneath it on
 //!   file descriptors.
 //! - [`oneshot`]: the one-shot CLI (`agentd fs …`, `agentd exec …`) the host's derived path runs
 //!   through any exec channel.
 //! - [`admission`]: what one exec request may do (profile tightening, timeouts, every number and
-//!   path from the wire validated): pure rules over resolved values, used by the server and the CLI.
+//!   path from the wire validated): pure rules over resolved values, used by [`exec::prepare`] and
+//!   the CLI.
 //! - [`permission`]: path permission rules, pure: what the file verbs may do to a path, and the
 //!   subtrees landlock withholds from commands.
 //! - [`process`]: every exec by process id, across connections: kept processes (`keep`) that
@@ -53,6 +63,7 @@ mod cancel;
 mod confine;
 mod exec;
 mod fs;
+mod guard;
 mod inbound;
 mod install;
 mod leftovers;
@@ -60,11 +71,14 @@ mod memory;
 mod oneshot;
 mod outbox;
 mod permission;
+mod pid;
 mod process;
+mod reaper;
 mod registry;
 mod root;
 mod scratch;
 mod server;
+mod syscall;
 mod transfer;
 
 use std::net::SocketAddr;
@@ -79,8 +93,8 @@ use crate::admission::ServerPolicy;
 use crate::auth::Token;
 use crate::confine::{Confiner, FileWork};
 use crate::exec::Executor;
-use crate::exec::reaper::Reaper;
 use crate::permission::Permissions;
+use crate::reaper::Reaper;
 use crate::registry::Connections;
 use crate::root::Workspace;
 use crate::server::{Listener, Shared};
@@ -217,7 +231,7 @@ fn main() -> ExitCode {
                 // A thread can always be made for the pool: commands cannot take agentd's own
                 // tasks (their budget leaves agentd its reserve, `confine::cgroup`).
                 .thread_keep_alive(Duration::from_secs(2))
-                .on_thread_start(exec::reaper::keep_signals_off_this_thread)
+                .on_thread_start(reaper::keep_signals_off_this_thread)
                 .build();
             match runtime {
                 Ok(runtime) => {
@@ -338,7 +352,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
         shutdown,
         processes: Arc::default(),
         workspace: files,
-        confiner,
+        confiner: Arc::new(confiner),
         files: file_work,
         token,
         policy: ServerPolicy {
@@ -414,7 +428,7 @@ async fn serve(args: ServeArgs, env_token: Option<String>) -> Result<(), Box<dyn
 
 /// Closes every descriptor above stderr, before agentd opens any of its own.
 fn close_inherited_descriptors() {
-    if exec::syscall::close_from(3, 0).is_ok() {
+    if syscall::close_from(3, 0).is_ok() {
         return;
     }
     // Before Linux 5.9: the descriptors as `/proc` lists them, the listing's own closed with it.

@@ -18,8 +18,8 @@ use clap::Subcommand;
 
 use crate::admission::{self, ServerPolicy};
 use crate::cancel::Cancel;
-use crate::exec::reaper::Reaper;
 use crate::exec::{ExecSpec, Executor, Watchers};
+use crate::reaper::Reaper;
 use crate::root::Workspace;
 use crate::scratch::Scratch;
 
@@ -128,7 +128,7 @@ pub fn exec(args: ExecArgs) -> ExitCode {
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .on_thread_start(crate::exec::reaper::keep_signals_off_this_thread)
+        .on_thread_start(crate::reaper::keep_signals_off_this_thread)
         .build()
     {
         Ok(runtime) => runtime,

@@ -29,6 +29,7 @@ use agentd_protocol::limits::{
     MAX_STDIN_WAITING, PROCESSES_PAGE, RESULT_RETENTION_SECS,
 };
 use agentd_protocol::{ErrorCode, ExecResult, ProcessInfo, ProcessState, StdinMode, TerminalSize};
+use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
@@ -464,7 +465,8 @@ pub struct Process {
 
 #[derive(Default)]
 struct State {
-    pid: u32,
+    /// The shell's pid, once spawned.
+    pid: Option<Pid>,
     target: Option<Target>,
     input: Option<Arc<Input>>,
     /// It had an input once (so a missing one was closed).
@@ -488,7 +490,7 @@ impl Process {
     /// The exec started: what it runs as and how it is reached.
     pub fn spawned(&self, spawned: Spawned) {
         let mut state = lock(&self.state);
-        state.pid = spawned.pid;
+        state.pid = Some(spawned.pid);
         state.target = Some(spawned.target);
         state.progress = Some(spawned.progress);
         state.journal = spawned.journal.map(Arc::new);
@@ -505,8 +507,8 @@ impl Process {
     pub fn ended(self: &Arc<Self>, result: &mut ExecResult) {
         result.process = self.id.clone();
         if self.abandoned.load(Ordering::SeqCst) {
-            result.abandoned = true;
-            result.cancelled = false;
+            result.ending.abandoned = true;
+            result.ending.cancelled = false;
         }
         let stored = {
             let mut state = lock(&self.state);
@@ -633,7 +635,7 @@ impl Process {
             process: self.id.clone(),
             command: self.command.clone(),
             state: ProcessState::Running,
-            pid: state.pid,
+            pid: state.pid.map_or(0, crate::pid::to_wire),
             started: unix_seconds(self.started),
             total_bytes: progress.total,
             stored_bytes: progress.stored,
@@ -652,10 +654,7 @@ impl Process {
             info.state = ProcessState::Exited;
             info.ended = state.ended_at.map(unix_seconds);
             info.exit_code = Some(result.exit_code);
-            info.signal = result.signal.clone();
-            info.timed_out = result.timed_out;
-            info.cancelled = result.cancelled;
-            info.abandoned = result.abandoned;
+            info.ending = result.ending.clone();
             info.total_bytes = result.total_bytes;
             info.stray_processes = state.stray;
         }
@@ -751,6 +750,7 @@ impl Drop for Waiting<'_> {
 
 #[cfg(test)]
 mod tests {
+    use agentd_protocol::Ending;
     use agentd_protocol::limits::MAX_LISTED_COMMAND_BYTES;
 
     use super::*;
@@ -952,8 +952,9 @@ mod tests {
         drop(again);
         tokio::time::sleep(grace * 3).await;
         assert!(process.cancel.is_cancelled());
-        let mut result = ExecResult { cancelled: true, ..ExecResult::default() };
+        let ending = Ending { cancelled: true, ..Ending::default() };
+        let mut result = ExecResult { ending, ..ExecResult::default() };
         process.ended(&mut result);
-        assert!(result.abandoned && !result.cancelled);
+        assert!(result.ending.abandoned && !result.ending.cancelled);
     }
 }

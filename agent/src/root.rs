@@ -82,7 +82,7 @@ pub struct Workspace {
     /// Confined: the root, opened once (`O_PATH`), so even a rename of its path changes nothing.
     root: Option<Arc<OwnedFd>>,
     /// The profile's path permissions, which the file verbs and transfers check
-    /// ([`crate::fs::guard`]); empty without a profile.
+    /// ([`crate::guard`]); empty without a profile.
     permissions: Arc<Permissions>,
 }
 

@@ -9,35 +9,42 @@
 //! Paths resolve through the [`Workspace`] into file descriptors: the temporary file is created in the
 //! destination's directory fd (`O_EXCL | O_NOFOLLOW`) and renamed within it (`renameat`), parents are
 //! made one `mkdirat` at a time, and a download reads the very file the resolution opened.
+//!
+//! The server registers an `upload` or `download` request and hands it to [`serve_upload`] or
+//! [`serve_download`], which answer its result.
 
 mod temp;
 
 use std::ffi::{CStr, CString};
 use std::io;
+use std::io::Write as _;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
 
 use agentd_protocol::limits::CHUNK_SIZE;
 use agentd_protocol::permission::Operation;
-use agentd_protocol::{DownloadResult, DownloadStart, ServerMessage, TransferError, chunk};
+use agentd_protocol::{
+    DownloadRequest, DownloadResult, DownloadStart, ServerMessage, TransferError, UploadRequest,
+    UploadResult, chunk,
+};
 use nix::fcntl::{OFlag, renameat};
 use nix::sys::stat::{FileStat, Mode, fchmod};
 use nix::unistd::{Gid, Uid, UnlinkatFlags, fchown, fdatasync, unlinkat};
 use sha2::{Digest as _, Sha256};
-use std::io::Write as _;
-
 use tokio::io::AsyncReadExt as _;
-use tokio::sync::mpsc;
-
-use crate::cancel::Cancel;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_tungstenite::tungstenite::Bytes;
 
+use crate::cancel::{CANCELLED, Cancel};
 use crate::confine::FileWork;
-use crate::fs::guard;
+use crate::guard;
+use crate::outbox::Outbox;
 use crate::root::{Made, Node, ResolveError, Workspace};
 use temp::Temp;
 
-use crate::outbox::Outbox;
+/// Chunks queued for one upload before the connection's reader waits for the disk.
+const UPLOAD_QUEUE: usize = 16;
 
 /// What the connection hands an upload in progress.
 #[derive(Debug)]
@@ -55,6 +62,56 @@ pub fn error_text(err: &io::Error) -> String {
     match err.raw_os_error().and_then(TransferError::from_errno) {
         Some(code) => code.as_str().to_owned(),
         None => err.to_string(),
+    }
+}
+
+/// The queue of one upload's events: the connection's reader sends them (waiting when it is full is
+/// the upload's backpressure), [`serve_upload`] receives them.
+pub fn upload_queue() -> (mpsc::Sender<UploadEvent>, mpsc::Receiver<UploadEvent>) {
+    mpsc::channel(UPLOAD_QUEUE)
+}
+
+/// An `upload` request once registered: its path checked, its chunks written as `events` bring them,
+/// its result.
+pub async fn serve_upload(
+    work: &FileWork,
+    workspace: &Workspace,
+    request: UploadRequest,
+    events: mpsc::Receiver<UploadEvent>,
+) -> UploadResult {
+    let dest = destination(workspace, &request.path, Operation::Write);
+    let error = upload(work, dest, request.mode, events).await;
+    UploadResult { id: request.id, path: request.path, error }
+}
+
+/// A `download` request once registered: its path checked; its reads run on the blocking pool, so it
+/// waits for one of the connection's `permits` first (or its cancel), then sends the file.
+pub async fn serve_download(
+    work: &FileWork,
+    workspace: &Workspace,
+    request: DownloadRequest,
+    permits: Arc<Semaphore>,
+    out: Outbox,
+    cancel: Cancel,
+) -> DownloadResult {
+    let source = destination(workspace, &request.path, Operation::Read);
+    let permit = tokio::select! {
+        permit = permits.acquire_owned() => permit.ok(),
+        () = cancel.cancelled() => None,
+    };
+    match permit {
+        Some(permit) => {
+            let result = download(work, request.id, request.path, source, out, cancel).await;
+            drop(permit);
+            result
+        }
+        None => DownloadResult {
+            id: request.id,
+            path: request.path,
+            error: Some(CANCELLED.to_owned()),
+            sha256: None,
+            size: None,
+        },
     }
 }
 
@@ -413,7 +470,7 @@ pub async fn download(
                 Ok(n) => n,
                 Err(err) => return failed(format!("read failed: {err}")),
             },
-            () = cancel.cancelled() => return failed("cancelled".to_owned()),
+            () = cancel.cancelled() => return failed(CANCELLED.to_owned()),
         };
         hasher.update(&buf[..n]);
         sent += n as u64;

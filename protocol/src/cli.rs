@@ -72,7 +72,6 @@ impl FsCommand {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use clap::Parser;
 

@@ -78,6 +78,89 @@ fn default_limit() -> i64 {
     DEFAULT_READ_LIMIT
 }
 
+/// Which verb, without its arguments: the one descriptor every layer matches on, so that a new
+/// verb is a compile error at each place that must handle it (no catch-all arms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    Ls,
+    Read,
+    Write,
+    Edit,
+    Glob,
+    Grep,
+    Delete,
+}
+
+impl Verb {
+    /// Every verb, in the contract's order.
+    pub const ALL: [Verb; 7] =
+        [Verb::Ls, Verb::Read, Verb::Write, Verb::Edit, Verb::Glob, Verb::Grep, Verb::Delete];
+
+    /// The verb's name on the wire (`"ls"`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Verb::Ls => "ls",
+            Verb::Read => "read",
+            Verb::Write => "write",
+            Verb::Edit => "edit",
+            Verb::Glob => "glob",
+            Verb::Grep => "grep",
+            Verb::Delete => "delete",
+        }
+    }
+
+    /// The verb changes files: once begun it runs to its end (a cancel cannot take back what it
+    /// did), so its own result is the answer.
+    pub fn writes(self) -> bool {
+        match self {
+            Verb::Ls | Verb::Read | Verb::Glob | Verb::Grep => false,
+            Verb::Write | Verb::Edit | Verb::Delete => true,
+        }
+    }
+
+    /// This verb's result carrying only `error` (every other field empty).
+    pub fn failed(self, error: String) -> FsResponse {
+        let error = Some(error);
+        match self {
+            Verb::Ls => FsResponse::Ls(LsResult { error, entries: None }),
+            Verb::Read => FsResponse::Read(ReadResult { error, ..ReadResult::default() }),
+            Verb::Write => FsResponse::Write(WriteResult { error, path: None }),
+            Verb::Edit => FsResponse::Edit(EditResult { error, ..EditResult::default() }),
+            Verb::Glob => FsResponse::Glob(GlobResult { error, ..GlobResult::default() }),
+            Verb::Grep => FsResponse::Grep(GrepResult { error, ..GrepResult::default() }),
+            Verb::Delete => FsResponse::Delete(DeleteResult { error, path: None }),
+        }
+    }
+}
+
+impl FsRequest {
+    pub fn verb(&self) -> Verb {
+        match self {
+            FsRequest::Ls { .. } => Verb::Ls,
+            FsRequest::Read { .. } => Verb::Read,
+            FsRequest::Write { .. } => Verb::Write,
+            FsRequest::Edit { .. } => Verb::Edit,
+            FsRequest::Glob { .. } => Verb::Glob,
+            FsRequest::Grep { .. } => Verb::Grep,
+            FsRequest::Delete { .. } => Verb::Delete,
+        }
+    }
+}
+
+impl FsResponse {
+    pub fn verb(&self) -> Verb {
+        match self {
+            FsResponse::Ls(_) => Verb::Ls,
+            FsResponse::Read(_) => Verb::Read,
+            FsResponse::Write(_) => Verb::Write,
+            FsResponse::Edit(_) => Verb::Edit,
+            FsResponse::Glob(_) => Verb::Glob,
+            FsResponse::Grep(_) => Verb::Grep,
+            FsResponse::Delete(_) => Verb::Delete,
+        }
+    }
+}
+
 /// The result of one verb, keyed by the verb's name: `{"read": {…ReadResult…}}`. (Externally tagged,
 /// so a large result is parsed in one pass, with no buffering to find its tag.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -218,6 +301,20 @@ mod tests {
         assert_eq!(read, FsRequest::Read { path: "/a".into(), offset: 0, limit: 2000 });
         let text = serde_json::to_string(&FsRequest::Glob { pattern: "*.py".into(), path: None }).unwrap();
         assert_eq!(text, r#"{"verb":"glob","pattern":"*.py"}"#);
+    }
+
+    #[test]
+    fn each_verb_names_its_wire_tag_and_its_failed_result() {
+        for verb in Verb::ALL {
+            let failed = verb.failed("boom".into());
+            assert_eq!(failed.verb(), verb);
+            let json = serde_json::to_value(&failed).unwrap();
+            assert_eq!(json[verb.name()]["error"], "boom", "{json}");
+        }
+        let request: FsRequest = serde_json::from_str(r#"{"verb":"delete","path":"/a"}"#).unwrap();
+        assert_eq!(request.verb(), Verb::Delete);
+        let writes: Vec<&str> = Verb::ALL.iter().filter(|v| v.writes()).map(|v| v.name()).collect();
+        assert_eq!(writes, ["write", "edit", "delete"]);
     }
 
     #[test]

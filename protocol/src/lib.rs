@@ -56,11 +56,11 @@ pub mod profile;
 pub use contract::{
     ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse, TransferError,
 };
-pub use fs::{FsRequest, FsResponse};
+pub use fs::{FsRequest, FsResponse, Verb};
 pub use message::{
     CancelRequest, CancelResult, ClientMessage, DecodeError, DownloadRequest, DownloadResult, DownloadStart,
     ErrorCode, ErrorReply, ExecRequest, ExecResult, ExecStarted, Hello, HelloReply, Offload,
     PROTOCOL_VERSION, ServerMessage, UploadEnd, UploadRequest, UploadResult, decode_client,
 };
 pub use message::{FsMessage, FsReply};
-pub use process::{ProcessInfo, ProcessState, StdinMode, TerminalSize};
+pub use process::{Ending, ProcessInfo, ProcessState, StdinMode, TerminalSize};

@@ -12,7 +12,7 @@ use thiserror::Error;
 
 use crate::fs::{FsRequest, FsResponse};
 use crate::process::{
-    AttachRequest, CloseStdinRequest, ForgetRequest, KillRequest, KillResult, OutputGap, ProcessDone,
+    AttachRequest, CloseStdinRequest, Ending, ForgetRequest, KillRequest, KillResult, OutputGap, ProcessDone,
     ProcessesRequest, ProcessesResult, ResizeRequest, StdinMode, StdinWritten, TerminalSize, WaitRequest,
     WaitResult, WriteStdinRequest,
 };
@@ -366,18 +366,9 @@ pub struct ExecResult {
     pub id: u64,
     /// The shell's exit status; a death by signal `n` is `128 + n`.
     pub exit_code: i32,
-    /// Name of the signal that ended the shell (`"SIGKILL"`), if one did.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<String>,
-    /// The timeout fired and the process tree was killed.
-    #[serde(default)]
-    pub timed_out: bool,
-    /// A `cancel` or a `kill` ended it.
-    #[serde(default)]
-    pub cancelled: bool,
-    /// A kept process that ran with no client attached for its `keep` grace: the kill ladder ended it.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub abandoned: bool,
+    /// What ended it, beside its own exit.
+    #[serde(flatten)]
+    pub ending: Ending,
     /// The process id of this exec (see `exec_started`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub process: String,
@@ -715,9 +706,24 @@ mod tests {
     }
 
     #[test]
+    fn how_it_ended_is_flat_on_the_wire() {
+        let ending = Ending { signal: Some("SIGKILL".into()), timed_out: true, ..Ending::default() };
+        let result = ExecResult { id: 1, exit_code: 137, ending, ..ExecResult::default() };
+        let json = serde_json::to_string(&result).unwrap();
+        assert!(
+            json.starts_with(
+                r#"{"id":1,"exit_code":137,"signal":"SIGKILL","timed_out":true,"cancelled":false,"duration""#
+            ),
+            "{json}"
+        );
+        let back: ExecResult = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, result);
+    }
+
+    #[test]
     fn server_messages_round_trip() {
-        let mut result =
-            ExecResult { id: 9, exit_code: 130, signal: Some("SIGINT".into()), ..ExecResult::default() };
+        let ending = Ending { signal: Some("SIGINT".into()), ..Ending::default() };
+        let mut result = ExecResult { id: 9, exit_code: 130, ending, ..ExecResult::default() };
         result.set_output(b"\xffbinary".to_vec());
         let msg = ServerMessage::ExecResult(result);
         assert_eq!(ServerMessage::from_json(&msg.to_json()), Ok(msg));

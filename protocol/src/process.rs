@@ -122,6 +122,25 @@ pub enum ProcessState {
     Exited,
 }
 
+/// How a process ended, beside its exit status: the same fields, with the same meaning, in an
+/// `exec_result` and in a process's listing (flattened into both).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Ending {
+    /// Name of the signal that ended the shell (`"SIGKILL"`), if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    /// The timeout fired and the process tree was killed.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// A `cancel` or a `kill` ended it.
+    #[serde(default)]
+    pub cancelled: bool,
+    /// A kept process that ran with no client attached for its `keep` grace: the kill ladder
+    /// ended it. Present only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandoned: bool,
+}
+
 /// One process as `processes` and `wait` tell it.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ProcessInfo {
@@ -143,15 +162,9 @@ pub struct ProcessInfo {
     /// The exit status, once ended (a death by signal `n`: `128 + n`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signal: Option<String>,
-    #[serde(default)]
-    pub timed_out: bool,
-    #[serde(default)]
-    pub cancelled: bool,
-    /// Ended because no client was attached for its `keep` grace.
-    #[serde(default)]
-    pub abandoned: bool,
+    /// What ended it, beside its own exit (all unset while it runs).
+    #[serde(flatten)]
+    pub ending: Ending,
     /// Bytes the process wrote so far.
     pub total_bytes: u64,
     /// Bytes of them its journal holds (a head: the rest was past the cap).

@@ -107,7 +107,7 @@ async fn agentd_as_pid_1_reaps_orphans_keeps_exit_codes_and_stops_fast() {
         )
         .await
         .unwrap();
-    assert!(r.timed_out && start.elapsed() < Duration::from_secs(4));
+    assert!(r.ending.timed_out && start.elapsed() < Duration::from_secs(4));
     let left = sb.execute("ps | grep -c '[s]leep 100' || true", None).await.unwrap();
     assert_eq!(left.output.trim(), "0");
     // `docker stop` (SIGTERM to PID 1) ends it at once, not after the 10 s SIGKILL grace.
@@ -168,7 +168,7 @@ done | sort | tr '\n' ' '
     assert_eq!(ended.output.as_deref().map(str::trim), Some(""), "the demonstration ended: {ended:?}");
     // In a session of its own: no process group kill reaches it, the scan has to find it.
     let r = run("setsid python3 /tmp/half.py 101 & sleep 100", 1.0).await;
-    assert!(r.timed_out, "{r:?}");
+    assert!(r.ending.timed_out, "{r:?}");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let left = run("sh /tmp/census.sh", 20.0).await;
     assert_eq!(left.output.as_deref().map(str::trim), Some(""), "outlived the timeout: {left:?}");

@@ -31,7 +31,10 @@ async fn exit_codes_and_signals() {
     assert_eq!(sb.execute("true", None).await.unwrap().exit_code, Some(0));
     assert_eq!(sb.execute("exit 255", None).await.unwrap().exit_code, Some(255));
     let killed = sb.agentd().exec(exec("kill -9 $$"), None).await.unwrap();
-    assert_eq!((killed.exit_code, killed.signal.as_deref(), killed.timed_out), (137, Some("SIGKILL"), false));
+    assert_eq!(
+        (killed.exit_code, killed.ending.signal.as_deref(), killed.ending.timed_out),
+        (137, Some("SIGKILL"), false)
+    );
     let missing = sb.execute("definitely-not-a-command-xyz", None).await.unwrap();
     assert_eq!(missing.exit_code, Some(127));
     assert!(missing.output.contains("not found"), "{missing:?}");
@@ -88,8 +91,8 @@ async fn timeout_kills_the_whole_tree_including_setsid_escapees() {
         .await
         .unwrap();
     let elapsed = start.elapsed();
-    assert!(r.timed_out);
-    assert_eq!((r.exit_code, r.signal.as_deref()), (143, Some("SIGTERM")));
+    assert!(r.ending.timed_out);
+    assert_eq!((r.exit_code, r.ending.signal.as_deref()), (143, Some("SIGTERM")));
     // timeout 1 s + grace 1 s + slack for a loaded machine.
     assert!(elapsed < Duration::from_secs(4), "took {elapsed:?}");
     assert!(processes_named("sleep 1001").is_empty(), "left behind: {:?}", processes_named("sleep 1001"));
@@ -106,8 +109,8 @@ async fn a_term_ignoring_tree_is_killed_after_the_grace_period() {
     let start = Instant::now();
     let command = "trap '' TERM; (trap '' TERM; setsid sh -c \"trap '' TERM; sleep 1003\") & sleep 1003";
     let r = sb.agentd().exec(ExecRequest { timeout: Some(0.5), ..exec(command) }, None).await.unwrap();
-    assert!(r.timed_out);
-    assert_eq!(r.signal.as_deref(), Some("SIGKILL"));
+    assert!(r.ending.timed_out);
+    assert_eq!(r.ending.signal.as_deref(), Some("SIGKILL"));
     assert!(start.elapsed() < Duration::from_secs(4), "took {:?}", start.elapsed());
     assert!(processes_named("sleep 1003").is_empty());
 }

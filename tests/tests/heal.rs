@@ -279,7 +279,7 @@ async fn past_its_grace_a_cut_exec_is_ended_and_the_caller_told() {
     let mut ended = false;
     for _ in 0..100 {
         let processes = link.processes().await.unwrap();
-        if processes.iter().all(|p| p.state == agentd_protocol::ProcessState::Exited && p.abandoned) {
+        if processes.iter().all(|p| p.state == agentd_protocol::ProcessState::Exited && p.ending.abandoned) {
             ended = !processes.is_empty();
             break;
         }

@@ -113,7 +113,7 @@ async fn exec_stays_responsive_while_forty_timeouts_kill_1500_processes() {
     );
     for r in &results {
         let r = r.as_ref().unwrap();
-        assert!(r.timed_out, "{r:?}");
+        assert!(r.ending.timed_out, "{r:?}");
     }
 
     // Nothing of the timed-out execs is left: the cap holds agentd and nothing else (a thread of

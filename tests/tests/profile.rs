@@ -129,10 +129,10 @@ async fn cpu_and_file_size_limits_stop_the_command_and_say_so() {
     let start = Instant::now();
     let spin = run(&sb, "while :; do :; done").await;
     assert_eq!(
-        (spin.signal.as_deref(), spin.limit_exceeded.as_deref()),
+        (spin.ending.signal.as_deref(), spin.limit_exceeded.as_deref()),
         (Some("SIGXCPU"), Some("cpu_seconds"))
     );
-    assert!(!spin.timed_out && start.elapsed() < Duration::from_secs(10));
+    assert!(!spin.ending.timed_out && start.elapsed() < Duration::from_secs(10));
     let big = run(&sb, "head -c 1073741824 /dev/zero > big").await;
     assert_eq!(big.limit_exceeded.as_deref(), Some("file_size"), "{big:?}");
     assert_eq!(std::fs::metadata(workspace(&daemon).join("big")).unwrap().len(), 1_048_576);
@@ -267,7 +267,7 @@ async fn timeouts_under_a_profile_still_kill_escaped_descendants() {
         ..ExecRequest::default()
     };
     let r = sb.exec(request, None).await.unwrap();
-    assert!(r.timed_out);
+    assert!(r.ending.timed_out);
     assert!(agentd_tests::processes_named("sleep 1009").is_empty());
     // `allowed_commands` refuses other first words before anything runs.
     let other = ExecRequest { command: "ls /".into(), ..ExecRequest::default() };

@@ -159,7 +159,7 @@ async fn agentd_never_dies_of_a_fork_bomb_in_a_tight_cgroup() {
                 },
             );
             let r = r.unwrap();
-            assert_eq!(r.timed_out, round == 0, "{r:?}");
+            assert_eq!(r.ending.timed_out, round == 0, "{r:?}");
             let grep = grep.unwrap();
             assert_eq!(grep.error, None, "{grep:?}");
             assert_eq!(grep.matches.map(|m| m.len()), Some(1));
@@ -371,7 +371,7 @@ async fn an_exec_result_counts_the_processes_it_left_running() {
     // Processes that outlive the grace are killed through the cgroup, whose limit goes to 0 first;
     // kept for the next command, the cgroup takes its limit again and the command can fork.
     let r = run(&confined, "trap '' TERM; sleep 1024 & sleep 30", 0.2).await;
-    assert_eq!((r.timed_out, r.stray_processes), (true, Some(0)), "{r:?}");
+    assert_eq!((r.ending.timed_out, r.stray_processes), (true, Some(0)), "{r:?}");
     let next = run(&confined, "sleep 0 & wait; echo forked", 20.0).await;
     assert_eq!((next.exit_code, next.output.as_deref()), (0, Some("forked\n")), "{next:?}");
     // Without a profile, in a cgroup of its own too: counted exactly.

@@ -324,7 +324,7 @@ async fn a_reused_command_cgroup_gets_its_limit_back() {
         ..ExecRequest::default()
     };
     let r = sb.exec(request, None).await.unwrap();
-    assert!(r.timed_out, "{r:?}");
+    assert!(r.ending.timed_out, "{r:?}");
     assert_eq!(r.stray_processes, Some(0), "{r:?}");
     for _ in 0..3 {
         let forks = "for i in 1 2 3 4 5; do sleep 0 & done; wait; echo forked";

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::fcntl::Flock;
+use nix::unistd::Pid;
 
 use super::Confiner;
 use crate::leftovers;
@@ -450,6 +451,12 @@ impl Drop for PidsCgroup {
 
 /// Per-command cgroups that exist now (their [`PidsCgroup`]s), in use or idle.
 static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The pids the cgroup `dir` lists in `cgroup.procs`: its processes, however they left the tree.
+pub fn cgroup_procs(dir: &Path) -> io::Result<Vec<Pid>> {
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs"))?;
+    Ok(procs.lines().filter_map(|l| l.parse().ok()).map(Pid::from_raw).collect())
+}
 
 #[cfg(test)]
 mod tests {

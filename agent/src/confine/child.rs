@@ -6,10 +6,12 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::sync::Arc;
 
 use agentd_protocol::profile::Enforcement;
+use nix::unistd::Pid;
 use seccompiler::BpfProgram;
 
 use super::ConfineError;
 use super::identity::Identity;
+use super::measured::{Applied, Expect, Measured, STATUS_LEN};
 use super::report::{reasons, record};
 
 /// What the child applies to itself between `clone` and `exec`; prepared by the parent.
@@ -52,13 +54,13 @@ impl ChildSteps {
         }
     }
 
-    /// Runs in the child: raw system calls only ([`crate::exec::syscall`]: the child runs beside
+    /// Runs in the child: raw system calls only ([`crate::syscall`]: the child runs beside
     /// agentd's thread, on its `errno`), nothing allocated, nothing of `self` changed. What landlock
     /// and seccomp gave goes to `status`; a strict profile that got less fails with `EPERM`.
     ///
     /// A `landlock_restrict_self` that succeeds enforces all of the ruleset ([`Applied`]).
     pub fn enter(&self, status: &mut ChildStatus) -> Result<(), i32> {
-        use crate::exec::syscall;
+        use crate::syscall;
         if let Some(join) = &self.cgroup_join {
             join_cgroup(join)?;
         }
@@ -97,9 +99,9 @@ impl ChildSteps {
     pub fn conclude(
         &self,
         status: &ChildStatus,
-        spawned: io::Result<u32>,
+        spawned: io::Result<Pid>,
         report: &mut Enforcement,
-    ) -> io::Result<u32> {
+    ) -> io::Result<Pid> {
         let (expect, measured) = (self.expect(), Measured::decode(status.bytes));
         match spawned {
             Ok(pid) => {
@@ -121,76 +123,10 @@ impl ChildSteps {
     }
 }
 
-/// What the child asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Expect {
-    pub(super) landlock: bool,
-    pub(super) seccomp: bool,
-    pub(super) privileges: bool,
-}
-
-/// What the child got, measured after landlock and seccomp were applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Measured {
-    pub(super) landlock: Applied,
-    pub(super) no_new_privs: bool,
-    pub(super) seccomp: bool,
-    /// The identity was applied and holds: the ids asked for, no capability left.
-    pub(super) privileges: bool,
-}
-
-/// What `landlock_restrict_self` gave. Nothing partial: the ruleset asks exactly what this kernel
-/// offers ([`build_ruleset`](super::ruleset::build_ruleset)), so a ruleset in force is in force in full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Applied {
-    NotAsked = 1,
-    Failed,
-    NotEnforced,
-    Full,
-}
-
-pub(super) const STATUS_LEN: usize = 5;
-
-impl Measured {
-    pub(super) fn encode(self) -> [u8; STATUS_LEN] {
-        [
-            b'S',
-            self.landlock as u8,
-            u8::from(self.no_new_privs),
-            u8::from(self.seccomp),
-            u8::from(self.privileges),
-        ]
-    }
-
-    pub(super) fn decode(bytes: [u8; STATUS_LEN]) -> Option<Self> {
-        let landlock = match bytes[1] {
-            1 => Applied::NotAsked,
-            2 => Applied::Failed,
-            3 => Applied::NotEnforced,
-            4 => Applied::Full,
-            _ => return None,
-        };
-        (bytes[0] == b'S' && bytes[2..].iter().all(|b| *b <= 1)).then_some(Self {
-            landlock,
-            no_new_privs: bytes[2] == 1,
-            seccomp: bytes[3] == 1,
-            privileges: bytes[4] == 1,
-        })
-    }
-
-    /// Less than asked: what a strict profile refuses.
-    pub(super) fn short_of(self, expect: Expect) -> bool {
-        (expect.landlock && self.landlock != Applied::Full)
-            || (expect.seccomp && !self.seccomp)
-            || (expect.privileges && !self.privileges)
-            || !self.no_new_privs
-    }
-}
-
 /// Moves the calling process (one thread: a child before its exec) into the cgroup whose join file
 /// ([`PidsCgroup::join`](super::cgroup::PidsCgroup::join)) is `join`. It writes `0`, which the
 /// kernel reads as "the writer": no pid to format, whatever pid namespace agentd is in.
 pub(super) fn join_cgroup(join: &OwnedFd) -> Result<(), i32> {
-    let written = crate::exec::syscall::write(join.as_raw_fd(), b"0")?;
+    let written = crate::syscall::write(join.as_raw_fd(), b"0")?;
     if written == 1 { Ok(()) } else { Err(libc::EIO) }
 }

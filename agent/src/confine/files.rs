@@ -15,7 +15,7 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 use std::sync::{Arc, Mutex, PoisonError, mpsc};
 
 use super::identity::Identity;
-use crate::exec::syscall;
+use crate::syscall;
 
 /// Threads of [`FileWorkers`]: as many file verbs and transfers of the sandbox run at once.
 pub const FILE_WORKERS: usize = 8;
@@ -77,7 +77,7 @@ impl FileWorkers {
         for n in 0..FILE_WORKERS {
             let (receive, steps, report) = (Arc::clone(&receive), Arc::clone(&steps), report.clone());
             let spawned = std::thread::Builder::new().name(format!("agentd-files-{n}")).spawn(move || {
-                crate::exec::reaper::keep_signals_off_this_thread();
+                crate::reaper::keep_signals_off_this_thread();
                 let got = steps.apply();
                 let usable = got.is_ok() || !steps.strict;
                 let _ = report.send(got);

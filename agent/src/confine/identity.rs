@@ -22,7 +22,7 @@
 
 use agentd_protocol::profile::{Level, User, sandbox_id};
 
-use crate::exec::syscall::{self, Errno};
+use crate::syscall::{self, Errno};
 
 /// What [`decide`] needs to know of agentd, read once at start.
 #[derive(Debug, Clone, Default)]

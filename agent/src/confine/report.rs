@@ -6,7 +6,7 @@ use agentd_protocol::permission::{Operation, PermissionMode};
 use agentd_protocol::profile::{Enforcement, Level, Limits, Mode, Network, RuleEnforcement, SandboxProfile};
 
 use super::Withheld;
-use super::child::{Applied, Expect, Measured};
+use super::measured::{Applied, Expect, Measured};
 use super::permits::Programs;
 use super::seccomp::Rules;
 

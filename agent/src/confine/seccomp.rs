@@ -22,7 +22,7 @@
 //! and, on x86_64, the same calls through the x32 ABI (number | `__X32_SYSCALL_BIT`).
 //!
 //! The filter is written for the build's architecture, x86_64 or aarch64 (the two agentd's raw
-//! system calls, `crate::exec::syscall`, are written for); a system call of another one (i386
+//! system calls, `crate::syscall`, are written for); a system call of another one (i386
 //! through `int 0x80` on x86_64) kills the process: fail closed.
 //!
 //! The program is written out here, 20 instructions on x86_64, rather than compiled by seccompiler

@@ -308,7 +308,11 @@ impl CaptureFile {
         let end = self.captured.min(offset.saturating_add(len as u64));
         let len = usize::try_from(end.saturating_sub(offset)).unwrap_or(0);
         match &self.file {
-            None => Ok(self.memory.get(offset as usize..offset as usize + len).unwrap_or_default().to_vec()),
+            None => {
+                // In memory: the offset of a stored byte fits a `usize`.
+                let from = usize::try_from(offset).unwrap_or(usize::MAX);
+                Ok(self.memory.get(from..from.saturating_add(len)).unwrap_or_default().to_vec())
+            }
             Some(file) => {
                 let mut buf = vec![0; len];
                 file.read_exact_at(&mut buf, offset)?;
@@ -815,11 +819,13 @@ fn widen(pipe: &impl AsFd) {
 /// Readies a thread that drains a large output: signals stay with the runtime thread, and the thread
 /// yields the CPU to requests ([`DRAIN_NICE`]). Nice values are per thread on Linux.
 fn settle_drain_thread() {
-    super::reaper::keep_signals_off_this_thread();
+    crate::reaper::keep_signals_off_this_thread();
     let tid = nix::unistd::gettid().as_raw();
+    // A thread id is positive; 0 (not reached) would name the calling thread too.
+    let tid = libc::id_t::try_from(tid).unwrap_or(0);
     // SAFETY: setpriority takes plain integers and touches no memory of ours. Failing (a seccomp
     // filter of the host's, say) only leaves the thread at the runtime's priority.
-    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, DRAIN_NICE) };
+    let _ = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, DRAIN_NICE) };
 }
 
 /// Splices the pipe to /dev/null until EOF (or an error).

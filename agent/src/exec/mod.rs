@@ -1,11 +1,12 @@
 //! Running one command: spawn under `/bin/sh -c` in its own session, capture its merged output at the
 //! source, enforce the timeout with the kill ladder, and report exactly how it ended.
 //!
-//! - [`reaper`]: the single owner of exit statuses (agentd is a subreaper, maybe PID 1).
 //! - [`tree`]: which processes belong to an exec, and the SIGTERM → grace → SIGKILL ladder.
 //! - [`capture`]: the capture file, the pipe drain, splice of the dropped tail to /dev/null.
 //! - [`spawn`]: `/bin/sh -c` started in a new session (a clone sharing agentd's memory until the
-//!   exec, which agentd does not wait for), confined or not; [`syscall`]: the child's raw calls.
+//!   exec, which agentd does not wait for), confined or not, its child making raw calls only
+//!   ([`crate::syscall`]); exit statuses come from [`crate::reaper`].
+//! - [`prepare`]: an exec request admitted and its confinement planned, ready to run.
 //! - [`preview`]: the head/tail preview of offloaded output.
 //!
 //! A kept exec (`keep`) captures into a [`capture::Journal`] (its head in memory, then its file)
@@ -17,10 +18,9 @@
 //! cancelled exec returns only after its whole tree is gone.
 
 pub mod capture;
+pub mod prepare;
 pub mod preview;
-pub mod reaper;
 pub mod spawn;
-pub mod syscall;
 pub mod tree;
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,21 +36,22 @@ use agentd_protocol::limits::{
     MAX_INLINE_CAPTURE, MAX_JOURNAL_BYTES, MAX_REPLY_BYTES, MIN_INLINE_CAPTURE_BYTES,
 };
 use agentd_protocol::permission::Operation;
-use agentd_protocol::profile::Limits;
-use agentd_protocol::{ErrorCode, ExecResult, TerminalSize};
+use agentd_protocol::profile::{Enforcement, Limits};
+use agentd_protocol::{Ending, ErrorCode, ExecResult, TerminalSize};
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::unistd::Pid;
 use thiserror::Error;
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::reaper::{Exit, ExitReceiver, Reaper};
 use capture::{CaptureFile, CaptureTarget, DrainEnd, Journal};
-use reaper::{Exit, Reaper};
 use tree::{TAG_VAR, Target, TimeoutLadder};
 
 use crate::admission::{Admitted, Capture};
 use crate::cancel::Cancel;
-use crate::confine::Plan;
+use crate::confine::{Cleanup, Plan};
 use crate::outbox::{Reserved, Room};
 use crate::root::{Kind, Node, ResolveError, Workspace};
 use crate::scratch::Scratch;
@@ -130,7 +131,7 @@ pub enum CaptureMode {
 /// What the caller of [`Executor::run`] learns right after the spawn (before the exec is known to
 /// have happened).
 pub struct Spawned {
-    pub pid: u32,
+    pub pid: Pid,
     /// Where the exec's processes are found: for signals and the kill ladder, also after its shell
     /// ended (its strays).
     pub target: Target,
@@ -275,6 +276,10 @@ impl Executor {
     /// shell's pid once its exec happened; `live` gets output as it comes. With `room`, output that
     /// comes back inline is read back only once room for its reply is reserved there (returned with
     /// the result, to be held until the reply is sent).
+    ///
+    /// The phases: open the capture and the pipes, [`launch`](Self::launch) the shell, hand the
+    /// ends over ([`close_child_ends`], [`Self::confirm_exec`]), [`wait_for_exit`] with the
+    /// timeout and the cancel, [`end_what_it_left`], [`drain_output`], then [`finish`] the result.
     pub async fn run(
         &self,
         mut spec: ExecSpec,
@@ -291,38 +296,13 @@ impl Executor {
             None => self.capture_for(&spec, seq)?,
         };
         let progress = spawned.as_ref().map(|_| capture.watch());
+        let pipes = open_pipes(spec.pty, spec.stdin.is_some() || spec.stdin_pipe)?;
 
-        // The output: a pipe, or a new terminal (its master side read as the pipe would be).
-        let (reader, writer, terminal) = match spec.pty {
-            None => {
-                let (reader, writer) =
-                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
-                (reader, writer, None)
-            }
-            Some(size) => {
-                let (master, slave) = open_terminal(size).map_err(ExecError::Pipe)?;
-                let input = master.try_clone().map_err(ExecError::Pipe)?;
-                (master, slave, Some(input))
-            }
-        };
-        fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(|e| ExecError::Pipe(e.into()))?;
-        let stdin_pipe = match (&terminal, spec.stdin.is_some() || spec.stdin_pipe) {
-            (None, true) => {
-                let (read, write) =
-                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
-                // Writes wait on the runtime for room, never on a thread.
-                fcntl(write.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
-                    .map_err(|e| ExecError::Pipe(e.into()))?;
-                Some((read, write))
-            }
-            _ => None,
-        };
         let no_env = BTreeMap::new();
-        let (env_allowlist, fixed_env, limits) = match spec.confined {
+        let (env_allowlist, fixed_env, limits) = match spec.confined.take() {
             Some(c) => (c.env_allowlist, c.fixed_env, Some(c.limits)),
             None => (None, no_env, None),
         };
-        let plan = spec.plan;
         let shell = spawn::Shell {
             env_allowlist: env_allowlist.as_deref(),
             fixed_env: &fixed_env,
@@ -331,146 +311,56 @@ impl Executor {
             base_env: &self.base_env,
             env: &spec.env,
             tag: (TAG_VAR, &tag),
-            stdin: match &terminal {
-                Some(_) => Some(&writer),
-                None => stdin_pipe.as_ref().map(|(read, _)| read),
+            stdin: match &pipes.terminal {
+                Some(_) => Some(&pipes.writer),
+                None => pipes.stdin.as_ref().map(|(read, _)| read),
             },
-            output: &writer,
-            terminal: terminal.is_some(),
+            output: &pipes.writer,
+            terminal: pipes.terminal.is_some(),
         };
         let start = Instant::now();
-        let (target, exited, mut launch, mut report, mut cleanup) = {
-            // Registered under the same lock shutdown takes, so no exec starts unseen by `kill_all`.
-            let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
-            // Read under it too: an exec asked for as `kill_all` runs never starts.
-            if self.shutdown.is_cancelled() {
-                return Err(ExecError::ShuttingDown);
-            }
-            let (steps, report, cleanup) = match plan {
-                Some(plan) => {
-                    let (report, steps, cleanup) = plan.into_parts();
-                    (Some(steps), report, Some(cleanup))
-                }
-                None => (None, None, None),
-            };
-            let spawned = self.reaper.spawn(|| {
-                let launch = self.spawner.spawn(&shell, steps)?;
-                Ok((launch.pid, launch))
-            });
-            let (launch, exited) = spawned.map_err(ExecError::spawn)?;
-            let cgroup = cleanup.as_ref().and_then(|cleanup| cleanup.cgroup().map(Path::to_owned));
-            let leader = tree::Leader::new(launch.pid, Arc::clone(&self.reaper));
-            let target = Target { root: launch.pid, leader, tag, cgroup };
-            running.insert(seq, target.clone());
-            (target, exited, launch, report, cleanup)
-        };
+        let Launched { target, exited, mut launch, mut report, mut cleanup } =
+            self.launch(&shell, spec.plan.take(), seq, &tag)?;
         let pid = target.root;
-        // Our copies of the child's ends close now, before any other child is cloned (no await
-        // since the clone): no other child holds them, and EOF comes when this command's end.
-        drop(writer);
-        let stdin_pipe = stdin_pipe.map(|(read, write)| {
-            drop(read);
-            write
-        });
-        let (stdin_pipe, input) = match (spec.stdin_pipe, terminal) {
-            (_, Some(master)) => (None, Some(master)),
-            (true, None) => (None, stdin_pipe),
-            (false, None) => (stdin_pipe, None),
-        };
+        let Pipes { reader, writer, terminal, stdin } = pipes;
+        let (feed, input) = close_child_ends(writer, stdin, spec.stdin_pipe, terminal);
         if let (Some(spawned), Some(progress)) = (spawned, progress) {
             let terminal = spec.pty.is_some();
             let journal = journal.take();
             let _ = spawned.send(Spawned { pid, target: target.clone(), input, terminal, journal, progress });
         }
         if let Some(started) = started {
-            // Told only of a command that started: once its exec is known to have happened.
-            if let Err(err) = launch.exec_done().await {
-                // The child exited without its exec (its status goes nowhere: `exited` is dropped).
-                self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
-                return Err(ExecError::spawn(err));
-            }
+            self.confirm_exec(&mut launch, seq).await?;
             let _ = started.send(pid);
         }
-        if let (Some(write), Some(bytes)) = (stdin_pipe, spec.stdin) {
+        if let (Some(write), Some(bytes)) = (feed, spec.stdin.take()) {
             tokio::spawn(feed_stdin(write, bytes));
         }
 
         let (stop_drain, stop) = oneshot::channel();
-        let mut drain = tokio::spawn(capture::drain(reader, capture, live, stop));
-        let mut timed_out = false;
-        let mut cancelled = false;
-        let sleep = async {
-            match spec.timeout {
-                Some(timeout) => tokio::time::sleep(timeout).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(exited);
-        let exit = tokio::select! {
-            exit = &mut exited => exit,
-            () = sleep => {
-                timed_out = true;
-                self.ladder.kill(&target).await;
-                (&mut exited).await
-            }
-            () = cancel.cancelled() => {
-                cancelled = true;
-                self.ladder.kill(&target).await;
-                (&mut exited).await
-            }
-        };
+        let drain = tokio::spawn(capture::drain(reader, capture, live, stop));
+        let ended = wait_for_exit(&self.ladder, &target, exited, spec.timeout, cancel).await;
         let duration = start.elapsed();
-        if (timed_out || cancelled)
-            && let Some(cleanup) = &mut cleanup
-        {
-            cleanup.killed();
-        }
-        // Forks were refused in the command's cgroup: it met its task limit (a fork bomb's
-        // signature, by its own limit or the commands' budget). Whatever it left is ended with it,
-        // through the cgroup, so a bomb cannot outlive its exec.
-        let mut bombed = false;
-        if let Some(cleanup) = &mut cleanup
-            && cleanup.refused_forks() > 0
-            && let Some(dir) = cleanup.cgroup().map(Path::to_owned)
-        {
-            bombed = true;
-            tree::end_cgroups(vec![dir]).await;
-            cleanup.killed();
-        }
+        let bombed = end_what_it_left(cleanup.as_mut(), ended.timed_out || ended.cancelled).await;
         self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
         // The child is done with agentd's memory by now (it exec'd or exited before its exit could
         // be reported): whether it exec'd, and what it measured of its confinement. One that never
         // exec'd wrote nothing (its output pipe is at its end, no capture file was made).
         launch.conclude(report.as_mut()).map_err(ExecError::spawn)?;
-        let exit = exit.map_err(|_| ExecError::StatusLost)?;
+        let exit = ended.exit.ok_or(ExecError::StatusLost)?;
+        let (capture, pipe_held) = drain_output(drain, stop_drain, pid).await?;
 
-        let drained = match tokio::time::timeout(DRAIN_AFTER_EXIT, &mut drain).await {
-            Ok(drained) => drained,
-            Err(_) => {
-                let _ = stop_drain.send(());
-                drain.await
-            }
-        };
-        let (capture, end, read_result) = drained
-            .map_err(io::Error::other)
-            .and_then(|drained| drained)
-            .map_err(|source| ExecError::Capture { path: PathBuf::from("(output pipe)"), source })?;
-        if let Err(err) = read_result {
-            tracing::warn!(pid, "reading exec output failed: {err}");
-        }
-        let pipe_held = matches!(end, DrainEnd::Stopped);
-        if pipe_held {
-            tracing::debug!(pid, "a background process still holds the output pipe");
-        }
-
-        let mut result = ExecResult {
+        let result = ExecResult {
             exit_code: exit.code(),
-            signal: match exit {
-                Exit::Signal(signal) => Some(signal.as_str().to_owned()),
-                Exit::Code(_) => None,
+            ending: Ending {
+                signal: match exit {
+                    Exit::Signal(signal) => Some(signal.as_str().to_owned()),
+                    Exit::Code(_) => None,
+                },
+                timed_out: ended.timed_out,
+                cancelled: ended.cancelled,
+                abandoned: false,
             },
-            timed_out,
-            cancelled,
             duration: duration.as_secs_f64(),
             total_bytes: capture.total(),
             capped: capture.is_full(),
@@ -479,56 +369,59 @@ impl Executor {
             } else {
                 limit_exceeded(exit, limits.as_ref())
             },
+            enforcement: report,
             ..ExecResult::default()
         };
-        let path = capture.path().to_owned();
         let reserved = match room {
             Some(room) => room.reserve(reply_size(&capture, &spec.mode)).await,
             None => None,
         };
-        let mode = spec.mode;
-        // Output held in memory, no cgroup or an empty one (told through a descriptor it holds) and
-        // nothing left running: no file system work, so no trip to the blocking pool (most commands
-        // end this way, confined or not).
-        result.enforcement = report;
-        let left_now = match &cleanup {
-            None => Some(None),
-            Some(cleanup) => cleanup.left_now(),
-        };
-        if let Some(left) = left_now
-            && !pipe_held
-            && capture.in_memory()
-            && matches!(mode, CaptureMode::Inline | CaptureMode::Kept)
-        {
-            if let Some(cleanup) = cleanup {
-                result.stray_processes = left;
-                if let Some(rest) = cleanup.keep(left) {
-                    // Removing a cgroup that cannot be kept is path work; nobody waits for it.
-                    tokio::task::spawn_blocking(move || drop(rest));
-                }
-            }
-            return finish_capture(capture, &mode, &mut result)
-                .map(|()| (result, reserved))
-                .map_err(|source| ExecError::Capture { path, source });
+        let left = Left { cleanup, pipe_held, target };
+        let result = finish(capture, spec.mode, result, left).await?;
+        Ok((result, reserved))
+    }
+
+    /// Spawns the shell under its plan (`None`: no cgroup, no confinement), registered among the
+    /// running execs under the lock shutdown takes, so no exec starts unseen by `kill_all`.
+    fn launch(
+        &self,
+        shell: &spawn::Shell<'_>,
+        plan: Option<Plan>,
+        seq: u64,
+        tag: &str,
+    ) -> Result<Launched, ExecError> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        // Read under it too: an exec asked for as `kill_all` runs never starts.
+        if self.shutdown.is_cancelled() {
+            return Err(ExecError::ShuttingDown);
         }
-        // Reading back up to 12 MiB (and writing the preview), counting strays (a `/proc` scan without
-        // a cgroup) and removing the cgroup are blocking work: off the runtime thread, so other
-        // connections' requests do not wait for it.
-        let finished = tokio::task::spawn_blocking(move || {
-            if let Some(cleanup) = cleanup {
-                result.stray_processes = cleanup.processes_left();
-                cleanup.finish(result.stray_processes);
+        let (steps, report, cleanup) = match plan {
+            Some(plan) => {
+                let (report, steps, cleanup) = plan.into_parts();
+                (Some(steps), report, Some(cleanup))
             }
-            if result.stray_processes.is_none() && pipe_held {
-                // No cgroup to ask: a `/proc` scan, only when a process is known to be left.
-                let left = target.members().len();
-                result.stray_processes = Some(u32::try_from(left).unwrap_or(u32::MAX));
-            }
-            finish_capture(capture, &mode, &mut result).map(|()| result)
-        })
-        .await
-        .unwrap_or_else(|e| Err(io::Error::other(e)));
-        finished.map(|result| (result, reserved)).map_err(|source| ExecError::Capture { path, source })
+            None => (None, None, None),
+        };
+        let spawned = self.reaper.spawn(|| {
+            let launch = self.spawner.spawn(shell, steps)?;
+            Ok((launch.pid, launch))
+        });
+        let (launch, exited) = spawned.map_err(ExecError::spawn)?;
+        let cgroup = cleanup.as_ref().and_then(|cleanup| cleanup.cgroup().map(Path::to_owned));
+        let leader = tree::Leader::new(launch.pid, Arc::clone(&self.reaper));
+        let target = Target { root: launch.pid, leader, tag: tag.to_owned(), cgroup };
+        running.insert(seq, target.clone());
+        Ok(Launched { target, exited, launch, report, cleanup })
+    }
+
+    /// Waits until the shell's exec happened (a caller is told only of a command that started).
+    async fn confirm_exec(&self, launch: &mut spawn::Launch, seq: u64) -> Result<(), ExecError> {
+        if let Err(err) = launch.exec_done().await {
+            // The child exited without its exec (its status goes nowhere: `exited` is dropped).
+            self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&seq);
+            return Err(ExecError::spawn(err));
+        }
+        Ok(())
     }
 
     /// Ends the processes of `target` with the kill ladder (an exec's strays after its shell ended).
@@ -584,7 +477,7 @@ pub fn offload_target(ws: &Workspace, path: &str) -> Result<CaptureTarget, ExecE
     let shown = ws.shown(path);
     // The capture file is written by agentd, not by the command: the permission rules are checked
     // here, as for any file a verb writes.
-    if let Some(refusal) = crate::fs::guard::refusal(ws, Operation::Write, path) {
+    if let Some(refusal) = crate::guard::refusal(ws, Operation::Write, path) {
         return Err(ExecError::CapturePath {
             path: shown,
             source: io::Error::new(io::ErrorKind::PermissionDenied, refusal),
@@ -614,11 +507,229 @@ fn target_in(ws: &Workspace, path: &str, shown: PathBuf) -> Result<CaptureTarget
     }
     let Some(name) = entry.name() else { return Err(fail(Errno::EISDIR.into())) };
     // Checked again where the walk found it: a link swapped in on the way after the first check.
-    if let Some(refusal) = crate::fs::guard::refusal_at(ws, Operation::Write, path, &entry.location()) {
+    if let Some(refusal) = crate::guard::refusal_at(ws, Operation::Write, path, &entry.location()) {
         return Err(fail(io::Error::new(io::ErrorKind::PermissionDenied, refusal)));
     }
     let dir = entry.dir().try_clone_to_owned().map_err(fail)?;
     Ok(CaptureTarget::new(Arc::new(dir), name.to_owned(), shown))
+}
+
+/// A command's output and input ends, before the spawn.
+struct Pipes {
+    /// What the drain reads: the output pipe's read end, or the terminal's master side.
+    reader: OwnedFd,
+    /// The command's output (and under a terminal, its stdin too).
+    writer: OwnedFd,
+    /// The terminal's master side again, for the caller's input and resizes.
+    terminal: Option<OwnedFd>,
+    /// A stdin pipe without a terminal: the command's read end, agentd's write end.
+    stdin: Option<(OwnedFd, OwnedFd)>,
+}
+
+/// The output: a pipe, or a new terminal of `pty` (its master side read as the pipe would be); and
+/// a stdin pipe when the command has input (`stdin`) and no terminal.
+fn open_pipes(pty: Option<TerminalSize>, stdin: bool) -> Result<Pipes, ExecError> {
+    let (reader, writer, terminal) = match pty {
+        None => {
+            let (reader, writer) =
+                nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
+            (reader, writer, None)
+        }
+        Some(size) => {
+            let (master, slave) = open_terminal(size).map_err(ExecError::Pipe)?;
+            let input = master.try_clone().map_err(ExecError::Pipe)?;
+            (master, slave, Some(input))
+        }
+    };
+    fcntl(reader.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(|e| ExecError::Pipe(e.into()))?;
+    let stdin = match (&terminal, stdin) {
+        (None, true) => {
+            let (read, write) =
+                nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| ExecError::Pipe(e.into()))?;
+            // Writes wait on the runtime for room, never on a thread.
+            fcntl(write.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+                .map_err(|e| ExecError::Pipe(e.into()))?;
+            Some((read, write))
+        }
+        _ => None,
+    };
+    Ok(Pipes { reader, writer, terminal, stdin })
+}
+
+/// A shell just spawned, and what its plan left to report and undo.
+struct Launched {
+    target: Target,
+    exited: ExitReceiver,
+    launch: spawn::Launch,
+    report: Option<Enforcement>,
+    cleanup: Option<Cleanup>,
+}
+
+/// Closes agentd's copies of the child's ends, before any other child is cloned (no await since
+/// the clone): no other child holds them, and EOF comes when this command's end. Returns the end
+/// agentd feeds `stdin` through and the caller's input (`stdin_pipe`'s write end, or the terminal).
+fn close_child_ends(
+    writer: OwnedFd,
+    stdin: Option<(OwnedFd, OwnedFd)>,
+    stdin_pipe: bool,
+    terminal: Option<OwnedFd>,
+) -> (Option<OwnedFd>, Option<OwnedFd>) {
+    drop(writer);
+    let stdin = stdin.map(|(read, write)| {
+        drop(read);
+        write
+    });
+    match (stdin_pipe, terminal) {
+        (_, Some(master)) => (None, Some(master)),
+        (true, None) => (None, stdin),
+        (false, None) => (stdin, None),
+    }
+}
+
+/// How the wait for a command's shell ended.
+struct Ended {
+    /// `None`: its status was lost (the reaper is gone).
+    exit: Option<Exit>,
+    timed_out: bool,
+    cancelled: bool,
+}
+
+/// Waits for the shell's exit; at the timeout or the cancel, ends the tree with the kill ladder first.
+async fn wait_for_exit(
+    ladder: &TimeoutLadder,
+    target: &Target,
+    exited: ExitReceiver,
+    timeout: Option<Duration>,
+    cancel: &Cancel,
+) -> Ended {
+    let (mut timed_out, mut cancelled) = (false, false);
+    let sleep = async {
+        match timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(exited);
+    let exit = tokio::select! {
+        exit = &mut exited => exit,
+        () = sleep => {
+            timed_out = true;
+            ladder.kill(target).await;
+            (&mut exited).await
+        }
+        () = cancel.cancelled() => {
+            cancelled = true;
+            ladder.kill(target).await;
+            (&mut exited).await
+        }
+    };
+    Ended { exit: exit.ok(), timed_out, cancelled }
+}
+
+/// What the command's cgroup says once its shell ended: `killed` (timeout, cancel) is recorded, and
+/// forks refused in it mean it met its task limit (a fork bomb's signature, by its own limit or the
+/// commands' budget): whatever it left is ended with it, through the cgroup, so a bomb cannot
+/// outlive its exec. Returns whether it was a bomb.
+async fn end_what_it_left(cleanup: Option<&mut Cleanup>, killed: bool) -> bool {
+    let Some(cleanup) = cleanup else { return false };
+    if killed {
+        cleanup.killed();
+    }
+    if cleanup.refused_forks() == 0 {
+        return false;
+    }
+    let Some(dir) = cleanup.cgroup().map(Path::to_owned) else { return false };
+    tree::end_cgroups(vec![dir]).await;
+    cleanup.killed();
+    true
+}
+
+/// The capture once the pipe is drained: at EOF, or [`DRAIN_AFTER_EXIT`] after the exit when a
+/// background process still holds the pipe (then `true`: the rest goes to nowhere).
+async fn drain_output(
+    mut drain: tokio::task::JoinHandle<io::Result<capture::Drained>>,
+    stop_drain: oneshot::Sender<()>,
+    pid: Pid,
+) -> Result<(CaptureFile, bool), ExecError> {
+    let drained = match tokio::time::timeout(DRAIN_AFTER_EXIT, &mut drain).await {
+        Ok(drained) => drained,
+        Err(_) => {
+            let _ = stop_drain.send(());
+            drain.await
+        }
+    };
+    let (capture, end, read_result) = drained
+        .map_err(io::Error::other)
+        .and_then(|drained| drained)
+        .map_err(|source| ExecError::Capture { path: PathBuf::from("(output pipe)"), source })?;
+    if let Err(err) = read_result {
+        tracing::warn!(%pid, "reading exec output failed: {err}");
+    }
+    let pipe_held = matches!(end, DrainEnd::Stopped);
+    if pipe_held {
+        tracing::debug!(%pid, "a background process still holds the output pipe");
+    }
+    Ok((capture, pipe_held))
+}
+
+/// What a finished command left: its cgroup to clean up, a pipe a background process still holds,
+/// its processes.
+struct Left {
+    cleanup: Option<Cleanup>,
+    pipe_held: bool,
+    target: Target,
+}
+
+/// `result` with its output fields filled and the strays the command left; its cgroup cleaned up.
+async fn finish(
+    capture: CaptureFile,
+    mode: CaptureMode,
+    mut result: ExecResult,
+    left: Left,
+) -> Result<ExecResult, ExecError> {
+    let Left { cleanup, pipe_held, target } = left;
+    let path = capture.path().to_owned();
+    // Output held in memory, no cgroup or an empty one (told through a descriptor it holds) and
+    // nothing left running: no file system work, so no trip to the blocking pool (most commands
+    // end this way, confined or not).
+    let left_now = match &cleanup {
+        None => Some(None),
+        Some(cleanup) => cleanup.left_now(),
+    };
+    if let Some(left) = left_now
+        && !pipe_held
+        && capture.in_memory()
+        && matches!(mode, CaptureMode::Inline | CaptureMode::Kept)
+    {
+        if let Some(cleanup) = cleanup {
+            result.stray_processes = left;
+            if let Some(rest) = cleanup.keep(left) {
+                // Removing a cgroup that cannot be kept is path work; nobody waits for it.
+                tokio::task::spawn_blocking(move || drop(rest));
+            }
+        }
+        return finish_capture(capture, &mode, &mut result)
+            .map(|()| result)
+            .map_err(|source| ExecError::Capture { path, source });
+    }
+    // Reading back up to 12 MiB (and writing the preview), counting strays (a `/proc` scan without
+    // a cgroup) and removing the cgroup are blocking work: off the runtime thread, so other
+    // connections' requests do not wait for it.
+    let finished = tokio::task::spawn_blocking(move || {
+        if let Some(cleanup) = cleanup {
+            result.stray_processes = cleanup.processes_left();
+            cleanup.finish(result.stray_processes);
+        }
+        if result.stray_processes.is_none() && pipe_held {
+            // No cgroup to ask: a `/proc` scan, only when a process is known to be left.
+            let left = target.members().len();
+            result.stray_processes = Some(u32::try_from(left).unwrap_or(u32::MAX));
+        }
+        finish_capture(capture, &mode, &mut result).map(|()| result)
+    })
+    .await
+    .unwrap_or_else(|e| Err(io::Error::other(e)));
+    finished.map_err(|source| ExecError::Capture { path, source })
 }
 
 /// Which resource limit ended the command, if one did: its own death by SIGXCPU/SIGXFSZ, or a shell
@@ -696,7 +807,7 @@ fn finish_capture(mut capture: CaptureFile, mode: &CaptureMode, result: &mut Exe
         }
         CaptureMode::Kept => {
             // The journal stays for its attachers; its head is the output, as it is for them.
-            let head = capture.read_at(0, KEPT_HEAD_BYTES)?;
+            let head = capture.read_at(0, kept_head_len())?;
             set_kept_output(result, head, capture.captured());
         }
         CaptureMode::Offload { .. } if !offloadable => {
@@ -738,7 +849,12 @@ pub fn journal_cap(max_capture_bytes: u64) -> u64 {
 }
 
 /// Bytes of a kept exec's journal read back for its result's output: as much as an inline capture.
-pub const KEPT_HEAD_BYTES: usize = MAX_INLINE_CAPTURE as usize;
+pub const KEPT_HEAD_BYTES: u64 = MAX_INLINE_CAPTURE;
+
+/// [`KEPT_HEAD_BYTES`] as a buffer's length.
+pub fn kept_head_len() -> usize {
+    usize::try_from(KEPT_HEAD_BYTES).unwrap_or(usize::MAX)
+}
 
 /// The output of a kept exec's result, for its own connection and for every attacher alike: `head`
 /// (the journal's first [`KEPT_HEAD_BYTES`]) within the reply's budget, `truncated` when bytes were
@@ -750,7 +866,7 @@ pub fn set_kept_output(result: &mut ExecResult, head: Vec<u8>, stored: u64) {
 
 /// The size of a kept exec's reply, as [`reply_size`] tells a capture's.
 pub fn kept_reply_size(stored: u64) -> usize {
-    inline_reply_size(stored.min(KEPT_HEAD_BYTES as u64))
+    inline_reply_size(stored.min(KEPT_HEAD_BYTES))
 }
 
 /// A new terminal of `size`: its master side and the side the command gets, both close-on-exec
@@ -786,7 +902,7 @@ pub fn resize_terminal(master: std::os::fd::BorrowedFd<'_>, size: TerminalSize) 
 #[derive(Default)]
 pub struct Watchers {
     pub spawned: Option<oneshot::Sender<Spawned>>,
-    pub started: Option<oneshot::Sender<u32>>,
+    pub started: Option<oneshot::Sender<Pid>>,
     pub live: Option<mpsc::Sender<Vec<u8>>>,
 }
 

@@ -16,7 +16,7 @@
 //! express (cgroup, rlimits, landlock, seccomp), and because what every spawn needs is kept across
 //! spawns ([`Spawner`]): the children's stacks, which glibc maps and unmaps on every call.
 //!
-//! The child, on data prepared before the clone, makes raw system calls only ([`super::syscall`]: it
+//! The child, on data prepared before the clone, makes raw system calls only ([`crate::syscall`]: it
 //! runs beside the thread that cloned it, on that thread's `errno`): default dispositions for the
 //! signals agentd ignores or handles (Rust ignores SIGPIPE, and ignored signals survive `exec`; the
 //! set is read once, [`altered_signals`]), stdio, every other descriptor close-on-exec, working
@@ -34,8 +34,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use agentd_protocol::profile::Enforcement;
+use nix::unistd::Pid;
 
-use super::syscall;
+use crate::syscall;
 
 use crate::confine::{ChildStatus, ChildSteps};
 
@@ -127,7 +128,7 @@ impl Spawner {
     /// a command's pipe and close agentd's copies of its child's ends in one step with this call,
     /// with no other spawn between: no child then holds another command's pipe.
     ///
-    /// Call with the reaper's lock held ([`super::reaper::Reaper::spawn`]), so the pid is registered
+    /// Call with the reaper's lock held ([`crate::reaper::Reaper::spawn`]), so the pid is registered
     /// before anyone reaps it.
     pub fn spawn(&self, shell: &Shell<'_>, steps: Option<ChildSteps>) -> io::Result<Launch> {
         let program = cstring("/bin/sh")?;
@@ -176,7 +177,7 @@ impl Spawner {
             // SAFETY: `child` runs on its own stack (`stack`, which no other child uses until this
             // one is done), gets `context`, and reads only what the `Launch` below owns and keeps
             // until the child exec'd or exited (`done` tells). It makes raw system calls only
-            // ([`super::syscall`]): nothing of this thread's (its `errno`, its locks) is touched
+            // ([`crate::syscall`]): nothing of this thread's (its `errno`, its locks) is touched
             // while both run. `done` outlives the child's use of it (the `Launch` keeps it).
             unsafe {
                 libc::clone(
@@ -209,7 +210,7 @@ impl Spawner {
             },
             steps,
         };
-        Ok(Launch { pid: pid as u32, done, kept: ManuallyDrop::new(kept) })
+        Ok(Launch { pid: Pid::from_raw(pid), done, kept: ManuallyDrop::new(kept) })
     }
 }
 
@@ -218,7 +219,7 @@ const IN_USE: i32 = -1;
 
 /// A child between its clone and its exec, and everything it reads meanwhile.
 pub struct Launch {
-    pub pid: u32,
+    pub pid: Pid,
     /// The child's clear-tid word: 0 once it exec'd or exited (the kernel clears it when the child
     /// leaves our memory, before its exec closes its descriptors or its exit is reported).
     done: Arc<AtomicI32>,
@@ -288,7 +289,7 @@ impl Launch {
     }
 
     /// What the child said of its steps and exec (once it is done).
-    fn spawned(&self) -> io::Result<u32> {
+    fn spawned(&self) -> io::Result<Pid> {
         match self.kept.context.errno {
             0 => Ok(self.pid),
             errno => Err(io::Error::from_raw_os_error(errno)),
@@ -408,7 +409,7 @@ struct Context {
 // memory that does not move with it); the parent reads the rest only once the child is done.
 unsafe impl Send for Context {}
 
-/// The child, between clone and exec: raw system calls only ([`super::syscall`]), on `Context`.
+/// The child, between clone and exec: raw system calls only ([`crate::syscall`]), on `Context`.
 extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Context` `Spawner::spawn` passed, alive and untouched by the parent
     // until this child exec'd or exited (the `Launch` holding it waits for that).
@@ -470,13 +471,13 @@ impl Altered {
 }
 
 /// The standard signals whose disposition is not the default (ignored, as Rust ignores SIGPIPE and
-/// `nohup` SIGHUP, or handled), and those agentd handles ([`super::reaper::HANDLED`], in case their
+/// `nohup` SIGHUP, or handled), and those agentd handles ([`crate::reaper::HANDLED`], in case their
 /// handlers are installed after this is read): the ones a child must set back. Read once, at the
 /// first spawn, by which time agentd has installed its handlers; it never changes a disposition
 /// after that. A child then makes a few `sigaction` calls instead of 29 (21 µs per spawn here,
 /// timed in the child).
 fn altered_signals() -> Altered {
-    let handled = |signal: libc::c_int| super::reaper::HANDLED.iter().any(|&h| h as libc::c_int == signal);
+    let handled = |signal: libc::c_int| crate::reaper::HANDLED.iter().any(|&h| h as libc::c_int == signal);
     let mut altered = Altered { signals: [0; 32], len: 0 };
     // 1 to 31; those between 31 and SIGRTMIN are glibc's own, and it refuses them.
     for signal in (1..32).filter(|&signal| signal != libc::SIGKILL && signal != libc::SIGSTOP) {

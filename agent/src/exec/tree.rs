@@ -27,9 +27,8 @@
 //! processes around once held every other connection's `exec true` for 12 s.
 
 use std::collections::{HashMap, HashSet};
-use std::io;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,15 +37,16 @@ use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
 use tokio::time::{Instant, sleep};
 
-use super::reaper::Reaper;
+use crate::confine::cgroup_procs;
+use crate::reaper::Reaper;
 
 /// Name of the environment variable every exec's processes inherit.
 pub const TAG_VAR: &str = "AGENTD_EXEC_TAG";
 
 /// One live process as `/proc/<pid>/stat` describes it.
 struct ProcEntry {
-    pid: i32,
-    ppid: i32,
+    pid: Pid,
+    ppid: Pid,
     /// Stopped (`T`, or `t` under a tracer): it cannot fork until continued.
     stopped: bool,
 }
@@ -56,7 +56,7 @@ fn live_processes() -> Vec<ProcEntry> {
         return Vec::new();
     };
     dir.filter_map(|entry| {
-        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let pid = Pid::from_raw(entry.ok()?.file_name().to_str()?.parse().ok()?);
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         let (state, ppid) = parse_stat(&stat)?;
         let stopped = match state {
@@ -74,7 +74,7 @@ fn live_processes() -> Vec<ProcEntry> {
 
 /// Of the process `pid`'s threads that have not ended: whether all of them are stopped; `None` if
 /// there are none.
-fn live_threads_stopped(pid: i32) -> Option<bool> {
+fn live_threads_stopped(pid: Pid) -> Option<bool> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     let mut live = tasks.flatten().filter_map(|task| {
         let stat = std::fs::read_to_string(task.path().join("stat")).ok()?;
@@ -86,11 +86,11 @@ fn live_threads_stopped(pid: i32) -> Option<bool> {
 }
 
 /// `(state, parent pid)` from the text of `/proc/<pid>/stat`.
-fn parse_stat(stat: &str) -> Option<(&str, i32)> {
+fn parse_stat(stat: &str) -> Option<(&str, Pid)> {
     // The command name may hold spaces and parentheses; the fields after the last ')' do not.
     let mut fields = stat.get(stat.rfind(')')? + 2..)?.split(' ');
     let state = fields.next()?;
-    let ppid = fields.next()?.parse().ok()?;
+    let ppid = Pid::from_raw(fields.next()?.parse().ok()?);
     Some((state, ppid))
 }
 
@@ -98,20 +98,20 @@ fn parse_stat(stat: &str) -> Option<(&str, i32)> {
 /// agentd started: a command, or anything a command started. agentd is a child subreaper, so a
 /// process that left its exec's tree was re-parented to agentd and still counts. A process that
 /// cannot be looked up (it exited meanwhile) counts as one: the caller refuses it.
-pub fn is_agentd_descendant(pid: u32) -> bool {
-    is_descendant(pid as i32, std::process::id() as i32, |pid| {
+pub fn is_agentd_descendant(pid: Pid) -> bool {
+    is_descendant(pid, Pid::this(), |pid| {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
         parse_stat(&stat).map(|(_, ppid)| ppid)
     })
 }
 
 /// Walks `parent_of` from `pid` up to pid 1 (not a descendant) or `ancestor` (one). Pure.
-fn is_descendant(pid: i32, ancestor: i32, parent_of: impl Fn(i32) -> Option<i32>) -> bool {
+fn is_descendant(pid: Pid, ancestor: Pid, parent_of: impl Fn(Pid) -> Option<Pid>) -> bool {
     // A process of another pid namespace (0) is no descendant: agentd's are all visible to it.
     let mut current = pid;
     // pid_max is at most 2^22: a longer chain is a loop in a racing read; refuse it.
     for _ in 0..(1 << 22) {
-        if current <= 1 {
+        if current.as_raw() <= 1 {
             return current == ancestor;
         }
         match parent_of(current) {
@@ -123,7 +123,7 @@ fn is_descendant(pid: i32, ancestor: i32, parent_of: impl Fn(i32) -> Option<i32>
     true
 }
 
-fn has_tag(pid: i32, tag_entry: &[u8]) -> bool {
+fn has_tag(pid: Pid, tag_entry: &[u8]) -> bool {
     let tagged = |environ: Vec<u8>| environ.split(|b| *b == 0).any(|var| var == tag_entry);
     match std::fs::read(format!("/proc/{pid}/environ")) {
         Ok(environ) if !environ.is_empty() => tagged(environ),
@@ -139,7 +139,7 @@ fn has_tag(pid: i32, tag_entry: &[u8]) -> bool {
 
 /// A process found by a scan, held by a pidfd so that a signal reaches it and no other.
 struct Held {
-    pid: i32,
+    pid: Pid,
     /// `None` on a kernel without pidfds (before 5.3), or when no descriptor could be had: the
     /// number is all there is.
     fd: Option<OwnedFd>,
@@ -147,10 +147,10 @@ struct Held {
 
 impl Held {
     /// `None`: the process is gone already.
-    fn open(pid: i32) -> Option<Self> {
+    fn open(pid: Pid) -> Option<Self> {
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; the
         // descriptor is owned by nothing else.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
         if fd >= 0 {
             let fd = i32::try_from(fd).ok()?;
             // SAFETY: a descriptor the kernel just returned to us, owned here alone.
@@ -181,7 +181,7 @@ impl Held {
                 };
                 rc == 0
             }
-            None => kill(Pid::from_raw(self.pid), signal).is_ok(),
+            None => kill(self.pid, signal).is_ok(),
         }
     }
 }
@@ -191,7 +191,7 @@ impl Held {
 /// second scan, the held process (it cannot have taken the number of one reaped before, since the
 /// holder kept its own number while it was alive), so only the processes the scans mean get the
 /// signal, however the numbers are reused meanwhile. Blocking.
-pub fn signal_confirmed(found: Vec<i32>, rescan: impl FnOnce() -> Vec<i32>, signal: Signal) -> usize {
+pub fn signal_confirmed(found: Vec<Pid>, rescan: impl FnOnce() -> Vec<Pid>, signal: Signal) -> usize {
     if found.is_empty() {
         return 0;
     }
@@ -199,19 +199,19 @@ pub fn signal_confirmed(found: Vec<i32>, rescan: impl FnOnce() -> Vec<i32>, sign
     if held.is_empty() {
         return 0;
     }
-    let again: HashSet<i32> = rescan().into_iter().collect();
+    let again: HashSet<Pid> = rescan().into_iter().collect();
     held.iter().filter(|held| again.contains(&held.pid) && held.signal(signal)).count()
 }
 
 /// [`signal_confirmed`] with one scan function: what it finds now, confirmed by what it finds next.
-fn signal_found(scan: &dyn Fn() -> Vec<i32>, signal: Signal) -> usize {
+fn signal_found(scan: &dyn Fn() -> Vec<Pid>, signal: Signal) -> usize {
     signal_confirmed(scan(), scan, signal)
 }
 
 /// An exec's shell, the leader of its process group and session, as the reaper knows it.
 #[derive(Clone)]
 pub struct Leader {
-    pub pid: u32,
+    pub pid: Pid,
     reaper: Arc<Reaper>,
 }
 
@@ -222,7 +222,7 @@ impl std::fmt::Debug for Leader {
 }
 
 impl Leader {
-    pub fn new(pid: u32, reaper: Arc<Reaper>) -> Self {
+    pub fn new(pid: Pid, reaper: Arc<Reaper>) -> Self {
         Self { pid, reaper }
     }
 
@@ -235,20 +235,19 @@ impl Leader {
     /// may be another process's by then, so nothing is sent). Blocking (briefly holds off the
     /// reaper).
     fn signal_group(&self, signal: Signal) -> bool {
-        let pgid = Pid::from_raw(self.pid as i32);
-        self.reaper.while_unreaped(self.pid, || killpg(pgid, signal).is_ok()).unwrap_or(false)
+        self.reaper.while_unreaped(self.pid, || killpg(self.pid, signal).is_ok()).unwrap_or(false)
     }
 }
 
 /// Parent pid → live children, from one scan of `/proc`.
 struct ProcessTree {
-    children: HashMap<i32, Vec<i32>>,
-    stopped: HashSet<i32>,
+    children: HashMap<Pid, Vec<Pid>>,
+    stopped: HashSet<Pid>,
 }
 
 impl ProcessTree {
     fn scan() -> Self {
-        let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
+        let mut children: HashMap<Pid, Vec<Pid>> = HashMap::new();
         let mut stopped = HashSet::new();
         for process in live_processes() {
             children.entry(process.ppid).or_default().push(process.pid);
@@ -260,7 +259,7 @@ impl ProcessTree {
     }
 
     /// Every live process below `root`.
-    fn descendants(&self, root: i32) -> Vec<i32> {
+    fn descendants(&self, root: Pid) -> Vec<Pid> {
         let mut found = Vec::new();
         let mut queue = vec![root];
         while let Some(pid) = queue.pop() {
@@ -272,7 +271,7 @@ impl ProcessTree {
         found
     }
 
-    fn is_live(&self, pid: i32) -> bool {
+    fn is_live(&self, pid: Pid) -> bool {
         self.children.values().any(|kids| kids.contains(&pid))
     }
 }
@@ -280,17 +279,16 @@ impl ProcessTree {
 /// The live processes of the exec whose shell is `leader` and whose tag is `tag`, by the tree and
 /// the tag: the shell and its descendants while the shell is not reaped (read after the scan, so
 /// the scan saw its number as the shell's), then the tagged alone.
-fn tree_members(leader: &Leader, tag: &str) -> (ProcessTree, Vec<i32>) {
+fn tree_members(leader: &Leader, tag: &str) -> (ProcessTree, Vec<Pid>) {
     let tree = ProcessTree::scan();
     let root = leader.unreaped().then_some(leader.pid);
     let members = members_in(&tree, root, tag);
     (tree, members)
 }
 
-fn members_in(tree: &ProcessTree, root: Option<u32>, tag: &str) -> Vec<i32> {
-    let mut out: HashSet<i32> = HashSet::new();
+fn members_in(tree: &ProcessTree, root: Option<Pid>, tag: &str) -> Vec<Pid> {
+    let mut out: HashSet<Pid> = HashSet::new();
     if let Some(root) = root {
-        let root = root as i32;
         out.extend(tree.descendants(root));
         if tree.is_live(root) {
             out.insert(root);
@@ -299,7 +297,7 @@ fn members_in(tree: &ProcessTree, root: Option<u32>, tag: &str) -> Vec<i32> {
     // Orphans that escaped the tree were re-parented to agentd: look for the tag among its other
     // descendants only, which keeps the environ reads few.
     let tag_entry = format!("{TAG_VAR}={tag}").into_bytes();
-    for pid in tree.descendants(std::process::id() as i32) {
+    for pid in tree.descendants(Pid::this()) {
         if !out.contains(&pid) && has_tag(pid, &tag_entry) {
             out.insert(pid);
         }
@@ -316,12 +314,6 @@ async fn off_runtime<T: Default + Send + 'static>(work: impl FnOnce() -> T + Sen
         tracing::warn!("a kill round failed: {err}");
         T::default()
     })
-}
-
-/// The pids the cgroup `dir` lists in `cgroup.procs`: its processes, however they left the tree.
-pub fn cgroup_procs(dir: &Path) -> io::Result<Vec<i32>> {
-    let procs = std::fs::read_to_string(dir.join("cgroup.procs"))?;
-    Ok(procs.lines().filter_map(|l| l.parse().ok()).collect())
 }
 
 /// Ends every process in the pids cgroups `dirs` (each holds one command's processes, a finished
@@ -351,7 +343,7 @@ pub async fn end_cgroups(dirs: Vec<PathBuf>) -> usize {
 /// Stops, then SIGKILLs, every process below agentd until none is left: the last step of shutdown,
 /// so nothing agentd started (a finished exec's background daemon, a fork bomb) outlives it.
 pub async fn kill_every_descendant() {
-    let agentd = std::process::id() as i32;
+    let agentd = Pid::this();
     let stopped = stop_all(move || {
         let tree = ProcessTree::scan();
         let all = tree.descendants(agentd);
@@ -373,7 +365,7 @@ pub async fn kill_every_descendant() {
 /// pids limit every kill frees a slot for a survivor's fork. A stopped process cannot fork and keeps
 /// its slot, so each round only has to catch the processes born since the last scan, and those
 /// become fewer every round; then one SIGKILL round ends them all.
-async fn stop_all(scan: impl Fn() -> (Vec<i32>, usize) + Send + Sync + 'static) -> bool {
+async fn stop_all(scan: impl Fn() -> (Vec<Pid>, usize) + Send + Sync + 'static) -> bool {
     let scan = Arc::new(scan);
     for _ in 0..KILL_ROUNDS {
         let round = Arc::clone(&scan);
@@ -396,7 +388,7 @@ async fn stop_all(scan: impl Fn() -> (Vec<i32>, usize) + Send + Sync + 'static) 
 }
 
 /// SIGKILLs what `scan` finds until it finds nothing; returns how many were left after the rounds.
-async fn kill_until_gone(scan: impl Fn() -> Vec<i32> + Send + Sync + 'static) -> usize {
+async fn kill_until_gone(scan: impl Fn() -> Vec<Pid> + Send + Sync + 'static) -> usize {
     let scan = Arc::new(scan);
     for _ in 0..KILL_ROUNDS {
         let round = Arc::clone(&scan);
@@ -419,7 +411,7 @@ async fn kill_until_gone(scan: impl Fn() -> Vec<i32> + Send + Sync + 'static) ->
 #[derive(Debug, Clone)]
 pub struct Target {
     /// The shell: root of the exec's tree, and its session and process group id.
-    pub root: u32,
+    pub root: Pid,
     /// The shell as the reaper knows it: whether its number is still its own.
     pub leader: Leader,
     /// The exec's tag (the value of [`TAG_VAR`]).
@@ -431,7 +423,7 @@ pub struct Target {
 impl Target {
     /// The live members: what the cgroup lists, else the tree and the tagged. Blocking: `/proc` or
     /// cgroup reads.
-    pub fn members(&self) -> Vec<i32> {
+    pub fn members(&self) -> Vec<Pid> {
         match &self.cgroup {
             Some(dir) => cgroup_procs(dir).unwrap_or_default(),
             None => self.tree_members(),
@@ -439,7 +431,7 @@ impl Target {
     }
 
     /// The live members by the tree and the tag (see [`tree_members`]). Blocking.
-    pub fn tree_members(&self) -> Vec<i32> {
+    pub fn tree_members(&self) -> Vec<Pid> {
         tree_members(&self.leader, &self.tag).1
     }
 
@@ -522,7 +514,7 @@ impl TimeoutLadder {
             }
         };
         if left > 0 {
-            tracing::warn!(root, left, "processes of an exec survived {KILL_ROUNDS} SIGKILL rounds");
+            tracing::warn!(%root, left, "processes of an exec survived {KILL_ROUNDS} SIGKILL rounds");
         }
     }
 }
@@ -534,23 +526,25 @@ mod tests {
     #[test]
     fn descendants_are_found_by_walking_parents() {
         // 1 ← 50 (agentd) ← 60 ← 70;  1 ← 80
-        let parents: HashMap<i32, i32> = [(50, 1), (60, 50), (70, 60), (80, 1)].into();
+        let pid = Pid::from_raw;
+        let parents: HashMap<Pid, Pid> =
+            [(pid(50), pid(1)), (pid(60), pid(50)), (pid(70), pid(60)), (pid(80), pid(1))].into();
         let parent_of = |pid| parents.get(&pid).copied();
-        assert!(is_descendant(60, 50, parent_of));
-        assert!(is_descendant(70, 50, parent_of));
-        assert!(!is_descendant(80, 50, parent_of));
-        assert!(!is_descendant(50, 50, parent_of), "agentd is not its own descendant");
-        assert!(!is_descendant(0, 50, parent_of), "another pid namespace");
-        assert!(is_descendant(99, 50, parent_of), "vanished: refused");
-        let looped: HashMap<i32, i32> = [(7, 8), (8, 7)].into();
-        assert!(is_descendant(7, 50, |pid| looped.get(&pid).copied()));
-        assert!(parse_stat("12 (a) b) c) S 34 12").is_some_and(|(s, p)| s == "S" && p == 34));
+        assert!(is_descendant(pid(60), pid(50), parent_of));
+        assert!(is_descendant(pid(70), pid(50), parent_of));
+        assert!(!is_descendant(pid(80), pid(50), parent_of));
+        assert!(!is_descendant(pid(50), pid(50), parent_of), "agentd is not its own descendant");
+        assert!(!is_descendant(pid(0), pid(50), parent_of), "another pid namespace");
+        assert!(is_descendant(pid(99), pid(50), parent_of), "vanished: refused");
+        let looped: HashMap<Pid, Pid> = [(pid(7), pid(8)), (pid(8), pid(7))].into();
+        assert!(is_descendant(pid(7), pid(50), |pid| looped.get(&pid).copied()));
+        assert!(parse_stat("12 (a) b) c) S 34 12").is_some_and(|(s, p)| s == "S" && p == Pid::from_raw(34)));
     }
 
     #[test]
     fn a_signal_goes_only_to_a_pid_found_again_after_it_was_held() {
         let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
-        let pid = child.id() as i32;
+        let pid = crate::pid::from_wire(child.id()).unwrap();
         // Not found again: nothing is sent.
         assert_eq!(signal_confirmed(vec![pid], Vec::new, Signal::SIGKILL), 0);
         assert!(child.try_wait().unwrap().is_none());
@@ -563,8 +557,8 @@ mod tests {
 
     #[test]
     fn real_children_and_grandchildren_are_descendants() {
-        assert!(!is_agentd_descendant(std::process::id()));
-        assert!(!is_agentd_descendant(1));
+        assert!(!is_agentd_descendant(Pid::this()));
+        assert!(!is_agentd_descendant(Pid::from_raw(1)));
         let mut child = std::process::Command::new("sh")
             .args(["-c", "sleep 5 & echo $!; wait"])
             .stdout(std::process::Stdio::piped())
@@ -573,10 +567,10 @@ mod tests {
         let mut line = String::new();
         std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line)
             .unwrap();
-        let grandchild: u32 = line.trim().parse().unwrap();
-        assert!(is_agentd_descendant(child.id()));
+        let grandchild = Pid::from_raw(line.trim().parse().unwrap());
+        assert!(is_agentd_descendant(crate::pid::from_wire(child.id()).unwrap()));
         assert!(is_agentd_descendant(grandchild));
-        let _ = kill(Pid::from_raw(grandchild as i32), Signal::SIGKILL);
+        let _ = kill(grandchild, Signal::SIGKILL);
         let _ = child.wait();
     }
 }

@@ -8,7 +8,8 @@ use agentd_protocol::fs::DeleteResult;
 use nix::errno::Errno;
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use super::{errno, guard};
+use super::errno;
+use crate::guard;
 use crate::root::{self, Kind, ResolveError, Workspace};
 
 pub fn delete(path: &str, ws: &Workspace) -> DeleteResult {

@@ -27,7 +27,7 @@ use nix::fcntl::OFlag;
 
 use super::errno;
 use crate::cancel::Cancel;
-use crate::fs::guard;
+use crate::guard;
 use crate::root::{Node, ResolveError, Workspace};
 use crate::transfer::{UploadTarget, spool};
 
@@ -265,15 +265,15 @@ fn scan(
             let len = counter.finder.needle().len() as u64;
             counter.scan(window, start, |at, nth| {
                 if *all || nth == 0 {
-                    out.write_all(&window[(*emitted - start) as usize..at])?;
+                    out.write_all(&window[in_window(start, *emitted)..at])?;
                     out.write_all(new)?;
                     *emitted = start + at as u64 + len;
                 }
                 Ok(())
             })?;
             // No occurrence begins before the counter's `resume`: the bytes up to it are settled.
-            let settled = if last { filled } else { (counter.resume - start) as usize };
-            out.write_all(&window[(*emitted - start) as usize..settled])?;
+            let settled = if last { filled } else { in_window(start, counter.resume) };
+            out.write_all(&window[in_window(start, *emitted)..settled])?;
             *emitted = start + settled as u64;
         }
         if last {
@@ -304,6 +304,12 @@ fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usi
     Ok(read)
 }
 
+/// The index of the file's byte at `offset` in a window of it that begins at `start` (held in
+/// memory, so the index fits a `usize`).
+fn in_window(start: u64, offset: u64) -> usize {
+    usize::try_from(offset - start).unwrap_or(usize::MAX)
+}
+
 /// One pattern's occurrences through a stream seen in overlapping windows.
 struct Counter<'a> {
     finder: memmem::Finder<'a>,
@@ -328,7 +334,7 @@ impl<'a> Counter<'a> {
         mut found: impl FnMut(usize, u64) -> std::io::Result<()>,
     ) -> std::io::Result<()> {
         let len = self.finder.needle().len();
-        let mut at = (self.resume - start) as usize;
+        let mut at = in_window(start, self.resume);
         while let Some(index) = self.finder.find(&window[at..]) {
             found(at + index, self.count)?;
             self.count += 1;

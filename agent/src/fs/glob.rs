@@ -24,7 +24,7 @@ use agentd_protocol::limits::json_escaped_len;
 
 use crate::cancel::Cancel;
 use crate::fs::budget::LIST_BUDGET;
-use crate::fs::guard;
+use crate::guard;
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
 /// The walk stops after this long.

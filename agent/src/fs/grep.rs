@@ -36,7 +36,7 @@ use agentd_protocol::limits::json_escaped_len;
 use crate::cancel::Cancel;
 use crate::fs::budget::{Budget, LIST_BUDGET, digits};
 use crate::fs::glob::fnmatch::{GREP_FILTER, Pattern};
-use crate::fs::guard;
+use crate::guard;
 
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
 

@@ -10,8 +10,9 @@ use std::ops::ControlFlow;
 use agentd_protocol::limits::json_escaped_len;
 
 use super::budget::{Budget, LIST_BUDGET};
-use super::{errno, guard};
+use super::errno;
 use crate::cancel::Cancel;
+use crate::guard;
 use crate::root::{self, Kind, Node, ResolveError, Workspace};
 
 pub fn ls(path: &str, ws: &Workspace, cancel: &Cancel) -> LsResult {

@@ -11,15 +11,15 @@
 //!
 //! - [`ls`], [`read`], [`write`](mod@write), [`edit`], [`delete`]: one file or directory.
 //! - [`glob`], [`grep`]: tree walks with the contract's matching rules.
-//! - [`guard`]: the profile's permission rules on every verb (and transfer), with deepagents'
-//!   middleware's messages; read-denied paths are left out of listings and matches.
+//! - [`budget`]: the byte budget of a reply that `glob` and `grep` fill.
+//!
+//! The profile's permission rules on every verb (and transfer) are [`crate::guard`]'s.
 
 pub mod budget;
 pub mod delete;
 pub mod edit;
 pub mod glob;
 pub mod grep;
-pub mod guard;
 pub mod ls;
 pub mod read;
 pub mod write;
@@ -29,6 +29,7 @@ use std::io;
 use agentd_protocol::fs::{FsRequest, FsResponse};
 
 use crate::cancel::Cancel;
+use crate::guard;
 use crate::root::Workspace;
 
 /// Runs one verb, held to the workspace's permission rules ([`guard`]). Blocking: call it off the

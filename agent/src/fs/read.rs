@@ -16,7 +16,7 @@ use nix::fcntl::OFlag;
 
 use super::errno;
 use crate::cancel::Cancel;
-use crate::fs::guard;
+use crate::guard;
 use crate::root::{ResolveError, Workspace};
 
 /// Appended when the page hit the byte cap.

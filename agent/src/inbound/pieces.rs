@@ -266,8 +266,8 @@ mod tests {
     #[test]
     fn large_frames_reach_the_codec_in_pieces_and_make_the_same_messages() {
         let large = LARGE_MESSAGE_BYTES + 12345;
-        let text: String = (0..large).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
-        let binary: Vec<u8> = (0..large).map(|i| (i * 7) as u8).collect();
+        let text: String = (0..large).map(|i| char::from(b'a' + u8::try_from(i % 26).unwrap())).collect();
+        let binary: Vec<u8> = (0..large).map(|i| u8::try_from(i * 7 % 256).unwrap()).collect();
         let frames = [
             Frame::message(text.clone(), OpCode::Data(Data::Text), true),
             Frame::ping(b"p".to_vec()),

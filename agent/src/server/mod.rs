@@ -8,6 +8,10 @@
 //! unfinished uploads removed and its verbs and downloads stopped: no result could be delivered any
 //! more, and nothing should be left running unseen.
 //!
+//! The session only transports: it parses each message, dispatches it and writes the reply. An
+//! exec is prepared by [`crate::exec::prepare`] (admit, plan) and run by the [`Executor`]; uploads
+//! and downloads are [`transfer`]'s; file verbs are [`crate::fs`]'s.
+//!
 //! A kept exec (`keep`) is the exception: its connection's end only detaches it, and the process
 //! verbs ([`process`]: `attach`, `processes`, `kill`, `wait`, `forget`, stdin, `resize`) reach it
 //! from any connection.
@@ -21,22 +25,18 @@ mod process;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agentd_protocol::fs::{
-    DeleteResult, EditResult, FsRequest, FsResponse, GlobResult, GrepResult, LsResult, ReadResult,
-    WriteResult,
-};
+use agentd_protocol::fs::FsRequest;
 use agentd_protocol::limits::{
     HANDSHAKE_TIMEOUT_SECS, MAX_BINARY_MESSAGE, MAX_BLOCKING_PER_CONNECTION, MAX_INLINE_CAPTURE,
     MAX_TEXT_MESSAGE, MAX_WEBSOCKET_MESSAGE, WEBSOCKET_READ_BUFFER,
 };
-use agentd_protocol::permission::Operation;
 use agentd_protocol::process::{ProcessDone, ProcessesResult};
 use agentd_protocol::{
-    CancelResult, ClientMessage, DecodeError, DownloadResult, ErrorCode, ErrorReply, ExecRequest,
-    ExecStarted, FsReply, HelloReply, PROTOCOL_VERSION, ServerMessage, TerminalSize, UploadResult, chunk,
-    decode_client,
+    CancelResult, ClientMessage, DownloadRequest, ErrorCode, ErrorReply, ExecRequest, ExecStarted, FsReply,
+    HelloReply, PROTOCOL_VERSION, ServerMessage, TerminalSize, UploadRequest, chunk, decode_client,
 };
 use futures_util::StreamExt as _;
+use nix::unistd::Pid;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_tungstenite::WebSocketStream;
@@ -45,20 +45,18 @@ use tokio_tungstenite::tungstenite::http::StatusCode;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Bytes, Message};
 
-use crate::admission::{self, ServerPolicy};
+use crate::admission::ServerPolicy;
 use crate::auth::Token;
-use crate::cancel::Cancel;
-use crate::confine::{ConfineError, Confiner, FileWork};
-use crate::exec::{CaptureMode, Confined, ExecSpec, Executor, Watchers, offload_target, tree};
+use crate::cancel::{CANCELLED, Cancel};
+use crate::confine::{Confiner, FileWork};
+use crate::exec::prepare::{self, Prepared};
+use crate::exec::{Executor, Watchers, tree};
 use crate::inbound::{LargeMessages, Meter, Metered};
 use crate::outbox::{self, Outbox, Room};
 use crate::process::{Budget, ProcessError, Processes, Wanted};
 use crate::registry::{Admitted, Connections, Global, Handle, Requests, Slot};
 use crate::root::Workspace;
 use crate::transfer::{self, UploadEvent};
-
-/// Chunks queued for one upload before the connection's reader waits for the disk.
-const UPLOAD_QUEUE: usize = 16;
 
 /// Live output chunks queued per streamed exec.
 const LIVE_QUEUE: usize = 16;
@@ -72,8 +70,9 @@ pub struct Shared {
     pub processes: Arc<Processes>,
     /// Where file verbs and transfers resolve paths (confined with `--root`).
     pub workspace: Workspace,
-    /// The sandbox profile (a permissive one when `--profile` was not given).
-    pub confiner: Confiner,
+    /// The sandbox profile (a permissive one when `--profile` was not given); shared with the
+    /// blocking pool, where plans are made.
+    pub confiner: Arc<Confiner>,
     /// Where file verbs and transfers do their file work: behind the profile's walls when there is
     /// one ([`FileWork`]).
     pub files: FileWork,
@@ -124,7 +123,7 @@ pub async fn serve(listener: Listener, shared: Arc<Shared>) {
                     let peer = match peer {
                         // Zero: a process of another pid namespace, which cannot be one of ours.
                         Some(pid) => {
-                            let pid = u32::try_from(pid).unwrap_or(0);
+                            let pid = Pid::from_raw(pid.max(0));
                             let ours = tokio::task::spawn_blocking(move || tree::is_agentd_descendant(pid));
                             if ours.await.unwrap_or(true) { Peer::OwnCommand } else { Peer::Local }
                         }
@@ -160,7 +159,7 @@ async fn connection<S>(stream: S, peer: String, who: Peer, shared: Arc<Shared>, 
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    #[allow(clippy::result_large_err)] // tungstenite's `Callback` signature
+    #[expect(clippy::result_large_err, reason = "tungstenite's `Callback` signature")]
     let auth =
         |request: &Request, response: Response| authorize(shared.token.as_ref(), who, request, response);
     let (stream, meter) = Metered::new(stream, shared.large_messages.clone());
@@ -286,8 +285,10 @@ async fn session<S>(
 /// (403), never a web page (an `Origin` header: 403), and with the right bearer token when agentd
 /// has one (else 401). Browsers send `Origin` on every websocket upgrade and cannot leave it out, so
 /// no page a local browser opens can reach agentd, whatever it guesses.
-// The error type is tungstenite's `Callback` signature, not ours to box.
-#[allow(clippy::result_large_err)]
+#[expect(
+    clippy::result_large_err,
+    reason = "the error type is tungstenite's `Callback` signature, not ours to box"
+)]
 fn authorize(
     token: Option<&Token>,
     peer: Peer,
@@ -398,20 +399,7 @@ impl Session {
                 self.send(ServerMessage::CancelResult(CancelResult { id, target: request.target, found }))
                     .await;
             }
-            ClientMessage::Upload(request) => {
-                let dest = transfer::destination(&self.shared.workspace, &request.path, Operation::Write);
-                let (events, rx) = mpsc::channel(UPLOAD_QUEUE);
-                let Some(slot) = self.register(id, Handle::Upload(events)).await else { return };
-                let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
-                let shared = Arc::clone(&self.shared);
-                tokio::spawn(async move {
-                    let error = transfer::upload(&shared.files, dest, request.mode, rx).await;
-                    requests.finish(id);
-                    drop(slot);
-                    let reply = ServerMessage::UploadResult(UploadResult { id, path: request.path, error });
-                    let _ = out.reply(reply).await;
-                });
-            }
+            ClientMessage::Upload(request) => self.upload(request).await,
             ClientMessage::UploadEnd(end) => match self.requests.upload(id) {
                 Some(events) => {
                     let _ = events.send(UploadEvent::End { sha256: end.sha256 }).await;
@@ -421,48 +409,7 @@ impl Session {
                         .await
                 }
             },
-            ClientMessage::Download(request) => {
-                let source = transfer::destination(&self.shared.workspace, &request.path, Operation::Read);
-                let cancel = Cancel::default();
-                let Some(slot) = self.register(id, Handle::Work(cancel.clone())).await else {
-                    return;
-                };
-                let (out, requests) = (self.out.clone(), Arc::clone(&self.requests));
-                let permits = Arc::clone(&self.blocking);
-                let shared = Arc::clone(&self.shared);
-                tokio::spawn(async move {
-                    // Its reads run on the blocking pool: it waits for one of the connection's permits.
-                    let permit = tokio::select! {
-                        permit = permits.acquire_owned() => permit.ok(),
-                        () = cancel.cancelled() => None,
-                    };
-                    let result = match permit {
-                        Some(permit) => {
-                            let result = transfer::download(
-                                &shared.files,
-                                id,
-                                request.path,
-                                source,
-                                out.clone(),
-                                cancel,
-                            )
-                            .await;
-                            drop(permit);
-                            result
-                        }
-                        None => DownloadResult {
-                            id,
-                            path: request.path,
-                            error: Some(CANCELLED.to_owned()),
-                            sha256: None,
-                            size: None,
-                        },
-                    };
-                    requests.finish(id);
-                    drop(slot);
-                    let _ = out.reply(ServerMessage::DownloadResult(result)).await;
-                });
-            }
+            ClientMessage::Download(request) => self.download(request).await,
         }
     }
 
@@ -498,9 +445,15 @@ impl Session {
     async fn exec(&mut self, request: ExecRequest) {
         let (id, stream) = (request.id, request.stream);
         let command = request.command.clone();
-        let (mut spec, keep, name) = match self.exec_spec(request).await {
-            Ok(spec) => spec,
-            Err(err) => return self.send(err.into_reply()).await,
+        let context = prepare::Context {
+            policy: &self.shared.policy,
+            confiner: &self.shared.confiner,
+            files: &self.shared.files,
+            workspace: &self.shared.workspace,
+        };
+        let Prepared { mut spec, keep, name } = match prepare::prepare(&context, request).await {
+            Ok(prepared) => prepared,
+            Err(err) => return self.reply_error(Some(id), err.code(), err.to_string()).await,
         };
         if Budget::of(keep) == Budget::Healing {
             // A plain exec's capture: a healing exec reserves nothing of the journals' budget.
@@ -555,7 +508,7 @@ impl Session {
             let running = shared.executor.run(spec, &cancel, watchers, Some(out.room()));
             let follow = async {
                 if let Ok(spawned) = spawned_rx.await {
-                    let pid = spawned.pid;
+                    let pid = crate::pid::to_wire(spawned.pid);
                     process.spawned(spawned);
                     // A kept exec's client learns its process id at once (to attach again after a
                     // blip), without waiting for the exec itself: if the command then cannot start,
@@ -599,71 +552,43 @@ impl Session {
         });
     }
 
-    /// The spec of an exec request, and whether (and how long) it is kept.
-    async fn exec_spec(
-        &self,
-        request: ExecRequest,
-    ) -> Result<(ExecSpec, Option<Option<Duration>>, Option<String>), DecodeError> {
+    /// An `upload`: registered with the queue its chunks arrive on, then received.
+    async fn upload(&self, request: UploadRequest) {
         let id = request.id;
-        let mut admitted = admission::admit(&self.shared.policy, request)
-            .map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?;
-        let keep = admitted.keep;
-        let name = admitted.process.take();
-        let (confined, plan) = match admitted.profile.take() {
-            None => {
-                // Its cgroup: an idle one at once, else made off the runtime.
-                let plan = match self.shared.confiner.unconfined_plan(false) {
-                    Some(plan) => plan,
-                    None => {
-                        let shared = Arc::clone(&self.shared);
-                        tokio::task::spawn_blocking(move || shared.confiner.unconfined_plan(true).flatten())
-                            .await
-                            .map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?
-                    }
-                };
-                (None, plan)
-            }
-            Some(profile) => {
-                // What earlier commands prepared is taken at once. Building the landlock ruleset,
-                // making the command's cgroup (and the first time, finding agentd's own in /proc) is
-                // file system work: off the runtime thread.
-                let (plan, profile) = match self.shared.confiner.plan_ready(&profile) {
-                    Some(plan) => (plan, profile),
-                    None => {
-                        let shared = Arc::clone(&self.shared);
-                        tokio::task::spawn_blocking(move || (shared.confiner.plan(&profile), profile))
-                            .await
-                            .map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e.to_string()))?
-                    }
-                };
-                let plan = plan.map_err(|e| {
-                    let code = match e {
-                        ConfineError::NotEnforceable { .. } => ErrorCode::NotEnforceable,
-                        _ => ErrorCode::Internal,
-                    };
-                    DecodeError::new(Some(id), code, e.to_string())
-                })?;
-                let mut fixed_env = profile.env;
-                if let Some(path) = self.shared.confiner.sandbox_path()
-                    && profile.env_allowlist.as_ref().is_none_or(|names| names.iter().any(|n| n == "PATH"))
-                {
-                    fixed_env.entry("PATH".to_owned()).or_insert_with(|| path.to_owned());
-                }
-                let confined =
-                    Confined { env_allowlist: profile.env_allowlist, fixed_env, limits: profile.limits };
-                (Some(confined), Some(plan))
-            }
-        };
-        let mut spec = ExecSpec::new(admitted, confined, plan);
-        // Under a server profile an offload's capture file is made where the sandbox's file work
-        // runs: agentd never makes it as itself outside what the sandbox may write.
-        if let (FileWork::Confined(_), CaptureMode::Offload { path, .. }) = (&self.shared.files, &spec.mode) {
-            let (shared, path) = (Arc::clone(&self.shared), path.clone());
-            let made = self.shared.files.run(move || offload_target(&shared.workspace, &path)).await;
-            let made = made.map_err(|e| DecodeError::new(Some(id), ErrorCode::Internal, e))?;
-            spec.offload = Some(made.map_err(|e| DecodeError::new(Some(id), e.code(), e.to_string()))?);
-        }
-        Ok((spec, keep, name))
+        let (events, rx) = transfer::upload_queue();
+        let Some(slot) = self.register(id, Handle::Upload(events)).await else { return };
+        let (out, requests, shared) =
+            (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
+        tokio::spawn(async move {
+            let result = transfer::serve_upload(&shared.files, &shared.workspace, request, rx).await;
+            requests.finish(id);
+            drop(slot);
+            let _ = out.reply(ServerMessage::UploadResult(result)).await;
+        });
+    }
+
+    /// A `download`: registered, then sent once one of the connection's blocking permits is free.
+    async fn download(&self, request: DownloadRequest) {
+        let id = request.id;
+        let cancel = Cancel::default();
+        let Some(slot) = self.register(id, Handle::Work(cancel.clone())).await else { return };
+        let (out, requests, shared) =
+            (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
+        let permits = Arc::clone(&self.blocking);
+        tokio::spawn(async move {
+            let result = transfer::serve_download(
+                &shared.files,
+                &shared.workspace,
+                request,
+                permits,
+                out.clone(),
+                cancel,
+            )
+            .await;
+            requests.finish(id);
+            drop(slot);
+            let _ = out.reply(ServerMessage::DownloadResult(result)).await;
+        });
     }
 
     /// Records a new request of any kind; answers `duplicate_id` or `too_many_requests` and returns
@@ -690,11 +615,8 @@ impl Session {
             (self.out.clone(), Arc::clone(&self.requests), Arc::clone(&self.shared));
         let permits = Arc::clone(&self.blocking);
         tokio::spawn(async move {
-            let read_only = !matches!(
-                request,
-                FsRequest::Write { .. } | FsRequest::Edit { .. } | FsRequest::Delete { .. }
-            );
-            let cancelled = cancelled_response(&request);
+            let verb = request.verb();
+            let cancelled = verb.failed(CANCELLED.to_owned());
             let permit = tokio::select! {
                 permit = permits.acquire_owned() => permit.ok(),
                 () = cancel.cancelled() => None,
@@ -713,7 +635,7 @@ impl Session {
                         })
                         .await;
                     let response = match ran {
-                        Ok(_) if read_only && cancel.is_cancelled() => Ok(cancelled),
+                        Ok(_) if !verb.writes() && cancel.is_cancelled() => Ok(cancelled),
                         ran => ran,
                     };
                     (response, Some(permit))
@@ -754,32 +676,16 @@ fn process_error(id: u64, err: &ProcessError) -> ServerMessage {
     ServerMessage::Error(ErrorReply { id: Some(id), code: err.code(), message: err.to_string() })
 }
 
-/// What a verb answers when it was cancelled: its result with `error: "cancelled"`.
-fn cancelled_response(request: &FsRequest) -> FsResponse {
-    let error = Some(CANCELLED.to_owned());
-    match request {
-        FsRequest::Ls { .. } => FsResponse::Ls(LsResult { error, ..LsResult::default() }),
-        FsRequest::Read { .. } => FsResponse::Read(ReadResult { error, ..ReadResult::default() }),
-        FsRequest::Write { .. } => FsResponse::Write(WriteResult { error, path: None }),
-        FsRequest::Edit { .. } => FsResponse::Edit(EditResult { error, ..EditResult::default() }),
-        FsRequest::Glob { .. } => FsResponse::Glob(GlobResult { error, ..GlobResult::default() }),
-        FsRequest::Grep { .. } => FsResponse::Grep(GrepResult { error, ..GrepResult::default() }),
-        FsRequest::Delete { .. } => FsResponse::Delete(DeleteResult { error, path: None }),
-    }
-}
-
-/// The `error` of a cancelled verb's result (as a cancelled download's).
-const CANCELLED: &str = "cancelled";
-
 /// Sends `exec_started`, then each live chunk, of a streamed exec.
 async fn forward_live(
     id: u64,
     process: String,
-    started: oneshot::Receiver<u32>,
+    started: oneshot::Receiver<Pid>,
     mut live: mpsc::Receiver<Vec<u8>>,
     out: Outbox,
 ) {
     if let Ok(pid) = started.await {
+        let pid = crate::pid::to_wire(pid);
         let _ = out.reply(ServerMessage::ExecStarted(ExecStarted { id, pid, process })).await;
     }
     while let Some(data) = live.recv().await {

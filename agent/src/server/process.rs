@@ -17,7 +17,7 @@ use super::{Session, process_error};
 use crate::admission;
 use crate::cancel::Cancel;
 use crate::exec::capture::Journal;
-use crate::exec::{KEPT_HEAD_BYTES, kept_reply_size, set_kept_output};
+use crate::exec::{kept_head_len, kept_reply_size, set_kept_output};
 use crate::outbox::Outbox;
 use crate::process::Process;
 use crate::registry::Handle;
@@ -211,7 +211,7 @@ async fn follow(
     out: &Outbox,
     cancel: &Cancel,
 ) -> Option<(ServerMessage, Option<crate::outbox::Reserved>)> {
-    let pid = process.target().map_or(0, |target| target.root);
+    let pid = process.target().map_or(0, |target| crate::pid::to_wire(target.root));
     let started = ExecStarted { id, pid, process: process.id.clone() };
     if out.reply(ServerMessage::ExecStarted(started)).await.is_err() {
         return None;
@@ -232,7 +232,7 @@ async fn follow(
     let reserved = out.room().reserve(kept_reply_size(if request.stream { 0 } else { stored })).await;
     if !request.stream {
         let reader = Arc::clone(journal);
-        let head = tokio::task::spawn_blocking(move || reader.read_at(0, KEPT_HEAD_BYTES)).await;
+        let head = tokio::task::spawn_blocking(move || reader.read_at(0, kept_head_len())).await;
         match head {
             Ok(Ok(head)) => set_kept_output(&mut result, head, stored),
             Ok(Err(err)) => {

@@ -290,7 +290,7 @@ pub fn execute_response(result: &ExecResult) -> Result<ExecuteResponse> {
     if let Some(lost) = result.capture_note() {
         note(&lost);
     }
-    if result.timed_out {
+    if result.ending.timed_out {
         note(&timeout_note(result.duration));
         exit_code = 124;
     }

@@ -5,10 +5,7 @@
 
 use std::time::Duration;
 
-use agentd_protocol::fs::{
-    DeleteResult, EditResult, FsRequest, FsResponse, GlobResult, GrepResult, LsResult, ReadResult,
-    WriteResult,
-};
+use agentd_protocol::fs::{FsRequest, FsResponse};
 use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
 use agentd_protocol::{ExecuteOffloadResult, framing, meta};
 use rand::RngCore;
@@ -33,7 +30,7 @@ pub async fn fs<S: BaseSandbox + ?Sized>(sandbox: &S, request: FsRequest) -> FsR
     };
     let output = response.output.trim_end_matches('\n');
     match serde_json::from_str::<FsResponse>(output) {
-        Ok(parsed) if same_verb(&request, &parsed) => parsed,
+        Ok(parsed) if parsed.verb() == request.verb() => parsed,
         _ => unexpected(&request, output),
     }
 }
@@ -97,56 +94,28 @@ pub fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
 
-fn same_verb(request: &FsRequest, response: &FsResponse) -> bool {
-    matches!(
-        (request, response),
-        (FsRequest::Ls { .. }, FsResponse::Ls(_))
-            | (FsRequest::Read { .. }, FsResponse::Read(_))
-            | (FsRequest::Write { .. }, FsResponse::Write(_))
-            | (FsRequest::Edit { .. }, FsResponse::Edit(_))
-            | (FsRequest::Glob { .. }, FsResponse::Glob(_))
-            | (FsRequest::Grep { .. }, FsResponse::Grep(_))
-            | (FsRequest::Delete { .. }, FsResponse::Delete(_))
-    )
-}
-
 /// The contract's catch-all for output that is not a result: the verb's error prefix and at most
 /// 200 characters of what came back.
 fn unexpected(request: &FsRequest, raw: &str) -> FsResponse {
     let detail: String = raw.chars().take(200).collect();
     let detail = if detail.is_empty() { "(empty)".to_owned() } else { detail };
-    match request {
-        FsRequest::Ls { path } => FsResponse::Ls(LsResult {
-            error: Some(format!("Path '{path}': unexpected server response: {detail}")),
-            entries: None,
-        }),
-        FsRequest::Read { path, .. } => FsResponse::Read(ReadResult::error(format!(
-            "File '{path}': unexpected server response: {detail}"
-        ))),
-        FsRequest::Write { path, .. } => FsResponse::Write(WriteResult {
-            error: Some(format!("Failed to write file '{path}': unexpected server response: {detail}")),
-            path: None,
-        }),
-        FsRequest::Edit { path, .. } => FsResponse::Edit(EditResult {
-            error: Some(format!("Error editing file '{path}': unexpected server response: {detail}")),
-            ..EditResult::default()
-        }),
+    let error = match request {
+        FsRequest::Ls { path } => format!("Path '{path}': unexpected server response: {detail}"),
+        FsRequest::Read { path, .. } => format!("File '{path}': unexpected server response: {detail}"),
+        FsRequest::Write { path, .. } => {
+            format!("Failed to write file '{path}': unexpected server response: {detail}")
+        }
+        FsRequest::Edit { path, .. } => {
+            format!("Error editing file '{path}': unexpected server response: {detail}")
+        }
         FsRequest::Glob { path, .. } => {
             let root = glob_root(path.as_deref());
-            FsResponse::Glob(GlobResult {
-                error: Some(format!("Path '{root}': glob helper emitted unexpected output: {detail}")),
-                ..GlobResult::default()
-            })
+            format!("Path '{root}': glob helper emitted unexpected output: {detail}")
         }
-        FsRequest::Grep { path, .. } => FsResponse::Grep(GrepResult {
-            error: Some(format!("Path '{}': {detail}", path.as_deref().unwrap_or("."))),
-            ..GrepResult::default()
-        }),
-        FsRequest::Delete { path } => FsResponse::Delete(DeleteResult {
-            error: Some(format!("Error deleting file '{path}': {detail}")),
-            path: None,
-        }),
-    }
+        FsRequest::Grep { path, .. } => format!("Path '{}': {detail}", path.as_deref().unwrap_or(".")),
+        FsRequest::Delete { path } => format!("Error deleting file '{path}': {detail}"),
+    };
+    request.verb().failed(error)
 }
 
 /// The glob root as the contract prints it: `/` when missing or empty, a leading `/` added.

@@ -64,7 +64,7 @@ pub async fn exec(
     };
     if cli.json {
         println!("{}", agentd_protocol::ServerMessage::ExecResult(result.clone()).to_json());
-    } else if result.timed_out {
+    } else if result.ending.timed_out {
         eprintln!("agentctl: timed out after {:.1}s; the process tree was killed", result.duration);
     } else if result.truncated {
         eprintln!("agentctl: output truncated: {} bytes in all", result.total_bytes);

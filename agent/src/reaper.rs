@@ -55,7 +55,7 @@ pub type ExitReceiver = oneshot::Receiver<Exit>;
 pub struct Reaper {
     /// Processes whose exit someone awaits. Held while spawning and while reaping, so a child that
     /// exits before it is registered cannot be reaped unseen.
-    waiters: Mutex<HashMap<i32, oneshot::Sender<Exit>>>,
+    waiters: Mutex<HashMap<Pid, oneshot::Sender<Exit>>>,
 }
 
 impl Reaper {
@@ -79,11 +79,11 @@ impl Reaper {
 
     /// Runs `start` (which spawns a child and returns its pid, with what else it made) and
     /// registers the pid before anyone can reap it.
-    pub fn spawn<T>(&self, start: impl FnOnce() -> io::Result<(u32, T)>) -> io::Result<(T, ExitReceiver)> {
+    pub fn spawn<T>(&self, start: impl FnOnce() -> io::Result<(Pid, T)>) -> io::Result<(T, ExitReceiver)> {
         let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
         let (pid, made) = start()?;
         let (tx, rx) = oneshot::channel();
-        waiters.insert(pid as i32, tx);
+        waiters.insert(pid, tx);
         Ok((made, rx))
     }
 
@@ -92,9 +92,9 @@ impl Reaper {
     /// and the process group and session it leads, are that child's (an exited child keeps its
     /// number as a zombie until it is reaped): a signal sent from `f` by number reaches it or its
     /// group, never a process that took the number after it.
-    pub fn while_unreaped<T>(&self, pid: u32, f: impl FnOnce() -> T) -> Option<T> {
+    pub fn while_unreaped<T>(&self, pid: Pid, f: impl FnOnce() -> T) -> Option<T> {
         let waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
-        let tracked = i32::try_from(pid).is_ok_and(|pid| waiters.contains_key(&pid));
+        let tracked = waiters.contains_key(&pid);
         tracked.then(f)
     }
 
@@ -113,7 +113,7 @@ impl Reaper {
                     return;
                 }
             };
-            if let Some(waiter) = waiters.remove(&pid.as_raw()) {
+            if let Some(waiter) = waiters.remove(&pid) {
                 // The exec may have given up waiting (connection gone); nothing to tell then.
                 let _ = waiter.send(exit);
             }

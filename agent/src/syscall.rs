@@ -1,7 +1,7 @@
 //! Raw system calls for a child between its clone and its exec.
 //!
 //! The child shares agentd's memory and runs beside the thread that cloned it
-//! ([`super::spawn`]), on that thread's thread-local area. libc's wrappers write `errno` there
+//! ([`crate::exec::spawn`]), on that thread's thread-local area. libc's wrappers write `errno` there
 //! (and glibc's cancellation points touch the thread's descriptor), so the child calls the kernel
 //! directly: the result is the return value, `-errno` on failure, and nothing else is written.
 
@@ -19,10 +19,20 @@ pub type Errno = i32;
 pub unsafe fn call(number: c_long, args: [usize; 6]) -> Result<usize, Errno> {
     // SAFETY: the caller's promise; the instruction itself clobbers only what is declared below.
     let ret = unsafe { raw(number, args) };
-    if (-4095..0).contains(&ret) { Err(-ret as Errno) } else { Ok(ret as usize) }
+    if (-4095..0).contains(&ret) {
+        // -4095..=-1 fits an `Errno`; the fallback is not reached.
+        Err(Errno::try_from(-ret).unwrap_or(libc::EIO))
+    } else {
+        // Addresses above `isize::MAX` come back negative: the bits are the value.
+        Ok(ret.cast_unsigned())
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
+/// The system call instruction itself: the kernel's raw return value.
+///
+/// # Safety
+/// As [`call`]: the arguments must be valid for system call `number`.
 #[inline(always)]
 unsafe fn raw(number: c_long, a: [usize; 6]) -> isize {
     let ret: isize;
@@ -31,7 +41,7 @@ unsafe fn raw(number: c_long, a: [usize; 6]) -> isize {
     unsafe {
         std::arch::asm!(
             "syscall",
-            inlateout("rax") number as isize => ret,
+            inlateout("rax") isize::try_from(number).unwrap_or(-1) => ret,
             in("rdi") a[0],
             in("rsi") a[1],
             in("rdx") a[2],
@@ -47,6 +57,10 @@ unsafe fn raw(number: c_long, a: [usize; 6]) -> isize {
 }
 
 #[cfg(target_arch = "aarch64")]
+/// The system call instruction itself: the kernel's raw return value.
+///
+/// # Safety
+/// As [`call`]: the arguments must be valid for system call `number`.
 #[inline(always)]
 unsafe fn raw(number: c_long, a: [usize; 6]) -> isize {
     let ret: isize;
@@ -56,7 +70,7 @@ unsafe fn raw(number: c_long, a: [usize; 6]) -> isize {
         std::arch::asm!(
             "svc 0",
             in("x8") number,
-            inlateout("x0") a[0] as isize => ret,
+            inlateout("x0") a[0].cast_signed() => ret,
             in("x1") a[1],
             in("x2") a[2],
             in("x3") a[3],
@@ -76,7 +90,8 @@ pub fn ptr<T>(p: *const T) -> usize {
 /// A descriptor or other small integer as a system call argument (sign-extended, as the kernel
 /// reads an `int`).
 pub fn int(value: i32) -> usize {
-    value as isize as usize
+    // An `i32` always fits an `isize` on the targets agentd is built for.
+    isize::try_from(value).unwrap_or(-1).cast_unsigned()
 }
 
 /// `rt_sigaction(signal, SIG_DFL)`: the kernel's own `struct sigaction` (handler, flags, restorer,
@@ -128,8 +143,9 @@ pub fn fchdir(fd: i32) -> Result<(), Errno> {
 
 /// `ioctl(fd, TIOCSCTTY, 0)`: the terminal `fd` becomes the session's controlling terminal.
 pub fn set_controlling_terminal(fd: i32) -> Result<(), Errno> {
+    let request = usize::try_from(libc::TIOCSCTTY).map_err(|_| libc::EINVAL)?;
     // SAFETY: TIOCSCTTY takes an integer argument and touches no memory.
-    unsafe { call(libc::SYS_ioctl, [int(fd), libc::TIOCSCTTY as usize, 0, 0, 0, 0]) }.map(drop)
+    unsafe { call(libc::SYS_ioctl, [int(fd), request, 0, 0, 0, 0]) }.map(drop)
 }
 
 /// `setsid()`.
@@ -265,8 +281,8 @@ pub fn ids() -> (u32, u32) {
     // SAFETY: no arguments; they cannot fail.
     unsafe {
         (
-            call(libc::SYS_getuid, [0; 6]).unwrap_or(usize::MAX) as u32,
-            call(libc::SYS_getgid, [0; 6]).unwrap_or(usize::MAX) as u32,
+            u32::try_from(call(libc::SYS_getuid, [0; 6]).unwrap_or(usize::MAX)).unwrap_or(u32::MAX),
+            u32::try_from(call(libc::SYS_getgid, [0; 6]).unwrap_or(usize::MAX)).unwrap_or(u32::MAX),
         )
     }
 }

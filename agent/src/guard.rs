@@ -10,10 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agentd_protocol::fs::{
-    DeleteResult, EditResult, FsRequest, FsResponse, GlobResult, GrepResult, LsResult, ReadResult,
-    WriteResult,
-};
+use agentd_protocol::fs::{FsRequest, FsResponse};
 use agentd_protocol::permission::Operation;
 
 use nix::sys::stat::FileStat;
@@ -26,37 +23,22 @@ pub fn refuse(request: &FsRequest, ws: &Workspace) -> Option<FsResponse> {
     if ws.permissions().is_empty() {
         return None;
     }
-    let error = Some;
-    Some(match request {
-        FsRequest::Ls { path } => {
-            FsResponse::Ls(LsResult { error: error(refusal(ws, Operation::Read, path)?), entries: None })
-        }
-        FsRequest::Read { path, .. } => FsResponse::Read(ReadResult {
-            error: error(refusal(ws, Operation::Read, path)?),
-            ..ReadResult::default()
-        }),
-        FsRequest::Write { path, .. } => {
-            FsResponse::Write(WriteResult { error: error(refusal(ws, Operation::Write, path)?), path: None })
-        }
+    let error = match request {
+        FsRequest::Ls { path } | FsRequest::Read { path, .. } => refusal(ws, Operation::Read, path),
+        FsRequest::Write { path, .. } => refusal(ws, Operation::Write, path),
         // An edit that succeeds or not tells what the file holds: it needs both.
-        FsRequest::Edit { path, .. } => FsResponse::Edit(EditResult {
-            error: error(refusal(ws, Operation::Write, path).or_else(|| refusal(ws, Operation::Read, path))?),
-            ..EditResult::default()
-        }),
-        FsRequest::Glob { path, .. } => FsResponse::Glob(GlobResult {
-            error: error(refusal(ws, Operation::Read, path.as_deref().unwrap_or("/"))?),
-            ..GlobResult::default()
-        }),
-        FsRequest::Grep { path, .. } => FsResponse::Grep(GrepResult {
-            error: error(refusal(ws, Operation::Read, path.as_deref().unwrap_or("."))?),
-            ..GrepResult::default()
-        }),
+        FsRequest::Edit { path, .. } => {
+            refusal(ws, Operation::Write, path).or_else(|| refusal(ws, Operation::Read, path))
+        }
+        FsRequest::Glob { path, .. } => refusal(ws, Operation::Read, path.as_deref().unwrap_or("/")),
+        FsRequest::Grep { path, .. } => refusal(ws, Operation::Read, path.as_deref().unwrap_or(".")),
         FsRequest::Delete { path } => {
             // Links are removed, not followed: what the name is decides.
             let is_dir = matches!(ws.node(path, false), Ok(Some(node)) if node.is_dir());
-            FsResponse::Delete(DeleteResult { error: error(delete_refusal(ws, path, is_dir)?), path: None })
+            delete_refusal(ws, path, is_dir)
         }
-    })
+    };
+    Some(request.verb().failed(error?))
 }
 
 /// Why `operation` on `path` is refused: `None` when the rules allow it (or there are none).
