@@ -15,7 +15,8 @@ use futures_util::StreamExt as _;
 
 use crate::adapters::capped::EXEC_RESULT_MAX;
 use crate::contract::agentd::DOWNLOAD_FILES_MOST;
-use crate::contract::agentd::{DEFAULT_EXEC_TIMEOUT, timeout_note};
+use crate::contract::agentd::timeout_note;
+use crate::contract::deadlines::DEFAULT_EXEC_TIMEOUT;
 use crate::contract::error::{Result, SandboxError};
 use crate::contract::random::random_hex;
 

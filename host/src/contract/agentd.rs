@@ -266,9 +266,6 @@ fn wire_timeout(timeout: Option<Duration>) -> Option<f64> {
     timeout.map(|t| t.as_secs_f64())
 }
 
-/// Where the provider adapters have always found them.
-pub use crate::contract::deadlines::{DEFAULT_EXEC_TIMEOUT, within};
-
 /// The note a timed-out command's output ends with (its exit code reads 124).
 pub fn timeout_note(secs: f64) -> String {
     format!("[Command timed out after {secs:.1}s; its process tree was killed]")

@@ -23,7 +23,7 @@ use crate::contract::agentd::DOWNLOAD_FILES_MOST;
 use crate::contract::error::{Result, SandboxError};
 use crate::contract::link::Downloaded;
 
-pub use crate::contract::agentd::DEFAULT_EXEC_TIMEOUT;
+use crate::contract::deadlines::DEFAULT_EXEC_TIMEOUT;
 /// The HTTP call outlives the command's own timeout by this much, so the toolbox's 408 comes first.
 const EXEC_MARGIN: Duration = Duration::from_secs(5);
 /// Wrapped commands longer than this travel as an uploaded script: one `sh -c` argument is
