@@ -1,6 +1,6 @@
 //! Bodies from a provider, read with a cap: a hostile or broken provider that answers with
 //! gigabytes (or without end) costs a bounded amount of memory and fails with
-//! [`SandboxError::TooLarge`] as soon as it passes the cap, not when the machine runs out.
+//! [`SandboxError::TooLarge`](crate::contract::error::SandboxError::TooLarge) as soon as it passes the cap, not when the machine runs out.
 //!
 //! The caps, each named with what it bounds:
 //! - [`JSON_BODY_MAX`]: an API answer (a sandbox record, a listing, an error body).
@@ -8,7 +8,7 @@
 //! - One downloaded file (a part of a bulk download, a router exec's `cat`) has the contract's
 //!   bound, [`DOWNLOAD_FILES_MOST`](crate::contract::agentd::DOWNLOAD_FILES_MOST).
 //!
-//! [`read_capped`] reads an HTTP body (Daytona, feature `daytona`); Modal's gRPC messages are
+//! `read_capped` reads an HTTP body (Daytona, feature `daytona`); Modal's gRPC messages are
 //! bounded by tonic's `max_decoding_message_size` and its router exec's streams by the same caps.
 
 #[cfg(feature = "daytona")]

@@ -14,9 +14,11 @@
 //! - [`capped`]: bodies from a provider read with a cap
 //!   ([`SandboxError::TooLarge`](crate::contract::error::SandboxError::TooLarge)),
 //!   and the caps.
-//! - `linked` (with any provider feature): [`Linked`](linked::Linked), what every provider whose
+//! - `linked` (with any provider feature): `Linked`, what every provider whose
 //!   sandboxes carry an agentd link shares (injection, the channel choice, the link, cleanup of a
-//!   half-made sandbox, close, the contract); a provider implements [`Machine`](linked::Machine).
+//!   half-made sandbox, close, the contract); a provider implements `Machine`.
+//! - `argv` (features `modal`, `kubernetes`): what providers share whose own exec runs an argv
+//!   (Modal's command router, Kubernetes' `pods/exec`): `execute` and files through it.
 //! - [`inject`]: what adapters that inject agentd share (the static binary).
 //! - [`local`]: the embedded default: a private agentd child on loopback with a temporary workspace.
 
