@@ -1,6 +1,7 @@
 //! Bodies from a provider, read with a cap: a hostile or broken provider that answers with
-//! gigabytes (or without end) costs a bounded amount of memory and fails with
-//! [`SandboxError::TooLarge`](crate::contract::error::SandboxError::TooLarge) as soon as it passes the cap, not when the machine runs out.
+//! gigabytes (or without end) costs a bounded amount of memory and fails with a
+//! [`TooLarge`](crate::contract::error::SandboxError::TooLarge) error as soon as it passes the
+//! cap, not when the machine runs out.
 //!
 //! The caps, each named with what it bounds:
 //! - [`JSON_BODY_MAX`]: an API answer (a sandbox record, a listing, an error body).
