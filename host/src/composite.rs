@@ -39,8 +39,8 @@ use agentd_protocol::fs::{
 use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 use async_trait::async_trait;
 
-use crate::error::{Result, SandboxError};
-use crate::sandbox::BaseSandbox;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::{BaseSandbox, OffloadRequest};
 
 /// A default sandbox and routes (see the module doc).
 pub struct CompositeSandbox {
@@ -227,17 +227,8 @@ impl BaseSandbox for CompositeSandbox {
         self.default.execute(command, timeout).await
     }
 
-    async fn execute_with_offload(
-        &self,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
-        self.default
-            .execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
-            .await
+    async fn execute_with_offload(&self, request: &OffloadRequest) -> Result<ExecuteOffloadResult> {
+        self.default.execute_with_offload(request).await
     }
 
     async fn upload_files(&self, files: &[(String, Vec<u8>)]) -> Result<Vec<FileUploadResponse>> {
@@ -308,15 +299,15 @@ impl BaseSandbox for CompositeSandbox {
     }
 }
 
+/// The paths of one call that go to one sandbox: each with its place in the input and the path
+/// it sees there.
+type Batch = (Arc<dyn BaseSandbox>, Vec<(usize, String)>);
+
 impl CompositeSandbox {
     /// `paths` grouped by the sandbox they go to (in order of first use), each with its place in
     /// the input and the path it sees there.
-    #[allow(clippy::type_complexity)]
-    fn batches<'a>(
-        &self,
-        paths: impl Iterator<Item = &'a str>,
-    ) -> Vec<(Arc<dyn BaseSandbox>, Vec<(usize, String)>)> {
-        let mut batches: Vec<(Arc<dyn BaseSandbox>, Vec<(usize, String)>)> = Vec::new();
+    fn batches<'a>(&self, paths: impl Iterator<Item = &'a str>) -> Vec<Batch> {
+        let mut batches: Vec<Batch> = Vec::new();
         for (at, path) in paths.enumerate() {
             let (sandbox, inner, _) = self.route(path);
             match batches.iter_mut().find(|(s, _)| Arc::ptr_eq(s, sandbox)) {

@@ -3,34 +3,38 @@
 //! The host side of agentd: the `BaseSandbox` contract and its implementations.
 //!
 //! ## Layout
-//! - [`sandbox`]: the [`BaseSandbox`] trait: four required members, the seven file verbs (through
-//!   `fs`) and `execute_with_offload`, with defaults that need only the four.
-//! - [`derived`]: the file verbs and the offload over any `execute` (`agentd fs` / `agentd exec`).
-//! - [`link`]: the websocket client ([`Link`]): handshake, many requests in flight, streamed transfers;
-//!   nothing agentd says is trusted (sizes, ids, shapes are checked).
-//! - [`process`]: [`Process`], a kept process followed across link drops (`AgentdSandbox::spawn`,
-//!   `AgentdSandbox::process`); the process verbs over one link are [`Link`]'s.
-//! - [`download`]: a sandbox's file saved to a local path, nameless until whole.
-//! - [`deadlines`]: how long the host waits on a sandbox ([`Deadlines`]); every wait ends.
-//! - [`adapters`]: [`AgentdSandbox`] (any running agentd) and [`LocalSandbox`] (the embedded default);
-//!   Docker (feature `docker`), Daytona (feature `daytona`), Modal (feature `modal`) and Kubernetes
-//!   (feature `kubernetes`). A sandbox that wraps an `AgentdSandbox` implements [`OverAgentd`] (the
-//!   link, plus what is its own: id, transfers) and gets the whole contract from it; a provider
-//!   whose sandboxes carry a link it reaches through the provider (Daytona, Modal, Kubernetes)
-//!   implements `adapters::linked::Machine` and is a `Linked<Machine>`. [`BaseSandbox::agentd`]
-//!   hands the link to callers that want the protocol's extras.
+//! Layers, each using only those above it in this list (no circle between modules):
+//! - [`contract`], the core, with no adapter in it: the [`BaseSandbox`] trait (four required
+//!   members, the seven file verbs through `fs`, `execute_with_offload` with an
+//!   [`OffloadRequest`]) and what it names: [`SandboxError`], the id checks and the escaping of
+//!   untrusted text, the derived path (the verbs and the offload over any `execute`), downloads,
+//!   [`Deadlines`], the websocket [`Link`], [`AgentdSandbox`] (any running agentd) with
+//!   [`OverAgentd`] (the delegation every wrapper of a link uses), [`Process`], [`AgentdSource`],
+//!   and the [`Provider`] interface with its plain types ([`Kind`], [`SandboxInfo`]).
 //! - [`composite`]: [`CompositeSandbox`], path prefixes routed to other sandboxes (deepagents'
 //!   `CompositeBackend`): `execute` on the default, `ls /`, `glob` and `grep` merged across routes.
+//!   It routes to any sandbox, a [`StateSandbox`] among them.
 //! - [`state`]: [`StateSandbox`], files in memory (deepagents' `StateBackend`): scratch space for a
 //!   composite route such as `/state/`; no shell.
-//! - [`provider`]: one shape for every kind: create from a `KIND:SPEC`, attach by id, list, remove
-//!   ([`Provider`]; [`provider::provider`] per kind, [`provider::open`] for a spec in one call).
-//! - [`error`]: [`SandboxError`], the transport failures; model-facing failures are values.
-//! - [`untrusted`]: what comes from a provider or a sandbox is data: ids checked for their shape
-//!   before use ([`check_id`]), text escaped before a person sees it ([`escape_controls`]).
+//! - [`adapters`]: the sandboxes of each kind: [`LocalSandbox`] (the embedded default); Docker
+//!   (feature `docker`), Daytona (feature `daytona`), Modal (feature `modal`) and Kubernetes
+//!   (feature `kubernetes`); what they share (injection, capped bodies, argv exec, the `Linked`
+//!   skeleton of a provider whose sandboxes carry a link).
+//! - [`provider`]: the kinds table ([`provider::KINDS`]), one row per kind: create from a
+//!   `KIND:SPEC`, attach by id, list, remove ([`provider::provider`] per kind, [`provider::open`]
+//!   for a spec in one call).
 //! - Result types are the protocol crate's ([`agentd_protocol::contract`]), re-exported here.
 //!
-//! The binary `agentctl` (in `src/bin/`) is the command line over the same pieces.
+//! The binary `agentctl` (in `src/bin/`) is the command line over the same pieces, on top.
+//!
+//! ## Adding a provider
+//! One module (`adapters/NAME.rs`, declared in `adapters/mod.rs`, with its `Provider` and a
+//! `KIND`), one row of [`provider::KINDS`] (its spec forms, feature, provider, and how `agentctl`
+//! shows it: short ids, its noun, its `--sandbox` help sentence), and one cargo feature in
+//! `Cargo.toml` (added to `agentctl`'s `required-features`). Its tests and docs are extra.
+//! Before this layout a provider also touched `provider.rs`'s `Kind` enum, its `SPEC_FORMS`
+//! string and per-kind credential checks, `error.rs` (Docker had its own variant), `lib.rs`, and
+//! `agentctl` (a per-kind match in `status`, the `--sandbox` help text).
 //!
 //! ## Features
 //! - `docker` (default): `DockerSandbox`, `DockerProvider` (bollard, tar).
@@ -58,28 +62,23 @@
 
 pub mod adapters;
 pub mod composite;
-pub mod deadlines;
-pub mod derived;
-pub mod download;
-pub mod error;
-pub mod link;
-pub mod process;
+pub mod contract;
 pub mod provider;
-pub mod sandbox;
 pub mod state;
-pub mod untrusted;
 
-pub use adapters::agentd::{AgentdSandbox, OverAgentd};
 pub use adapters::local::{LocalOptions, LocalSandbox};
 pub use agentd_protocol::{ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse};
 /// Re-exported so other crates can implement [`BaseSandbox`] with the same macro.
 pub use async_trait::async_trait;
 pub use composite::CompositeSandbox;
-pub use deadlines::Deadlines;
-pub use error::{Result, SandboxError};
-pub use link::Link;
-pub use process::Process;
-pub use provider::{Kind, Provider, SandboxInfo, SandboxSpec};
-pub use sandbox::BaseSandbox;
+pub use contract::agentd::{AgentdSandbox, OverAgentd};
+pub use contract::deadlines::Deadlines;
+pub use contract::error::{Result, SandboxError};
+pub use contract::escape::escape_controls;
+pub use contract::link::Link;
+pub use contract::process::Process;
+pub use contract::provider::{Kind, Provider, SandboxInfo};
+pub use contract::untrusted::check_id;
+pub use contract::{AgentdSource, BaseSandbox, OffloadRequest};
+pub use provider::SandboxSpec;
 pub use state::StateSandbox;
-pub use untrusted::{check_id, escape_controls};

@@ -1,5 +1,5 @@
 //! [`StateSandbox`]: files kept in memory, with deepagents' `StateBackend` semantics (0.7.32), so a
-//! route such as `/state/` of a [`CompositeSandbox`](crate::CompositeSandbox) behaves for a Rust
+//! route such as `/state/` of a `CompositeSandbox` behaves for a Rust
 //! agent as `CompositeBackend(routes={"/state/": StateBackend()})` does for a Python one: scratch
 //! files that live as long as the sandbox value.
 //!
@@ -61,9 +61,9 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::adapters::inject::random_hex;
-use crate::error::{Result, SandboxError};
-use crate::sandbox::BaseSandbox;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::random::random_hex;
+use crate::contract::{BaseSandbox, OffloadRequest};
 
 /// deepagents' `EMPTY_OLD_STRING_ERROR`.
 const EMPTY_OLD_STRING_ERROR: &str = "Error: old_string cannot be empty. Provide the exact text to replace.";
@@ -504,14 +504,7 @@ impl BaseSandbox for StateSandbox {
     }
 
     /// No shell: [`SandboxError::NotSupported`].
-    async fn execute_with_offload(
-        &self,
-        _command: &str,
-        _capture_path: &str,
-        _inline_budget: u64,
-        _max_capture_bytes: Option<u64>,
-        _timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
+    async fn execute_with_offload(&self, _request: &OffloadRequest) -> Result<ExecuteOffloadResult> {
         Err(no_shell())
     }
 
@@ -858,7 +851,7 @@ mod tests {
         let s = StateSandbox::new();
         let err = s.execute("true", None).await.unwrap_err();
         assert_eq!(err.to_string(), "state sandboxes cannot run commands");
-        assert!(s.execute_with_offload("true", "/c", 10, None, None).await.is_err());
+        assert!(s.execute_with_offload(&OffloadRequest::new("true", "/c", 10)).await.is_err());
         assert!(s.id().starts_with("state-") && s.id().len() == 22);
         assert_ne!(s.id(), StateSandbox::new().id());
     }

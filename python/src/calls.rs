@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agentd_host::{
     BaseSandbox, ExecuteOffloadResult, ExecuteResponse, FileDownloadResponse, FileUploadResponse,
+    OffloadRequest,
 };
 use agentd_protocol::fs::{FsRequest, FsResponse};
 use agentd_protocol::profile::Enforcement;
@@ -21,13 +22,7 @@ pub enum Call {
         command: String,
         timeout: Option<Duration>,
     },
-    Offload {
-        command: String,
-        capture_path: String,
-        max_inline_bytes: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    },
+    Offload(OffloadRequest),
     Upload(Vec<(String, Vec<u8>)>),
     Download(Vec<String>),
     /// One file saved to a local path, streamed (`download_file`).
@@ -104,7 +99,7 @@ impl Call {
     /// may be megabytes.
     pub fn starts_light(&self) -> bool {
         match self {
-            Call::Execute { .. } | Call::Offload { .. } => true,
+            Call::Execute { .. } | Call::Offload(_) => true,
             Call::Fs(request) => !matches!(request, FsRequest::Write { .. } | FsRequest::Edit { .. }),
             Call::Upload(_) | Call::Download(_) | Call::DownloadTo { .. } => false,
             Call::Enforcement => true,
@@ -163,7 +158,7 @@ impl ProcessCall {
             }
             ProcessCall::Result { process } => {
                 let result = link.attach(&process, 0, None, Some(0.0)).await?;
-                Answer::Execute(agentd_host::adapters::agentd::execute_response(&result)?)
+                Answer::Execute(agentd_host::contract::agentd::execute_response(&result)?)
             }
             ProcessCall::Output { process, start } => {
                 let mut bytes = Vec::new();
@@ -221,7 +216,7 @@ pub fn deadlines(
         ("silence_deadline", silence, &mut deadlines.silence),
     ] {
         if let Some(seconds) = given {
-            *field = agentd_host::deadlines::positive_seconds(seconds)
+            *field = agentd_host::contract::deadlines::positive_seconds(seconds)
                 .map_err(|why| PyValueError::new_err(format!("{name}: {why}, got {seconds}")))?;
         }
     }
@@ -249,24 +244,13 @@ impl Call {
     pub async fn run(self, sandbox: &dyn BaseSandbox) -> agentd_host::Result<Answer> {
         Ok(match self {
             Call::Execute { command, timeout } => Answer::Execute(sandbox.execute(&command, timeout).await?),
-            Call::Offload { command, capture_path, max_inline_bytes, max_capture_bytes, timeout } => {
-                Answer::Offload(
-                    sandbox
-                        .execute_with_offload(
-                            &command,
-                            &capture_path,
-                            max_inline_bytes,
-                            max_capture_bytes,
-                            timeout,
-                        )
-                        .await?,
-                )
-            }
+            Call::Offload(request) => Answer::Offload(sandbox.execute_with_offload(&request).await?),
             Call::Upload(files) => Answer::Upload(sandbox.upload_files(&files).await?),
             Call::Download(paths) => Answer::Download(sandbox.download_files(&paths).await?),
             Call::DownloadTo { path, local } => {
                 let saved =
-                    agentd_host::download::download_to_path(sandbox, &path, &local, |_, _| {}).await?;
+                    agentd_host::contract::download::download_to_path(sandbox, &path, &local, |_, _| {})
+                        .await?;
                 Answer::DownloadTo(saved.err())
             }
             Call::Fs(request) => Answer::Fs(match request {

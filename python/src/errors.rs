@@ -24,8 +24,7 @@ fn class_name(error: &SandboxError) -> &'static str {
         SandboxError::Refused { .. } => "RefusedError",
         SandboxError::Start(_) => "StartError",
         SandboxError::InvalidSpec { .. } => "InvalidSpecError",
-        SandboxError::Docker(_)
-        | SandboxError::Provider { .. }
+        SandboxError::Provider { .. }
         | SandboxError::NotFound { .. }
         | SandboxError::Unsupported { .. }
         | SandboxError::MissingEnv(_)

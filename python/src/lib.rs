@@ -21,9 +21,11 @@
 //! Build it with maturin (`python/install.sh`, docs/python.md); `cargo build` builds the same
 //! shared object (never linked to libpython: the interpreter that imports it provides the symbols).
 
-// Its Rust API is the Python module, not these items: this map is for the crate's maintainers and
-// names the private modules it is made of.
-#![allow(rustdoc::private_intra_doc_links)]
+#![expect(
+    rustdoc::private_intra_doc_links,
+    reason = "its Rust API is the Python module, not these items: this map is for the crate's \
+              maintainers and names the private modules it is made of"
+)]
 
 mod calls;
 mod errors;

@@ -16,7 +16,7 @@ use std::str::FromStr as _;
 use std::sync::Arc;
 
 use agentd_host::provider::{self, Opened};
-use agentd_host::{AgentdSandbox, BaseSandbox, LocalOptions, LocalSandbox, SandboxSpec};
+use agentd_host::{AgentdSandbox, BaseSandbox, LocalOptions, LocalSandbox, OffloadRequest, SandboxSpec};
 use pyo3::prelude::*;
 use tokio::sync::RwLock;
 
@@ -274,10 +274,14 @@ impl Sandbox {
         timeout: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
         let timeout = calls::timeout(timeout)?;
-        self.blocking(
-            py,
-            Call::Offload { command, capture_path, max_inline_bytes, max_capture_bytes, timeout },
-        )
+        let request = OffloadRequest {
+            command,
+            capture_path,
+            inline_budget: max_inline_bytes,
+            max_capture_bytes,
+            timeout,
+        };
+        self.blocking(py, Call::Offload(request))
     }
 
     #[pyo3(signature = (command, capture_path, max_inline_bytes, max_capture_bytes = None, timeout = None))]
@@ -291,7 +295,14 @@ impl Sandbox {
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let timeout = calls::timeout(timeout)?;
-        self.spawn(py, Call::Offload { command, capture_path, max_inline_bytes, max_capture_bytes, timeout })
+        let request = OffloadRequest {
+            command,
+            capture_path,
+            inline_budget: max_inline_bytes,
+            max_capture_bytes,
+            timeout,
+        };
+        self.spawn(py, Call::Offload(request))
     }
 
     /// `[(path, error)]` for `[(path, bytes)]`, in order.

@@ -20,7 +20,7 @@
 use std::time::{Duration, Instant};
 
 use agentd_host::LocalSandbox;
-use agentd_host::link::{Link, ProcessEvent};
+use agentd_host::contract::link::{Link, ProcessEvent};
 use agentd_protocol::{ExecRequest, StdinMode};
 use agentd_tests::stats::percentile;
 

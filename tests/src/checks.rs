@@ -27,7 +27,7 @@ pub async fn check_commands_and_verbs(sb: &dyn agentd_host::BaseSandbox) {
     let back = sb.download_files(&["/tmp/verbs/big.txt".into()]).await.expect("transport");
     assert_eq!(back[0].content.as_deref(), Some(big.as_bytes()));
     let off = sb
-        .execute_with_offload("seq 1 20000", "/tmp/verbs/cap.txt", 1000, None, None)
+        .execute_with_offload(&agentd_host::OffloadRequest::new("seq 1 20000", "/tmp/verbs/cap.txt", 1000))
         .await
         .expect("transport");
     assert!(off.offloaded, "{off:?}");

@@ -164,11 +164,11 @@ fn sandbox_specs_that_cannot_be_used_fail_with_the_reason() {
     let stderr = fail_125(&mut no_modal_token);
     assert!(stderr.contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"), "{stderr}");
     let stderr = fail_125(agentctl(&session).args(["--sandbox", "fly:x", "exec", "--", "true"]));
-    assert!(stderr.contains(agentd_host::provider::SPEC_FORMS), "{stderr}");
+    assert!(stderr.contains(&agentd_host::provider::spec_forms()), "{stderr}");
     let stderr = fail_125(agentctl(&session).args(["sandbox", "rm", "no-such-sandbox-id"]));
     assert!(stderr.contains("no-such-sandbox-id"), "{stderr}");
     let out = succeed(agentctl(&session).arg("--help"));
-    assert!(String::from_utf8_lossy(&out.stdout).contains(agentd_host::provider::SPEC_FORMS));
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&agentd_host::provider::spec_forms()));
 }
 
 /// `docker inspect` of a container: `None` once it is gone.

@@ -13,8 +13,9 @@
 
 use std::time::{Duration, Instant};
 
+use agentd_host::AgentdSource;
 use agentd_host::BaseSandbox;
-use agentd_host::adapters::docker::{self, AgentdSource, DockerSandbox};
+use agentd_host::adapters::docker::{self, DockerSandbox};
 use agentd_host::provider::{self, SandboxSpec};
 use agentd_protocol::ExecRequest;
 use sha2::{Digest as _, Sha256};

@@ -233,7 +233,8 @@ fn the_agentctl_page_names_every_sandbox_form_agentctl_parses() {
     let page = read(&workspace().join("docs/agentctl.md"));
     // The comment of its first example lists them, wrapped over `# ` lines: joined, as one text.
     let shell: String = page.lines().filter_map(|line| line.strip_prefix("# ")).collect::<Vec<_>>().join(" ");
-    let forms: Vec<&str> = agentd_host::provider::SPEC_FORMS.split(", ").collect();
+    let forms = agentd_host::provider::spec_forms();
+    let forms: Vec<&str> = forms.split(", ").collect();
     assert!(forms.len() >= 7, "{forms:?}");
     let missing: Vec<&&str> = forms.iter().filter(|form| !shell.contains(**form)).collect();
     assert!(missing.is_empty(), "--sandbox forms missing from docs/agentctl.md: {missing:?}");

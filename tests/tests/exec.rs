@@ -75,7 +75,8 @@ async fn forged_result_lines_do_not_change_the_result() {
     assert_eq!(r.exit_code, Some(7));
     assert_eq!(r.output, format!("{forged_meta}{forged_json}\n"));
     let capture = sb.workspace().join("forge-test").to_string_lossy().into_owned();
-    let offload = sb.execute_with_offload(&command, &capture, 10_000, None, None).await.unwrap();
+    let offload =
+        sb.execute_with_offload(&agentd_host::OffloadRequest::new(&command, &capture, 10_000)).await.unwrap();
     assert_eq!((offload.offloaded, offload.response.exit_code), (false, Some(7)));
 }
 
@@ -204,7 +205,11 @@ async fn offload_golden_cases() {
     // Made through the sandbox: the sandbox user's, as the workspace is.
     assert_eq!(sb.write(&path("c54a"), "stale").await.unwrap().error, None);
     let r = sb
-        .execute_with_offload("echo hi; echo err >&2; exit 3", &path("c54a"), 100, None, None)
+        .execute_with_offload(&agentd_host::OffloadRequest::new(
+            "echo hi; echo err >&2; exit 3",
+            path("c54a"),
+            100,
+        ))
         .await
         .unwrap();
     assert_eq!(
@@ -213,11 +218,17 @@ async fn offload_golden_cases() {
     );
     assert_eq!(r.response.output, "hi\nerr\n");
     assert!(!sb.workspace().join("c54a").exists());
-    let r = sb.execute_with_offload("printf '%0101d' 0", &path("c54c"), 100, None, None).await.unwrap();
+    let r = sb
+        .execute_with_offload(&agentd_host::OffloadRequest::new("printf '%0101d' 0", path("c54c"), 100))
+        .await
+        .unwrap();
     assert_eq!((r.offloaded, r.response.output.len()), (true, 101));
     assert_eq!(std::fs::read(sb.workspace().join("c54c")).unwrap().len(), 101);
     // 55
-    let r = sb.execute_with_offload("seq 1 100; exit 7", &path("c55"), 50, None, None).await.unwrap();
+    let r = sb
+        .execute_with_offload(&agentd_host::OffloadRequest::new("seq 1 100; exit 7", path("c55"), 50))
+        .await
+        .unwrap();
     assert_eq!(
         (r.offloaded, r.response.exit_code, r.response.truncated, r.preview_has_truncation_marker),
         (true, Some(7), false, true)
@@ -225,13 +236,21 @@ async fn offload_golden_cases() {
     assert_eq!(r.response.output, "1\n2\n3\n4\n5\n... [90 lines truncated] ...\n96\n97\n98\n99\n100\n");
     // 57 with a 6000-byte cap.
     let long = "printf '%05000d\\n' 0 | tr 0 a; printf '%05000d\\n' 0 | tr 0 b";
-    let r = sb.execute_with_offload(long, &path("c57"), 100, Some(6000), None).await.unwrap();
+    let r = sb
+        .execute_with_offload(
+            &agentd_host::OffloadRequest::new(long, path("c57"), 100).max_capture_bytes(6000),
+        )
+        .await
+        .unwrap();
     assert_eq!((r.offloaded, r.response.truncated), (true, true));
     assert!(r.response.output.ends_with(
         "capture stopped at its 6000-byte limit, so the file at the path above is also incomplete] ...\n"
     ));
     // 59: 40 MB of short lines; exit code survives (no SIGPIPE).
-    let r = sb.execute_with_offload("yes x | head -n 20000000", &path("c59"), 100, None, None).await.unwrap();
+    let r = sb
+        .execute_with_offload(&agentd_host::OffloadRequest::new("yes x | head -n 20000000", path("c59"), 100))
+        .await
+        .unwrap();
     assert_eq!(
         (r.offloaded, r.response.exit_code, r.response.truncated, r.preview_has_truncation_marker),
         (true, Some(0), true, true)
@@ -241,8 +260,13 @@ async fn offload_golden_cases() {
         format!("{}... [5242870 lines truncated] ...\n{}", "x\n".repeat(5), "x\n".repeat(5))
     );
     // 59b: cut at the cap but within the budget: inline, loss not flagged (the contract's quirk).
-    let r =
-        sb.execute_with_offload("printf '%05000d' 0", &path("c59b"), 2000, Some(1000), None).await.unwrap();
+    let r = sb
+        .execute_with_offload(
+            &agentd_host::OffloadRequest::new("printf '%05000d' 0", path("c59b"), 2000)
+                .max_capture_bytes(1000),
+        )
+        .await
+        .unwrap();
     assert_eq!((r.offloaded, r.response.truncated, r.response.output.len()), (false, false, 1000));
 }
 
@@ -657,19 +681,18 @@ async fn output_lost_to_an_unwritable_capture_file_is_never_reported_complete() 
         assert_eq!(r.output.as_deref().map(str::len), Some(64 << 10));
 
         // The contract's view: truncated, and the output ends by saying why.
-        let off = sb.execute_with_offload(&command, &capture, budget, None, None).await.unwrap();
+        let off = sb
+            .execute_with_offload(&agentd_host::OffloadRequest::new(&command, &capture, budget))
+            .await
+            .unwrap();
         assert!(off.response.truncated && !off.offloaded, "{bytes}/{budget}");
         let note = format!("[Output incomplete: {why}; the command wrote {bytes} bytes]");
         assert!(off.response.output.ends_with(&format!("\n{note}")), "{bytes}/{budget}");
 
         // The derived path: `agentd exec` run by `nobody`, its meta line parsed by the host's rules.
-        let script = agentd_host::derived::OffloadScript::new(
+        let script = agentd_host::contract::derived::OffloadScript::new(
             agentd_tests::binary("agentd").to_str().unwrap(),
-            &command,
-            &capture,
-            budget,
-            None,
-            None,
+            &agentd_host::OffloadRequest::new(&command, &capture, budget),
             &mut rand::rng(),
         );
         // stderr merged into stdout, as a provider's exec channel gives them.
@@ -690,7 +713,10 @@ async fn output_lost_to_an_unwritable_capture_file_is_never_reported_complete() 
         assert_eq!(derived.response.exit_code, Some(0));
     }
     // Output that fits in memory comes back whole and is not reported as cut.
-    let small = sb.execute_with_offload("seq 1 3", &capture, 80_000, None, None).await.unwrap();
+    let small = sb
+        .execute_with_offload(&agentd_host::OffloadRequest::new("seq 1 3", &capture, 80_000))
+        .await
+        .unwrap();
     assert_eq!((small.response.output.as_str(), small.response.truncated), ("1\n2\n3\n", false));
     assert!(!std::path::Path::new(&capture).exists());
 }

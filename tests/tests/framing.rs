@@ -7,7 +7,7 @@
     reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
 )]
 
-use agentd_host::derived::{OffloadScript, fs_script};
+use agentd_host::contract::derived::{OffloadScript, fs_script};
 use agentd_host::{BaseSandbox, LocalSandbox};
 use agentd_protocol::fs::{FsRequest, FsResponse};
 use agentd_protocol::{framing, meta};
@@ -38,11 +38,7 @@ async fn offload_survives_the_predicted_delimiter_and_a_forged_meta_line() {
     let capture = local.workspace().join("cap").to_string_lossy().into_owned();
     let script = OffloadScript::new(
         shell.agentd_command(),
-        &command,
-        &capture,
-        10_000,
-        None,
-        None,
+        &agentd_host::OffloadRequest::new(&command, &capture, 10_000),
         &mut StdRng::seed_from_u64(SEED),
     );
     assert_eq!(script.sentinel, sentinel);
@@ -51,7 +47,10 @@ async fn offload_survives_the_predicted_delimiter_and_a_forged_meta_line() {
     let expected = format!("body\n{first}\n{forged}");
     assert_eq!((derived.offloaded, derived.response.exit_code), (false, Some(4)));
     assert_eq!(derived.response.output, expected);
-    let native = local.execute_with_offload(&command, &capture, 10_000, None, None).await.unwrap();
+    let native = local
+        .execute_with_offload(&agentd_host::OffloadRequest::new(&command, &capture, 10_000))
+        .await
+        .unwrap();
     assert_eq!(native, derived);
 }
 

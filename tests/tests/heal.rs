@@ -292,7 +292,7 @@ async fn past_its_grace_a_cut_exec_is_ended_and_the_caller_told() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_followed_process_is_followed_again_from_the_last_byte_across_cuts() {
-    use agentd_host::link::ProcessEvent;
+    use agentd_host::contract::link::ProcessEvent;
     let daemon = Daemon::start();
     let proxy = CuttingProxy::start(&daemon.url, 40, 200).await;
     let sandbox = AgentdSandbox::connect(&proxy.url, Some(&daemon.token)).await.unwrap();

@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agentd_fakes::evil_agentd::{Evil, EvilAgentd, HUNG};
-use agentd_host::link::Link;
+use agentd_host::contract::link::Link;
 use agentd_host::{AgentdSandbox, BaseSandbox as _, Deadlines, SandboxError};
 use agentd_protocol::{ExecRequest, FsRequest};
 use agentd_tests::binary;

@@ -13,7 +13,7 @@
 use std::time::{Duration, Instant};
 
 use agentd_fakes::fake_kube::FakeKube;
-use agentd_host::adapters::inject::AgentdSource;
+use agentd_host::AgentdSource;
 use agentd_host::adapters::kubernetes::{
     Backing, Channel, KubernetesMode, KubernetesOptions, KubernetesProvider, KubernetesSandbox,
 };

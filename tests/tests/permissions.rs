@@ -284,7 +284,9 @@ async fn the_file_verbs_obey_the_same_rules() {
     let uploaded = sb.upload_files(&[(p("src/up.py"), b"pwn".to_vec())]).await.unwrap();
     assert_eq!(uploaded[0].error.as_deref(), Some("permission_denied"));
     // An offload's capture file is agentd's write: refused there too, and nothing runs.
-    let offload = sb.execute_with_offload("echo ran > other/ran; seq 100000", &x, 10, None, None).await;
+    let offload = sb
+        .execute_with_offload(&agentd_host::OffloadRequest::new("echo ran > other/ran; seq 100000", &x, 10))
+        .await;
     let refused = format!("{offload:?}");
     assert!(refused.contains("SpawnFailed") && refused.contains("permission denied for write"), "{refused}");
     assert!(!w.join("other/ran").exists());
@@ -515,7 +517,7 @@ async fn a_link_swapped_in_mid_request_leads_no_verb_into_the_denied_tree() {
         sb.delete(&at("door/victim")).await.unwrap();
         check("delete", !secret("victim"));
         let capture = at("door/c");
-        match sb.execute_with_offload("seq 100", &capture, 1, None, None).await {
+        match sb.execute_with_offload(&agentd_host::OffloadRequest::new("seq 100", &capture, 1)).await {
             Ok(_) => {}
             // Refused before anything runs.
             Err(agentd_host::SandboxError::Refused { code: ErrorCode::SpawnFailed, message })

@@ -9,7 +9,7 @@
     reason = "test helpers outside #[test] functions: a failed step aborts the test with its message"
 )]
 
-use agentd_host::provider::{self, Kind, SandboxSpec};
+use agentd_host::provider::{self, SandboxSpec};
 use agentd_host::{BaseSandbox, LocalSandbox};
 
 const DEBIAN: &str = "agentd-debian:latest";
@@ -35,7 +35,7 @@ async fn drive(sandbox: &dyn BaseSandbox) {
 #[tokio::test]
 async fn local_spec_opens_a_private_agentd_and_close_stops_it() {
     let opened = provider::open(&"local".parse().unwrap()).await.unwrap();
-    assert!(opened.created && opened.kind() == Kind::Local);
+    assert!(opened.created && opened.kind() == agentd_host::adapters::local::KIND);
     drive(opened.sandbox.as_ref()).await;
     let agentd_pid = opened.sandbox.agentd().unwrap().link().await.unwrap().hello().pid;
     assert!(std::path::Path::new(&format!("/proc/{agentd_pid}")).exists());
@@ -43,7 +43,7 @@ async fn local_spec_opens_a_private_agentd_and_close_stops_it() {
     let gone = || !std::path::Path::new(&format!("/proc/{agentd_pid}")).exists();
     assert!(agentd_tests::eventually(std::time::Duration::from_secs(5), gone).await, "agentd still runs");
     // Nothing of a local kind outlives its owner, so there is nothing to list or remove.
-    let local = provider::provider(Kind::Local).unwrap();
+    let local = provider::provider(agentd_host::adapters::local::KIND).unwrap();
     assert!(local.list().await.unwrap().is_empty());
     assert!(local.remove("x").await.is_err());
 }
@@ -68,12 +68,12 @@ async fn docker_create_is_listed_then_removed_by_close() {
     let opened = provider::open(&spec).await.unwrap();
     let id = opened.sandbox.id().to_owned();
     let _remove = agentd_tests::RemoveOnDrop(id.clone());
-    assert!(opened.created && opened.kind() == Kind::Docker);
+    assert!(opened.created && opened.kind() == agentd_host::adapters::docker::KIND);
     drive(opened.sandbox.as_ref()).await;
-    let docker = provider::provider(Kind::Docker).unwrap();
+    let docker = provider::provider(agentd_host::adapters::docker::KIND).unwrap();
     let listed = docker.list().await.unwrap();
     let info = listed.iter().find(|i| i.id == id).expect("the new container is listed");
-    assert_eq!((info.kind, info.source.as_str()), (Kind::Docker, DEBIAN));
+    assert_eq!((info.kind, info.source.as_str()), (agentd_host::adapters::docker::KIND, DEBIAN));
     opened.close().await.unwrap();
     assert!(!docker.list().await.unwrap().iter().any(|i| i.id == id), "close removed it");
 }
@@ -91,7 +91,7 @@ async fn docker_attach_injects_and_close_leaves_the_container() {
     assert_eq!(opened.sandbox.id(), container);
     drive(opened.sandbox.as_ref()).await;
     opened.close().await.unwrap();
-    let docker = provider::provider(Kind::Docker).unwrap();
+    let docker = provider::provider(agentd_host::adapters::docker::KIND).unwrap();
     // Still there: attaching does not own it. `remove` does.
     assert!(docker.list().await.unwrap().iter().any(|i| i.id == container));
     docker.remove(&container).await.unwrap();

@@ -886,7 +886,11 @@ async fn the_file_verbs_reach_what_a_command_reaches_and_no_more() {
     let down = sb.download_files(&["/etc/shadow".to_owned()]).await.unwrap();
     refused(down[0].error.clone(), "download /etc/shadow");
     let offload = sb
-        .execute_with_offload("echo ran > $TMPDIR/../ran; echo out", &path("capture.txt"), 1, None, None)
+        .execute_with_offload(&agentd_host::OffloadRequest::new(
+            "echo ran > $TMPDIR/../ran; echo out",
+            path("capture.txt"),
+            1,
+        ))
         .await;
     assert!(offload.is_err(), "an offload outside the roots ran: {offload:?}");
     assert_eq!(std::fs::read_to_string(&kept).unwrap(), "original\n");
@@ -902,7 +906,8 @@ async fn the_file_verbs_reach_what_a_command_reaches_and_no_more() {
     let up = sb.upload_files(&[(inside("up.bin"), b"two\n".to_vec())]).await.unwrap();
     assert_eq!(up[0].error, None);
     let capture = inside("out/capture.txt");
-    let offload = sb.execute_with_offload("seq 1 2000", &capture, 10, None, None).await.unwrap();
+    let offload =
+        sb.execute_with_offload(&agentd_host::OffloadRequest::new("seq 1 2000", &capture, 10)).await.unwrap();
     assert!(offload.offloaded, "{offload:?}");
     for made in ["notes", "notes/a.txt", "up.bin", "out/capture.txt"] {
         assert_eq!(owner(&ws.join(made)), id, "{made}");

@@ -13,10 +13,12 @@ use agentd_protocol::{ExecuteResponse, FileDownloadResponse, FileUploadResponse,
 use async_trait::async_trait;
 use futures_util::StreamExt as _;
 
-use crate::adapters::agentd::{DEFAULT_EXEC_TIMEOUT, timeout_note};
-use crate::adapters::capped::{EXEC_RESULT_MAX, FILE_MAX};
-use crate::adapters::inject::random_hex;
-use crate::error::{Result, SandboxError};
+use crate::adapters::capped::EXEC_RESULT_MAX;
+use crate::contract::agentd::DOWNLOAD_FILES_MOST;
+use crate::contract::agentd::timeout_note;
+use crate::contract::deadlines::DEFAULT_EXEC_TIMEOUT;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::random::random_hex;
 
 /// A provider's exec of one argv.
 #[async_trait]
@@ -248,7 +250,7 @@ async fn download_one(exec: &dyn ArgvExec, script: &str, path: &str) -> Result<F
         return Ok(failed(code.as_str().to_owned()));
     }
     let ExecOutput { stdout, stderr, status, .. } =
-        exec.run(&args(script, path), None, None, FILE_MAX).await?;
+        exec.run(&args(script, path), None, None, DOWNLOAD_FILES_MOST).await?;
     Ok(match transfer_error(status, &stderr) {
         None => FileDownloadResponse { path: path.to_owned(), content: Some(stdout), error: None },
         Some(error) => failed(error),

@@ -1,20 +1,22 @@
 //! Bodies from a provider, read with a cap: a hostile or broken provider that answers with
-//! gigabytes (or without end) costs a bounded amount of memory and fails with
-//! [`SandboxError::TooLarge`] as soon as it passes the cap, not when the machine runs out.
+//! gigabytes (or without end) costs a bounded amount of memory and fails with a
+//! [`TooLarge`](crate::contract::error::SandboxError::TooLarge) error as soon as it passes the
+//! cap, not when the machine runs out.
 //!
 //! The caps, each named with what it bounds:
 //! - [`JSON_BODY_MAX`]: an API answer (a sandbox record, a listing, an error body).
 //! - [`EXEC_RESULT_MAX`]: a toolbox exec's answer, the command's whole output as one JSON string.
-//! - [`FILE_MAX`]: one downloaded file (a part of a bulk download, a router exec's `cat`).
+//! - One downloaded file (a part of a bulk download, a router exec's `cat`) has the contract's
+//!   bound, [`DOWNLOAD_FILES_MOST`](crate::contract::agentd::DOWNLOAD_FILES_MOST).
 //!
-//! [`read_capped`] reads an HTTP body (Daytona, feature `daytona`); Modal's gRPC messages are
+//! `read_capped` reads an HTTP body (Daytona, feature `daytona`); Modal's gRPC messages are
 //! bounded by tonic's `max_decoding_message_size` and its router exec's streams by the same caps.
 
 #[cfg(feature = "daytona")]
 use bytes::{Bytes, BytesMut};
 
 #[cfg(feature = "daytona")]
-use crate::error::{Result, SandboxError};
+use crate::contract::error::{Result, SandboxError};
 
 /// An API answer: a sandbox record is a few KiB, a listing of thousands of sandboxes a few MiB.
 pub const JSON_BODY_MAX: u64 = 16 << 20;
@@ -23,10 +25,6 @@ pub const JSON_BODY_MAX: u64 = 16 << 20;
 /// agentd's reply limit of 16 MiB (`MAX_REPLY_BYTES`), so 25 MiB leaves room for the JSON string's
 /// escapes while bounding a command that prints without end.
 pub const EXEC_RESULT_MAX: u64 = 25 << 20;
-/// One file of a download: the contract hands files over whole, in memory, so each has a bound.
-/// The same bound on every path (`download_files` over the agentd link says `file_too_large`
-/// at it); a larger file streams with `download::download_to_path`.
-pub const FILE_MAX: u64 = 256 << 20;
 /// Room reserved at most before the first bytes arrive, whatever `Content-Length` claims.
 #[cfg(feature = "daytona")]
 const PREALLOCATE_MAX: u64 = 1 << 20;

@@ -36,13 +36,16 @@ pub use self::api::{
     Api, DEFAULT_API_URL, DaytonaConfig, ENV_API_KEY, ENV_API_URL, ENV_TARGET, Preview, SandboxRecord,
 };
 pub use self::toolbox::Toolbox;
-use crate::adapters::agentd::Connector;
-use crate::adapters::inject::random_hex;
 use crate::adapters::linked::{LinkMode, Linked, Machine, made_or_deleted};
-use crate::error::{Result, SandboxError};
-use crate::link::Link;
-use crate::provider::{Kind, Provider, SandboxInfo};
-use crate::sandbox::BaseSandbox;
+use crate::contract::BaseSandbox;
+use crate::contract::agentd::Connector;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::link::Link;
+use crate::contract::provider::{Kind, Provider, SandboxInfo};
+use crate::contract::random::random_hex;
+
+/// This kind, as its row of the kinds table names it.
+pub const KIND: Kind = Kind::new("daytona");
 
 /// Label on every sandbox this adapter creates.
 pub const LABEL: &str = "dev.agentd.sandbox";
@@ -240,7 +243,7 @@ impl Machine for Daytona {
         remote: &str,
         sink: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
         progress: &mut (dyn FnMut(u64, u64) + Send),
-    ) -> Result<std::result::Result<crate::link::Downloaded, String>> {
+    ) -> Result<std::result::Result<crate::contract::link::Downloaded, String>> {
         self.toolbox.download_into(remote, sink, progress).await
     }
 
@@ -459,7 +462,7 @@ impl DaytonaProvider {
 #[async_trait]
 impl Provider for DaytonaProvider {
     fn kind(&self) -> Kind {
-        Kind::Daytona
+        KIND
     }
 
     async fn create(&self, source: &str) -> Result<Box<dyn BaseSandbox>> {
@@ -478,7 +481,7 @@ impl Provider for DaytonaProvider {
             .await?
             .into_iter()
             .map(|record| SandboxInfo {
-                kind: Kind::Daytona,
+                kind: KIND,
                 source: record
                     .labels
                     .get(SOURCE_LABEL)
@@ -496,9 +499,30 @@ impl Provider for DaytonaProvider {
     }
 }
 
+/// Why Daytona sandboxes cannot be used here, if they cannot: the API key is not set (the kinds
+/// table's `missing`).
+pub fn missing() -> Option<String> {
+    missing_when(std::env::var_os(ENV_API_KEY).is_some())
+}
+
+fn missing_when(key_set: bool) -> Option<String> {
+    (!key_set).then(|| {
+        format!(
+            "daytona sandboxes need the API key in {ENV_API_KEY} (and DAYTONA_API_URL, \
+             DAYTONA_TARGET when not the defaults, as Daytona's own SDKs read them)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_names_the_key() {
+        assert_eq!(missing_when(true), None);
+        assert!(missing_when(false).unwrap().contains(ENV_API_KEY));
+    }
 
     #[test]
     fn images_build_and_names_are_snapshots() {

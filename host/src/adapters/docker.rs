@@ -37,12 +37,18 @@ use bollard::query_parameters::{
 use futures_util::{Stream, StreamExt as _};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::adapters::agentd::{AgentdSandbox, Connector, OverAgentd};
-use crate::error::{Result, SandboxError};
-use crate::link::Link;
-use crate::provider::{Kind, Provider, SandboxInfo};
-use crate::sandbox::BaseSandbox;
-use crate::untrusted::{bad_id, check_id};
+use crate::adapters::inject::static_agentd;
+use crate::contract::AgentdSource;
+use crate::contract::BaseSandbox;
+use crate::contract::agentd::{AgentdSandbox, Connector, OverAgentd};
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::link::Link;
+use crate::contract::provider::{Kind, Provider, SandboxInfo};
+use crate::contract::random::random_hex;
+use crate::contract::untrusted::{bad_id, check_id};
+
+/// This kind, as its row of the kinds table names it.
+pub const KIND: Kind = Kind::new("docker");
 
 /// Label on every container this adapter creates.
 pub const LABEL: &str = "dev.agentd.sandbox";
@@ -80,16 +86,18 @@ pub fn check_container(id: &str) -> Result<()> {
 }
 
 fn docker_error(err: bollard::errors::Error) -> SandboxError {
-    SandboxError::Docker(err.to_string())
+    failed(err.to_string())
+}
+
+/// The engine refused or failed a request; `message` is what it said (`Docker: …`).
+fn failed(message: String) -> SandboxError {
+    SandboxError::Provider { provider: PROVIDER, status: None, message }
 }
 
 /// The local Docker Engine, or a clear error when it cannot be reached.
 pub async fn engine() -> Result<Docker> {
     let docker = Docker::connect_with_local_defaults().map_err(docker_error)?;
-    docker
-        .ping()
-        .await
-        .map_err(|e| SandboxError::Docker(format!("the Docker engine is not reachable: {e}")))?;
+    docker.ping().await.map_err(|e| failed(format!("the Docker engine is not reachable: {e}")))?;
     Ok(docker)
 }
 
@@ -160,7 +168,7 @@ impl DockerSandbox {
         let cleanup = Cleanup { docker: docker.clone(), container: container.clone(), armed: true };
         // The token arrives as a file before start: never in the image, the command line or the env.
         let tar = tar_one(TOKEN_FILE, token.as_bytes(), 0o600)?;
-        upload_tar(&docker, &container, "/", tar).await.map_err(SandboxError::Docker)?;
+        upload_tar(&docker, &container, "/", tar).await.map_err(failed)?;
         if let Some(binary) = &binary {
             put_agentd(&docker, &container, binary).await?;
         }
@@ -177,9 +185,7 @@ impl DockerSandbox {
             .and_then(|n| n.ports)
             .and_then(|ports| ports.get(&port_key).cloned().flatten())
             .and_then(|bindings| bindings.into_iter().find_map(|b| b.host_port))
-            .ok_or_else(|| {
-                SandboxError::Docker(format!("container {container} published no port for {PORT}"))
-            })?;
+            .ok_or_else(|| failed(format!("container {container} published no port for {PORT}")))?;
         let url = format!("ws://127.0.0.1:{host_port}");
         let agentd = connect_when_ready(&url, &token, &container).await?;
         cleanup.disarm();
@@ -247,7 +253,7 @@ async fn put_agentd(docker: &Docker, container: &str, binary: &Path) -> Result<(
         .await
         .map_err(|e| SandboxError::Start(format!("cannot read {}: {e}", binary.display())))?;
     let tar = tar_one(INJECTED_AGENTD.trim_start_matches('/'), &bytes, 0o755)?;
-    upload_tar(docker, container, "/", tar).await.map_err(SandboxError::Docker)
+    upload_tar(docker, container, "/", tar).await.map_err(failed)
 }
 
 /// Stops (agentd ends its commands on SIGTERM) and removes a container.
@@ -343,7 +349,7 @@ impl Connector for StdioConnector {
                 let stream = ExecStream { output, input, pending: bytes::Bytes::new() };
                 Link::over_stream(stream, &format!("docker-exec:{}", self.container)).await
             }
-            StartExecResults::Detached => Err(SandboxError::Docker("docker exec did not attach".to_owned())),
+            StartExecResults::Detached => Err(failed("docker exec did not attach".to_owned())),
         }
     }
 }
@@ -564,7 +570,7 @@ pub struct DockerProvider {
 #[async_trait]
 impl Provider for DockerProvider {
     fn kind(&self) -> Kind {
-        Kind::Docker
+        KIND
     }
 
     async fn create(&self, source: &str) -> Result<Box<dyn BaseSandbox>> {
@@ -581,7 +587,7 @@ impl Provider for DockerProvider {
         let containers = list(&engine().await?).await?;
         Ok(containers
             .into_iter()
-            .map(|(id, source, state)| SandboxInfo { kind: Kind::Docker, id, source, state })
+            .map(|(id, source, state)| SandboxInfo { kind: KIND, id, source, state })
             .collect())
     }
 
@@ -591,9 +597,6 @@ impl Provider for DockerProvider {
         remove(&engine().await?, id).await
     }
 }
-
-use crate::adapters::inject::random_hex;
-pub use crate::adapters::inject::{AgentdSource, static_agentd};
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@
 //!   `agentd bridge` to it ([`exec::BridgeConnector`]). The cluster's RBAC is the authentication:
 //!   no port, no token, and it works under gVisor and Kata. When the API server drops the stream,
 //!   agentd and its commands run on, and the link heals: an `execute` in flight is attached again
-//!   from its last byte (see [`AgentdSandbox`](crate::adapters::agentd::AgentdSandbox)).
+//!   from its last byte (see [`AgentdSandbox`](crate::contract::agentd::AgentdSandbox)).
 //!   Transfers go over the link; without one (no agentd), `execute` and transfers run as plain
 //!   execs ([`argv`]).
 //! - **agentd gets in** baked (`agentd` on `PATH`, or at `/opt/agentd/bin/agentd` where an
@@ -42,13 +42,16 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, PostParams};
 
 use self::exec::{BridgeConnector, PodExec, kube_error};
-use crate::adapters::agentd::Connector;
 use crate::adapters::argv;
-use crate::adapters::inject::random_hex;
 use crate::adapters::linked::{LinkMode, Linked, Machine, made_or_deleted};
-use crate::error::{Result, SandboxError};
-use crate::provider::{Kind, Provider, SandboxInfo};
-use crate::sandbox::BaseSandbox;
+use crate::contract::BaseSandbox;
+use crate::contract::agentd::Connector;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::provider::{Kind, Provider, SandboxInfo};
+use crate::contract::random::random_hex;
+
+/// This kind, as its row of the kinds table names it.
+pub const KIND: Kind = Kind::new("kube");
 
 /// The provider's name in errors.
 pub const PROVIDER: &str = "Kubernetes";
@@ -494,7 +497,7 @@ impl KubernetesProvider {
 #[async_trait]
 impl Provider for KubernetesProvider {
     fn kind(&self) -> Kind {
-        Kind::Kubernetes
+        KIND
     }
 
     /// `source` is an image, or `claim=POOL` (the spec `kube-claim:POOL`).
@@ -517,7 +520,7 @@ impl Provider for KubernetesProvider {
             .items
             .into_iter()
             .map(|pod| SandboxInfo {
-                kind: Kind::Kubernetes,
+                kind: KIND,
                 id: cluster.id(pod.metadata.name.as_deref().unwrap_or_default()),
                 source: annotation(&pod.metadata.annotations, SOURCE_ANNOTATION),
                 state: pod.status.and_then(|s| s.phase).unwrap_or_default().to_lowercase(),
@@ -556,6 +559,19 @@ fn annotation(annotations: &Option<BTreeMap<String, String>>, key: &str) -> Stri
 /// A fresh name for what this adapter creates: `agentd-` and 12 hex digits.
 pub fn fresh_name() -> String {
     format!("agentd-{}", &random_hex()[..12])
+}
+
+/// Why no cluster can be reached, when nothing `kubectl` would read is there: no `KUBECONFIG`, no
+/// `~/.kube/config`, not in a Pod (`KUBERNETES_SERVICE_HOST`) (the kinds table's `missing`).
+pub fn missing() -> Option<String> {
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    let home_config = std::env::var_os("HOME")
+        .is_some_and(|home| std::path::Path::new(&home).join(".kube/config").is_file());
+    (!set("KUBECONFIG") && !home_config && !set("KUBERNETES_SERVICE_HOST")).then(|| {
+        "kube sandboxes need a cluster as kubectl finds it: KUBECONFIG, ~/.kube/config, or in-cluster \
+         credentials"
+            .to_owned()
+    })
 }
 
 #[cfg(test)]

@@ -27,12 +27,14 @@ use agentd_protocol::{
 use async_trait::async_trait;
 use tokio::io::AsyncWrite;
 
-use crate::adapters::agentd::{AgentdSandbox, Connector};
-use crate::adapters::inject::{AgentdSource, random_hex, static_agentd};
-use crate::download::write_whole;
-use crate::error::{Result, SandboxError};
-use crate::link::Downloaded;
-use crate::sandbox::BaseSandbox;
+use crate::adapters::inject::static_agentd;
+use crate::contract::AgentdSource;
+use crate::contract::agentd::{AgentdSandbox, Connector};
+use crate::contract::download::write_whole;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::link::Downloaded;
+use crate::contract::random::random_hex;
+use crate::contract::{BaseSandbox, OffloadRequest};
 
 /// Where an agentd baked in beside the image is found when it is not on `PATH`: an initContainer
 /// copies the static binary into a shared `emptyDir` mounted at `/opt/agentd/bin` (README,
@@ -303,7 +305,7 @@ impl<M: Machine> BaseSandbox for Linked<M> {
         progress: &mut (dyn FnMut(u64, u64) + Send),
     ) -> Result<std::result::Result<Downloaded, String>> {
         match &self.link {
-            Some(_) => crate::download::download_into(self, remote, sink, progress).await,
+            Some(_) => crate::contract::download::download_into(self, remote, sink, progress).await,
             None => self.machine.download_into(remote, sink, progress).await,
         }
     }
@@ -311,34 +313,14 @@ impl<M: Machine> BaseSandbox for Linked<M> {
     async fn fs(&self, request: FsRequest) -> Result<FsResponse> {
         match &self.link {
             Some(link) => link.fs(request).await,
-            None => Ok(crate::derived::fs(self, request).await),
+            None => Ok(crate::contract::derived::fs(self, request).await),
         }
     }
 
-    async fn execute_with_offload(
-        &self,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
+    async fn execute_with_offload(&self, request: &OffloadRequest) -> Result<ExecuteOffloadResult> {
         match &self.link {
-            Some(link) => {
-                link.execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
-                    .await
-            }
-            None => {
-                let derived = crate::derived::execute_with_offload(
-                    self,
-                    command,
-                    capture_path,
-                    inline_budget,
-                    max_capture_bytes,
-                    timeout,
-                );
-                derived.await
-            }
+            Some(link) => link.execute_with_offload(request).await,
+            None => crate::contract::derived::execute_with_offload(self, request).await,
         }
     }
 }

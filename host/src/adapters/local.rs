@@ -26,11 +26,14 @@ use async_trait::async_trait;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::adapters::agentd::{AgentdSandbox, OverAgentd};
-use crate::deadlines::Deadlines;
-use crate::error::{Result, SandboxError};
-use crate::provider::{Kind, Provider, SandboxInfo};
-use crate::sandbox::BaseSandbox;
+use crate::contract::BaseSandbox;
+use crate::contract::agentd::{AgentdSandbox, OverAgentd};
+use crate::contract::deadlines::Deadlines;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::provider::{Kind, Provider, SandboxInfo};
+
+/// This kind, as its row of the kinds table names it.
+pub const KIND: Kind = Kind::new("local");
 
 /// Variable naming the agentd binary to run (overrides the search).
 pub const AGENTD_BIN_ENV: &str = "AGENTD_BIN";
@@ -214,7 +217,7 @@ impl LocalSandbox {
         };
         let profile = confinement.as_ref().map(DefaultProfile::file);
         let socket_dir = socket_dir()?;
-        let token = crate::adapters::inject::random_hex();
+        let token = crate::contract::random::random_hex();
         let (child, started) = spawn_agentd_passing(
             workspace.path(),
             socket_dir.path(),
@@ -303,7 +306,10 @@ impl Drop for ChildGuard {
 
 /// SIGTERM, wait, then SIGKILL: agentd ends its commands' trees on SIGTERM before exiting.
 fn stop(child: &mut Child) {
-    let _ = kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM);
+    // Every pid fits (pid_max is at most 2^22); a number that did not is no process to signal.
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
     let deadline = Instant::now() + STOP_TIMEOUT;
     while Instant::now() < deadline {
         match child.try_wait() {
@@ -440,7 +446,7 @@ pub fn spawn_agentd_passing(
 static BUNDLED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 
 /// Names the agentd binary this program ships with (a static build): [`agentd_binary`] and
-/// [`crate::adapters::inject::static_agentd`] use it when their variables are unset. The first
+/// the injecting adapters' `inject::static_agentd` use it when their variables are unset. The first
 /// call wins; it returns whether this one did.
 pub fn set_bundled_agentd(path: PathBuf) -> bool {
     BUNDLED.set(path).is_ok()
@@ -488,7 +494,7 @@ pub struct LocalProvider;
 #[async_trait]
 impl Provider for LocalProvider {
     fn kind(&self) -> Kind {
-        Kind::Local
+        KIND
     }
 
     async fn create(&self, source: &str) -> Result<Box<dyn BaseSandbox>> {

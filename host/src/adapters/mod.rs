@@ -1,7 +1,9 @@
-//! Implementations of [`BaseSandbox`](crate::BaseSandbox).
+//! Implementations of [`BaseSandbox`](crate::contract::BaseSandbox), one module per kind of
+//! sandbox, and what several of them share. Every linked sandbox is built on the core's
+//! [`AgentdSandbox`](crate::contract::agentd::AgentdSandbox) and
+//! [`OverAgentd`](crate::contract::agentd::OverAgentd). Each kind's module has its `Provider`
+//! and its `KIND`; the kinds table (`provider::KINDS`) above lists them.
 //!
-//! - [`agentd`]: any running agentd, over the websocket link; [`agentd::OverAgentd`], the delegation
-//!   every wrapper of a link uses.
 //! - `docker` (feature `docker`): a container, agentd baked into its image or injected into it (Docker Engine API).
 //! - `daytona` (feature `daytona`): a Daytona sandbox (REST API), agentd baked in or injected, linked
 //!   through a preview URL, or driven through the toolbox exec when no link can be made.
@@ -9,16 +11,17 @@
 //!   through a tunnel, or driven through the command router's exec when there is no tunnel.
 //! - `kubernetes` (feature `kubernetes`): a Pod or an agent-sandbox claim (Kubernetes API), agentd
 //!   baked in or injected, linked through the `pods/exec` stream to `agentd bridge`.
-//! - [`capped`]: bodies from a provider read with a cap ([`SandboxError::TooLarge`](crate::SandboxError::TooLarge)),
+//! - [`capped`]: bodies from a provider read with a cap
+//!   ([`SandboxError::TooLarge`](crate::contract::error::SandboxError::TooLarge)),
 //!   and the caps.
-//! - `linked` (with any provider feature): [`Linked`](linked::Linked), what every provider whose
+//! - `linked` (with any provider feature): `Linked`, what every provider whose
 //!   sandboxes carry an agentd link shares (injection, the channel choice, the link, cleanup of a
-//!   half-made sandbox, close, the contract); a provider implements [`Machine`](linked::Machine).
-//! - [`inject`]: what adapters that inject agentd share (the static binary), and [`inject::AgentdSource`]:
-//!   whether agentd was baked into a sandbox's image or injected.
+//!   half-made sandbox, close, the contract); a provider implements `Machine`.
+//! - `argv` (features `modal`, `kubernetes`): what providers share whose own exec runs an argv
+//!   (Modal's command router, Kubernetes' `pods/exec`): `execute` and files through it.
+//! - [`inject`]: what adapters that inject agentd share (the static binary).
 //! - [`local`]: the embedded default: a private agentd child on loopback with a temporary workspace.
 
-pub mod agentd;
 #[cfg(any(feature = "modal", feature = "kubernetes"))]
 pub mod argv;
 pub mod capped;

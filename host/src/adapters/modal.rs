@@ -36,15 +36,18 @@ use async_trait::async_trait;
 pub use self::config::ModalConfig;
 pub use self::control::{Control, CreateSpec};
 pub use self::router::{ExecOutput, ExitStatus, Router};
-use crate::adapters::agentd::Connector;
 use crate::adapters::argv;
-use crate::adapters::inject::random_hex;
 use crate::adapters::linked::{LinkMode, Linked, Machine, made_or_deleted};
-use crate::error::{Result, SandboxError};
-use crate::link::Link;
-use crate::provider::{Kind, Provider, SandboxInfo};
-use crate::sandbox::BaseSandbox;
+use crate::contract::BaseSandbox;
+use crate::contract::agentd::Connector;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::link::Link;
+use crate::contract::provider::{Kind, Provider, SandboxInfo};
+use crate::contract::random::random_hex;
 use config::PROVIDER;
+
+/// This kind, as its row of the kinds table names it.
+pub const KIND: Kind = Kind::new("modal");
 
 /// Tag on every sandbox this adapter creates.
 pub const TAG: &str = "dev.agentd.sandbox";
@@ -391,7 +394,7 @@ fn state_of(info: &proto::client::SandboxInfo) -> String {
 #[async_trait]
 impl Provider for ModalProvider {
     fn kind(&self) -> Kind {
-        Kind::Modal
+        KIND
     }
 
     async fn create(&self, source: &str) -> Result<Box<dyn BaseSandbox>> {
@@ -415,7 +418,7 @@ impl Provider for ModalProvider {
             .await?
             .into_iter()
             .map(|info| SandboxInfo {
-                kind: Kind::Modal,
+                kind: KIND,
                 source: info
                     .tags
                     .iter()
@@ -433,9 +436,29 @@ impl Provider for ModalProvider {
     }
 }
 
+/// Why Modal sandboxes cannot be used here, if they cannot: no token, in the variables or the
+/// config file, as Modal's SDKs read it (the kinds table's `missing`).
+pub fn missing() -> Option<String> {
+    missing_when(ModalConfig::from_env().is_ok())
+}
+
+fn missing_when(configured: bool) -> Option<String> {
+    (!configured).then(|| {
+        "modal sandboxes need a token: MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or the active profile \
+         of ~/.modal.toml, as Modal's own SDKs read them; MODAL_SERVER_URL for another control plane)"
+            .to_owned()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_names_the_token() {
+        assert_eq!(missing_when(true), None);
+        assert!(missing_when(false).unwrap().contains("MODAL_TOKEN_ID and MODAL_TOKEN_SECRET"));
+    }
 
     #[test]
     fn tunnels_are_wss_except_for_a_local_plaintext_control_plane() {

@@ -9,8 +9,8 @@ use reqwest::{Method, StatusCode, Url};
 use serde::Deserialize;
 
 use crate::adapters::capped::{JSON_BODY_MAX, read_capped};
-use crate::error::{Result, SandboxError};
-use crate::untrusted::check_id;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::untrusted::check_id;
 
 /// The provider's name in errors.
 pub const PROVIDER: &str = "Daytona";
@@ -126,7 +126,7 @@ pub(crate) fn parse_url(text: &str, what: &str) -> Result<Url> {
     Url::parse(text).map_err(|e| {
         SandboxError::Protocol(format!(
             "{what} `{}` is not a URL: {e}",
-            crate::untrusted::escape_controls(text)
+            crate::contract::escape::escape_controls(text)
         ))
     })
 }

@@ -18,11 +18,12 @@ use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 
 use super::api::{PROVIDER, error_chain, error_message, join, status_error};
-use crate::adapters::capped::{EXEC_RESULT_MAX, FILE_MAX, JSON_BODY_MAX, read_capped};
-use crate::error::{Result, SandboxError};
-use crate::link::Downloaded;
+use crate::adapters::capped::{EXEC_RESULT_MAX, JSON_BODY_MAX, read_capped};
+use crate::contract::agentd::DOWNLOAD_FILES_MOST;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::link::Downloaded;
 
-pub use crate::adapters::agentd::DEFAULT_EXEC_TIMEOUT;
+use crate::contract::deadlines::DEFAULT_EXEC_TIMEOUT;
 /// The HTTP call outlives the command's own timeout by this much, so the toolbox's 408 comes first.
 const EXEC_MARGIN: Duration = Duration::from_secs(5);
 /// Wrapped commands longer than this travel as an uploaded script: one `sh -c` argument is
@@ -85,7 +86,7 @@ impl Toolbox {
         let mut request = self.http.post(self.url(&["process", "execute"])?).bearer_auth(&self.key);
         if !timeout.is_zero() {
             // Whole seconds on the wire; never round a short timeout down to "none".
-            body["timeout"] = serde_json::json!(timeout.as_secs_f64().ceil().max(1.0) as u64);
+            body["timeout"] = serde_json::json!(crate::contract::deadlines::whole_secs(timeout));
             request = request.timeout(timeout + EXEC_MARGIN);
         }
         let what = "toolbox exec";
@@ -110,7 +111,7 @@ impl Toolbox {
             }
             // The toolbox killed the process group and sends no output: say so as agentd does.
             return Ok(ExecuteResponse {
-                output: crate::adapters::agentd::timeout_note(timeout.as_secs_f64()),
+                output: crate::contract::agentd::timeout_note(timeout.as_secs_f64()),
                 exit_code: Some(124),
                 truncated: false,
             });
@@ -207,13 +208,13 @@ impl Toolbox {
     /// Reads files through `POST /files/bulk-download`; one response per input, in order. Parts are
     /// matched by filename (`filename*` preferred); error parts become the contract's codes. A body
     /// that ends before its closing boundary is an `Err`: the transfer broke. Each file is held
-    /// whole (the contract's type), so each has a bound ([`FILE_MAX`]).
+    /// whole (the contract's type), so each has a bound ([`DOWNLOAD_FILES_MOST`]).
     pub async fn download(&self, paths: &[String]) -> Result<Vec<FileDownloadResponse>> {
         let invalid = |path: &str| TransferError::check_path(path).err().map(|c| c.as_str().to_owned());
         let wanted: Vec<&String> = paths.iter().filter(|p| invalid(p).is_none()).collect();
         let mut parts: HashMap<String, VecDeque<std::result::Result<Vec<u8>, String>>> = HashMap::new();
         if !wanted.is_empty() {
-            let mut bulk = self.bulk_download(&wanted, FILE_MAX).await?;
+            let mut bulk = self.bulk_download(&wanted, DOWNLOAD_FILES_MOST).await?;
             while let Some(part) = bulk.next().await? {
                 let (path, outcome) = match part {
                     Part::Error { path, error } => (path, Err(error)),

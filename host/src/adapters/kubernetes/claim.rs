@@ -14,10 +14,10 @@ use serde_json::Value;
 
 use super::exec::kube_error;
 use super::{Cluster, LABEL, PROVIDER, SOURCE_ANNOTATION, fresh_name, stuck};
-use crate::error::{Result, SandboxError};
-use crate::provider::{Kind, SandboxInfo};
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::provider::SandboxInfo;
 
-/// The tag `kube-claim:POOL` puts before POOL in the spec's source ([`crate::provider::Form`]).
+/// The tag `kube-claim:POOL` puts before POOL in the spec's source (the `Form::Create` tag of its row in the kinds table).
 pub const SOURCE_TAG: &str = "claim=";
 /// `spec.operatingMode` values.
 pub const RUNNING: &str = "Running";
@@ -193,7 +193,7 @@ pub async fn list(cluster: &Cluster) -> Result<Vec<SandboxInfo>> {
             let name = claim.metadata.name.clone().unwrap_or_default();
             let source = claim.metadata.annotations.as_ref().and_then(|a| a.get(SOURCE_ANNOTATION).cloned());
             SandboxInfo {
-                kind: Kind::Kubernetes,
+                kind: super::KIND,
                 id: cluster.id(&name),
                 source: source.unwrap_or_default(),
                 state,

@@ -11,10 +11,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{AttachParams, AttachedProcess};
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 
-use crate::adapters::agentd::Connector;
 use crate::adapters::argv::{ArgvExec, ExecOutput, ExitStatus};
-use crate::error::{Result, SandboxError};
-use crate::link::Link;
+use crate::contract::agentd::Connector;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::link::Link;
 
 use super::PROVIDER;
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::Cluster;
 use super::exec::kube_error;
 use crate::adapters::linked::WELL_KNOWN;
-use crate::error::{Result, SandboxError};
+use crate::contract::error::{Result, SandboxError};
 
 /// The image the initContainer takes agentd from, unless told otherwise (any image with the static
 /// agentd at `/usr/local/bin/agentd`: `images/build.sh` makes it).

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::error::{Result, SandboxError};
+use crate::contract::error::{Result, SandboxError};
 
 /// The provider's name in errors.
 pub const PROVIDER: &str = "Modal";

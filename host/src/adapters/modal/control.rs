@@ -13,8 +13,8 @@ use tonic::{Code, Request, Status};
 
 use super::config::{ModalConfig, PROVIDER, TOKEN_VARIABLES};
 use super::proto::client::{self as pb, modal_client_client::ModalClientClient};
-use crate::error::{Result, SandboxError};
-use crate::untrusted::{bad_id, check_id};
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::untrusted::{bad_id, check_id};
 
 /// Modal's sandbox ids have the shape `sb-` + letters and digits (provider facts §A3 step 3);
 /// anything else, listed or typed, is never sent.

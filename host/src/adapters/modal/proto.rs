@@ -1,7 +1,7 @@
 //! Modal's wire types and gRPC clients, generated at build time from `host/proto/modal/` (the
 //! subset of Modal's `api.proto` and `task_command_router.proto` this adapter uses).
 
-#![allow(clippy::all, clippy::pedantic, clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![expect(clippy::all, clippy::pedantic, reason = "generated code, not ours to change")]
 
 /// Package `modal.client`: the control plane (`ModalClient`).
 pub mod client {

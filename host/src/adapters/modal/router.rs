@@ -26,7 +26,7 @@ use super::proto::task_command_router::{
     self as pb, task_command_router_client::TaskCommandRouterClient,
     task_exec_stdin_write_stream_request::Payload, task_exec_wait_response::ExitStatus as WireStatus,
 };
-use crate::error::{Result, SandboxError};
+use crate::contract::error::{Result, SandboxError};
 
 /// Refresh the JWT when it expires sooner than this.
 const REFRESH_BEFORE: Duration = Duration::from_secs(30);
@@ -58,7 +58,17 @@ pub fn jwt_exp(jwt: &str) -> Option<u64> {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
     let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     let exp = claims.get("exp")?;
-    exp.as_u64().or_else(|| exp.as_f64().filter(|e| *e >= 0.0).map(|e| e as u64))
+    exp.as_u64().or_else(|| exp.as_f64().filter(|e| *e >= 0.0).map(fractional_secs))
+}
+
+/// A fractional `exp` (seconds, not negative) in whole seconds, as JWT libraries read it.
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "the fraction is dropped on purpose; `as` saturates a value past u64::MAX, and the caller keeps out negatives and NaN"
+)]
+fn fractional_secs(exp: f64) -> u64 {
+    exp as u64
 }
 
 fn now_secs() -> u64 {
@@ -432,8 +442,7 @@ impl Router {
 
 /// Whole seconds for `timeout_secs`, never rounding a short timeout down to 0 ("none").
 pub fn wire_secs(timeout: Duration) -> u32 {
-    let secs = timeout.as_secs_f64().ceil().max(1.0);
-    if secs >= f64::from(u32::MAX) { u32::MAX } else { secs as u32 }
+    u32::try_from(crate::contract::deadlines::whole_secs(timeout)).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::os::fd::AsFd as _;
 use std::process::ExitCode;
 
 use agentd_host::AgentdSandbox;
-use agentd_host::link::ProcessEvent;
+use agentd_host::contract::link::ProcessEvent;
 use agentd_protocol::{ExecRequest, ProcessInfo, ProcessState, TerminalSize};
 use nix::sys::termios::{self, SetArg, Termios};
 

@@ -12,8 +12,8 @@ use agentd_protocol::{ClientMessage, ExecRequest, ExecResult, ExecStarted, Proce
 use base64::Engine as _;
 
 use super::{Incoming, Link, OutputSink, Route, refused, unexpected};
-use crate::deadlines::within;
-use crate::error::{Result, SandboxError};
+use crate::contract::deadlines::within;
+use crate::contract::error::{Result, SandboxError};
 
 /// Pages of `processes` the host reads at most (each at most `limits::PROCESSES_PAGE` processes,
 /// a few MiB): more than an agentd's bounds let it hold, so a sandbox that keeps saying `next`
@@ -165,7 +165,7 @@ impl Link {
     }
 
     /// The `exec_started` that names the process of `route`'s request, within
-    /// [`Deadlines::silence`](crate::deadlines::Deadlines::silence); `what` names the wait.
+    /// [`Deadlines::silence`](crate::contract::deadlines::Deadlines::silence); `what` names the wait.
     async fn started(&self, route: &mut Route, what: &str) -> Result<ExecStarted> {
         within(what, Some(self.deadlines.silence), async {
             match route.rx.recv().await.ok_or(SandboxError::LinkClosed)? {
@@ -283,7 +283,7 @@ impl Link {
 
     /// Sends one request and returns its terminal reply, within [`Deadlines::silence`].
     ///
-    /// [`Deadlines::silence`]: crate::deadlines::Deadlines::silence
+    /// [`Deadlines::silence`]: crate::contract::deadlines::Deadlines::silence
     async fn ask(&self, request: impl FnOnce(u64) -> ClientMessage) -> Result<ServerMessage> {
         self.quiet("agentd's answer to a process verb", async {
             let mut route = self.open_route();

@@ -7,7 +7,7 @@
 //!
 //! ```no_run
 //! # async fn demo(sandbox: &agentd_host::AgentdSandbox) -> agentd_host::Result<()> {
-//! use agentd_host::link::ProcessEvent;
+//! use agentd_host::contract::link::ProcessEvent;
 //! use agentd_protocol::{ExecRequest, StdinMode};
 //!
 //! let request = ExecRequest { command: "cat".into(), stdin: Some(StdinMode::Pipe), ..ExecRequest::default() };
@@ -29,9 +29,9 @@ use std::time::Duration;
 
 use agentd_protocol::{ExecRequest, ProcessInfo};
 
-use crate::adapters::agentd::{AgentdSandbox, HEAL_GRACE_SECS, is_link_failure};
-use crate::error::Result;
-use crate::link::{Link, ProcessEvent, SpawnedProcess};
+use crate::contract::agentd::{AgentdSandbox, HEAL_GRACE_SECS, is_link_failure};
+use crate::contract::error::Result;
+use crate::contract::link::{Link, ProcessEvent, SpawnedProcess};
 
 /// Longest pause between two attempts to reconnect while following.
 const BACKOFF_MAX: Duration = Duration::from_secs(1);

@@ -6,7 +6,7 @@
 //!
 //! ```no_run
 //! # async fn demo(sandbox: &dyn agentd_host::BaseSandbox) -> agentd_host::Result<()> {
-//! let saved = agentd_host::download::download_to_path(sandbox, "/work/out.tar", "out.tar".as_ref(), |_, _| {}).await?;
+//! let saved = agentd_host::contract::download::download_to_path(sandbox, "/work/out.tar", "out.tar".as_ref(), |_, _| {}).await?;
 //! match saved {
 //!     Ok(done) => println!("{} bytes, sha256 {}", done.size, done.sha256),
 //!     Err(error) => eprintln!("per-file error: {error}"),
@@ -21,9 +21,9 @@ use agentd_protocol::FileDownloadResponse;
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 
-use crate::error::Result;
-use crate::link::Downloaded;
-use crate::sandbox::BaseSandbox;
+use crate::contract::BaseSandbox;
+use crate::contract::error::Result;
+use crate::contract::link::Downloaded;
 
 /// Saves the sandbox's file `remote` as `local` (replaced at once when whole), streamed by
 /// [`BaseSandbox::download_into`]. `progress` gets (bytes so far, size or 0). `Ok(Err(error))` is
@@ -119,7 +119,7 @@ impl Partial {
             Self::Unnamed { file, dir } => {
                 use std::os::fd::AsRawFd as _;
                 // linkat cannot replace a file: link under a fresh name, then rename over `local`.
-                let fresh = dir.join(format!(".agentctl-download-{}", crate::adapters::inject::random_hex()));
+                let fresh = dir.join(format!(".agentctl-download-{}", crate::contract::random::random_hex()));
                 let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
                 nix::unistd::linkat(
                     nix::fcntl::AT_FDCWD,

@@ -21,8 +21,6 @@ pub enum SandboxError {
     DigestMismatch { path: String, expected: String, actual: String },
     #[error("cannot start agentd: {0}")]
     Start(String),
-    #[error("Docker: {0}")]
-    Docker(String),
     #[error("sandbox spec `{spec}`: {why}")]
     InvalidSpec { spec: String, why: String },
     #[error("{kind} sandboxes need agentd-host built with the `{feature}` feature")]
@@ -43,7 +41,7 @@ pub enum SandboxError {
     Timeout { what: String, after: std::time::Duration },
     /// An id (listed by a provider, or typed) that is not of the shape the provider's ids have;
     /// nothing was sent for it. Shown escaped: it may hold anything.
-    #[error("{provider}: `{}` is not a well-formed sandbox id; nothing was sent for it", crate::untrusted::escape_controls(.id))]
+    #[error("{provider}: `{}` is not a well-formed sandbox id; nothing was sent for it", crate::contract::escape::escape_controls(.id))]
     BadId { provider: &'static str, id: String },
     /// A body from a provider passed its cap; the rest was not read.
     #[error("{what}: the answer passed the limit of {limit} bytes; refused")]

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::{self, Message};
 
-use crate::error::{Result, SandboxError};
+use crate::contract::error::{Result, SandboxError};
 
 type Socket = Pin<Box<dyn Sink<Message, Error = tungstenite::Error> + Send>>;
 

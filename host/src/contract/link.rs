@@ -37,8 +37,8 @@ use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Bytes, Message};
 
-use crate::deadlines::{Deadlines, within};
-use crate::error::{Result, SandboxError};
+use crate::contract::deadlines::{Deadlines, within};
+use crate::contract::error::{Result, SandboxError};
 
 /// A failed upgrade: 401 is the token, anything else is said with agentd's reason.
 fn upgrade_error(url: &str, err: tungstenite::Error) -> SandboxError {
@@ -57,9 +57,11 @@ fn upgrade_error(url: &str, err: tungstenite::Error) -> SandboxError {
 
 /// What a request's route receives.
 #[derive(Debug)]
-// Each message is moved once, through its route's channel: boxing the large variant (an
-// `ExecResult`) would add an allocation per message and save nothing.
-#[allow(clippy::large_enum_variant)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "each message is moved once, through its route's channel: boxing the large variant (an \
+              `ExecResult`) would add an allocation per message and save nothing"
+)]
 enum Incoming {
     Message(ServerMessage),
     Chunk(Bytes),

@@ -18,16 +18,19 @@ use async_trait::async_trait;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
-use crate::adapters::inject::{AgentdSource, random_hex};
-use crate::deadlines::Deadlines;
-use crate::error::{Result, SandboxError};
-use crate::link::{Link, OutputSink, Tracked};
-use crate::sandbox::BaseSandbox;
+use crate::contract::deadlines::Deadlines;
+use crate::contract::error::{Result, SandboxError};
+use crate::contract::link::{Link, OutputSink, Tracked};
+use crate::contract::random::random_hex;
+use crate::contract::{AgentdSource, BaseSandbox, OffloadRequest};
 
 /// Largest file [`BaseSandbox::download_files`] takes into memory (the providers' channels keep
 /// the same bound); a larger one is the per-file error `file_too_large`, said before any of it is
-/// read. [`AgentdSandbox::download_to`] streams a file of any size to a writer instead.
-pub use crate::adapters::capped::FILE_MAX as DOWNLOAD_FILES_MOST;
+/// read. [`AgentdSandbox::download_to`] streams a file of any size to a writer instead. The
+/// contract hands files over whole, in memory, so each has a bound, the same on every path (a part
+/// of a provider's bulk download, a router exec's `cat`); a larger file streams with
+/// `download::download_to_path`.
+pub const DOWNLOAD_FILES_MOST: u64 = 256 << 20;
 
 /// Seconds an exec over TCP runs on after its link dropped, for the link to come back and attach to
 /// it again (the exec's `keep` grace). Past it agentd ends the command (its result says
@@ -235,7 +238,7 @@ impl AgentdSandbox {
         &self,
         path: &str,
         sink: impl tokio::io::AsyncWrite + Unpin,
-    ) -> Result<Result<crate::link::Downloaded, String>> {
+    ) -> Result<Result<crate::contract::link::Downloaded, String>> {
         self.link().await?.download(path, sink, |_, _| {}).await
     }
 
@@ -262,9 +265,6 @@ pub(crate) fn is_link_failure(err: &SandboxError) -> bool {
 fn wire_timeout(timeout: Option<Duration>) -> Option<f64> {
     timeout.map(|t| t.as_secs_f64())
 }
-
-/// Where the provider adapters have always found them.
-pub use crate::deadlines::{DEFAULT_EXEC_TIMEOUT, within};
 
 /// The note a timed-out command's output ends with (its exit code reads 124).
 pub fn timeout_note(secs: f64) -> String {
@@ -346,19 +346,13 @@ impl BaseSandbox for AgentdSandbox {
         Some(self)
     }
 
-    async fn execute_with_offload(
-        &self,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
+    async fn execute_with_offload(&self, request: &OffloadRequest) -> Result<ExecuteOffloadResult> {
+        let OffloadRequest { command, capture_path, inline_budget, max_capture_bytes, timeout } = request;
         let request = ExecRequest {
-            command: command.to_owned(),
-            timeout: wire_timeout(timeout),
+            command: command.clone(),
+            timeout: wire_timeout(*timeout),
             max_capture_bytes: Some(max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES)),
-            offload: Some(Offload { capture_path: capture_path.to_owned(), inline_budget }),
+            offload: Some(Offload { capture_path: capture_path.clone(), inline_budget: *inline_budget }),
             ..ExecRequest::default()
         };
         let result = self.exec(request, None).await?;
@@ -441,16 +435,7 @@ impl<T: OverAgentd> BaseSandbox for T {
         self.linked().fs(request).await
     }
 
-    async fn execute_with_offload(
-        &self,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-    ) -> Result<ExecuteOffloadResult> {
-        self.linked()
-            .execute_with_offload(command, capture_path, inline_budget, max_capture_bytes, timeout)
-            .await
+    async fn execute_with_offload(&self, request: &OffloadRequest) -> Result<ExecuteOffloadResult> {
+        self.linked().execute_with_offload(request).await
     }
 }

@@ -24,7 +24,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::error::{Result, SandboxError};
+use crate::contract::error::{Result, SandboxError};
 
 /// agentd's default for commands that name no timeout; exec channels of providers use the same.
 pub const DEFAULT_EXEC_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -131,6 +131,12 @@ pub async fn within<T>(
             .await
             .map_err(|_| SandboxError::Timeout { what: what.to_owned(), after })?,
     }
+}
+
+/// `timeout` in whole seconds for a wire that takes them: rounded up, and at least 1, so a short
+/// timeout never becomes 0 ("none").
+pub fn whole_secs(timeout: Duration) -> u64 {
+    timeout.as_secs().saturating_add(u64::from(timeout.subsec_nanos() > 0)).max(1)
 }
 
 #[cfg(test)]

@@ -10,8 +10,8 @@ use agentd_protocol::limits::DEFAULT_MAX_CAPTURE_BYTES;
 use agentd_protocol::{ExecuteOffloadResult, framing, meta};
 use rand::RngCore;
 
-use crate::error::Result;
-use crate::sandbox::BaseSandbox;
+use crate::contract::error::Result;
+use crate::contract::{BaseSandbox, OffloadRequest};
 
 /// Extra time the exec channel gets beyond agentd's own timeout, so agentd (which kills the whole
 /// tree and still reports) fires first.
@@ -48,22 +48,10 @@ pub fn fs_script<R: RngCore + ?Sized>(
 /// `agentd exec` with a fresh random sentinel; the meta line is parsed by the contract's rules.
 pub async fn execute_with_offload<S: BaseSandbox + ?Sized>(
     sandbox: &S,
-    command: &str,
-    capture_path: &str,
-    inline_budget: u64,
-    max_capture_bytes: Option<u64>,
-    timeout: Option<Duration>,
+    request: &OffloadRequest,
 ) -> Result<ExecuteOffloadResult> {
-    let offload = OffloadScript::new(
-        sandbox.agentd_command(),
-        command,
-        capture_path,
-        inline_budget,
-        max_capture_bytes,
-        timeout,
-        &mut rand::rng(),
-    );
-    offload.run(sandbox, timeout).await
+    let offload = OffloadScript::new(sandbox.agentd_command(), request, &mut rand::rng());
+    offload.run(sandbox, request.timeout).await
 }
 
 /// A framed `agentd exec` call and the sentinel its result line must carry.
@@ -74,15 +62,8 @@ pub struct OffloadScript {
 
 impl OffloadScript {
     /// Draws the sentinel, then the heredoc delimiter, from `rng`.
-    pub fn new<R: RngCore + ?Sized>(
-        agentd: &str,
-        command: &str,
-        capture_path: &str,
-        inline_budget: u64,
-        max_capture_bytes: Option<u64>,
-        timeout: Option<Duration>,
-        rng: &mut R,
-    ) -> Self {
+    pub fn new<R: RngCore + ?Sized>(agentd: &str, request: &OffloadRequest, rng: &mut R) -> Self {
+        let OffloadRequest { command, capture_path, inline_budget, max_capture_bytes, timeout } = request;
         let sentinel = meta::sentinel(rng);
         let max_capture_bytes = max_capture_bytes.unwrap_or(DEFAULT_MAX_CAPTURE_BYTES);
         let mut head = format!(
