@@ -1,5 +1,6 @@
 //! [`DaytonaSandbox`]: a Daytona sandbox driven through its REST API (its published
 //! OpenAPI document), and [`DaytonaProvider`], the same as a [`Provider`].
+//! The API's calls are in `api`; the toolbox's (files, exec) in `toolbox`.
 //!
 //! - **Configuration** like Daytona's SDKs ([`DaytonaConfig::from_env`]): `DAYTONA_API_KEY`
 //!   (required), `DAYTONA_API_URL` (default `https://app.daytona.io/api`), `DAYTONA_TARGET`.

@@ -22,7 +22,7 @@
 //!   Transfers go over the link; without one (no agentd), `execute` and transfers run as plain
 //!   execs ([`argv`]).
 //! - **agentd gets in** baked (`agentd` on `PATH`, or at `/opt/agentd/bin/agentd` where an
-//!   initContainer copied it into a shared `emptyDir`: README, "Kubernetes"), else injected
+//!   initContainer copied it into a shared `emptyDir`, see [`manifests`]: docs/providers.md, "Kubernetes"), else injected
 //!   through exec.
 //! - **Suspend and resume** ([`Provider::pause`], [`Provider::resume`]) set a claimed Sandbox's
 //!   `operatingMode`; agent-sandbox then deletes its Pod (the container's files are lost, its

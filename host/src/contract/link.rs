@@ -2,6 +2,7 @@
 //!
 //! A reader task routes every incoming message to the request that owns its id. A request is
 //! written by its caller when the socket is free, else queued for a writer task (`link/outgoing.rs`).
+//! The process verbs over one link (`processes`, `attach`, `kill`, …) are in `link/process.rs`.
 //! Each request gets a bounded route, so a caller that reads slowly (a large
 //! download) slows the socket rather than growing memory.
 //!
