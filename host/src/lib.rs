@@ -32,9 +32,6 @@
 //! `KIND`), one row of [`provider::KINDS`] (its spec forms, feature, provider, and how `agentctl`
 //! shows it: short ids, its noun, its `--sandbox` help sentence), and one cargo feature in
 //! `Cargo.toml` (added to `agentctl`'s `required-features`). Its tests and docs are extra.
-//! Before this layout a provider also touched `provider.rs`'s `Kind` enum, its `SPEC_FORMS`
-//! string and per-kind credential checks, `error.rs` (Docker had its own variant), `lib.rs`, and
-//! `agentctl` (a per-kind match in `status`, the `--sandbox` help text).
 //!
 //! ## Features
 //! - `docker` (default): `DockerSandbox`, `DockerProvider` (bollard, tar).
