@@ -181,7 +181,9 @@ fn named_paths(markdown: &str) -> Vec<String> {
         for (n, piece) in line.split('`').enumerate() {
             // Odd pieces are inside backticks.
             let path = piece.split([':', '#', ' ']).next().unwrap_or("");
-            if n % 2 == 1 && TOP.iter().any(|top| path.starts_with(top)) && !path.contains(['*', '<', '{']) {
+            // `*`, `<…>`, `{a,b}` and `NAME` stand for many paths.
+            let pattern = path.contains(['*', '<', '{']) || path.contains("NAME");
+            if n % 2 == 1 && TOP.iter().any(|top| path.starts_with(top)) && !pattern {
                 out.push(path.trim_end_matches(['.', ',']).to_owned());
             }
         }
