@@ -4,8 +4,10 @@
 //! files resolves, and docs/agentctl.md names every `--sandbox` form agentctl parses. Links in the
 //! crate docs are rustdoc's intra-doc links, which `cargo doc` with warnings denied checks (CI).
 
-// Test helpers outside #[test] functions: a failed read aborts the test with its message.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(
+    clippy::unwrap_used,
+    reason = "test helpers outside #[test] functions: a failed read aborts the test with its message"
+)]
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

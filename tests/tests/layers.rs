@@ -13,7 +13,6 @@
 //!
 //! `cargo test -p agentd-tests --test layers -- --nocapture` prints every cycle found.
 
-// Test helpers outside #[test] functions: a failed read aborts the test with its message.
 #![expect(clippy::unwrap_used, reason = "a failed read aborts the test with its message")]
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -1,7 +1,12 @@
 //! Modal's wire types and gRPC clients, generated at build time from `host/proto/modal/` (the
 //! subset of Modal's `api.proto` and `task_command_router.proto` this adapter uses).
 
-#![expect(clippy::all, clippy::pedantic, reason = "generated code, not ours to change")]
+#![expect(
+    clippy::all,
+    clippy::pedantic,
+    clippy::allow_attributes_without_reason,
+    reason = "generated code, not ours to change"
+)]
 
 /// Package `modal.client`: the control plane (`ModalClient`).
 pub mod client {

@@ -1,6 +1,11 @@
 //! The servers generated from `host/proto/modal/` (see `tests/fakes/build.rs`).
 
-#![expect(clippy::all, reason = "generated code: its style is prost's and tonic's")]
+#![expect(
+    clippy::all,
+    clippy::allow_attributes,
+    clippy::allow_attributes_without_reason,
+    reason = "generated code: its style is prost's and tonic's"
+)]
 
 /// Package `modal.client`.
 pub mod client {
