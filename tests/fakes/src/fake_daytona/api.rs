@@ -12,7 +12,7 @@ use axum::routing::{get, post};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
-use super::state::{Sandbox, error_body, random_hex};
+use super::state::{Sandbox, error, random_hex};
 use super::{IMAGE_BUILD_FAILED, IMAGE_ERROR, OUTCOME_LABEL, Shared, docker, preview, toolbox};
 
 type Shd = State<Arc<Shared>>;
@@ -31,12 +31,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .layer(DefaultBodyLimit::disable())
         .layer(middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
-}
-
-/// A JSON error response with Daytona's fields.
-pub fn error(status: u16, code: &str, message: &str, uri: &Uri, method: &Method) -> Response {
-    let status_code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status_code, axum::Json(error_body(status, code, message, uri.path(), method.as_str()))).into_response()
 }
 
 /// Logs the request, answers an injected fault, and checks `Authorization: Bearer <key>`.

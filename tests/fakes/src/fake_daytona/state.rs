@@ -2,6 +2,8 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse as _, Response};
 use serde_json::{Value, json};
 
 /// One sandbox as the fake keeps it.
@@ -176,6 +178,12 @@ pub use crate::random_hex;
 /// The current UTC time as RFC 3339 with milliseconds (`2026-01-02T03:04:05.678Z`).
 pub fn now_rfc3339() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+/// A JSON error response with Daytona's fields.
+pub fn error(status: u16, code: &str, message: &str, uri: &Uri, method: &Method) -> Response {
+    let status_code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status_code, axum::Json(error_body(status, code, message, uri.path(), method.as_str()))).into_response()
 }
 
 /// A Daytona-style JSON error body.

@@ -14,9 +14,8 @@ use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
 use super::Shared;
-use super::api::error;
 use super::docker::{self, ExecEnd, FileError};
-use super::state::{error_body, now_rfc3339};
+use super::state::{error, error_body, now_rfc3339};
 
 type Shd = State<Arc<Shared>>;
 
