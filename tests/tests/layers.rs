@@ -1,4 +1,4 @@
-//! The module trees read top-down: in every crate that ships, at every level of the module
+//! The module trees read top-down: in every crate of the workspace, at every level of the module
 //! tree, the sibling modules (each taken with its whole subtree) do not refer to each other in a
 //! circle.
 //!
@@ -588,8 +588,7 @@ fn cycle_through<'a>(
     None
 }
 
-/// The crate roots of what ships (the daemon, the host library and `agentctl`, the protocol, the
-/// Python module); the test crates are not held to it.
+/// Every crate root of the workspace: the libraries and the binaries.
 fn crates() -> Vec<Crate> {
     let root = workspace();
     let mut roots = vec![
@@ -597,8 +596,10 @@ fn crates() -> Vec<Crate> {
         ("agentd-host".to_owned(), root.join("host/src/lib.rs")),
         ("agentd-protocol".to_owned(), root.join("protocol/src/lib.rs")),
         ("agentd-python".to_owned(), root.join("python/src/lib.rs")),
+        ("agentd-tests".to_owned(), root.join("tests/src/lib.rs")),
+        ("agentd-fakes".to_owned(), root.join("tests/fakes/src/lib.rs")),
     ];
-    for bins in ["host/src/bin"] {
+    for bins in ["host/src/bin", "tests/src/bin"] {
         for entry in std::fs::read_dir(root.join(bins)).unwrap() {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|e| e == "rs") {

@@ -63,7 +63,7 @@ fn main() -> std::process::ExitCode {
         agentd_fakes::fake_kube::agent_sandbox::install(&fake);
     }
     for (name, image, replicas) in pools {
-        use agentd_fakes::fake_kube::store::ResourceKey;
+        use agentd_fakes::fake_kube::ResourceKey;
         use agentd_host::adapters::kubernetes::manifests;
         let group = "extensions.agents.x-k8s.io";
         let made = [

@@ -42,9 +42,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::resource::{Cause, ResourceKey, ResourceType};
 use super::selector::Selector;
-use super::status::{ApiError, Cause};
-use super::store::{ResourceKey, ResourceType, Store, now_rfc3339};
+use super::status::ApiError;
+use super::store::{Store, now_rfc3339};
 
 /// Group of `Sandbox`.
 pub const SANDBOX_GROUP: &str = "agents.x-k8s.io";

@@ -11,16 +11,18 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse as _, Response};
 use axum::routing::{any, get};
 use serde_json::{Value, json};
 
 use super::Shared;
+use super::call::{Call, error_response, json_response, names};
+use super::resource::{ResourceKey, ResourceType};
 use super::selector::Selector;
 use super::status::ApiError;
-use super::store::{EventType, ResourceKey, ResourceType};
+use super::store::EventType;
 
 type Shd = State<Arc<Shared>>;
 
@@ -42,19 +44,6 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .fallback(page_not_found)
         .layer(middleware::from_fn_with_state(shared.clone(), guard))
         .with_state(shared)
-}
-
-/// A JSON answer.
-pub fn json_response(status: u16, body: &Value) -> Response {
-    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, body.to_string()).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-    response
-}
-
-/// An error as its `Status` body.
-pub fn error_response(error: &ApiError) -> Response {
-    json_response(error.code, &error.body())
 }
 
 /// Logs the request and checks `Authorization: Bearer <token>`. Without any credentials a client
@@ -195,28 +184,6 @@ struct Target {
     subresource: Option<String>,
     /// The legacy `/watch/` prefix.
     watch: bool,
-}
-
-/// Everything a verb needs from the request.
-pub struct Call {
-    pub method: Method,
-    pub query: Vec<(String, String)>,
-    pub headers: HeaderMap,
-    pub request: Request,
-}
-
-impl Call {
-    pub fn param(&self, key: &str) -> Option<&str> {
-        self.query.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
-    }
-
-    pub fn params(&self, key: &str) -> Vec<String> {
-        self.query.iter().filter(|(k, _)| k == key).map(|(_, v)| v.clone()).collect()
-    }
-
-    pub fn flag(&self, key: &str) -> bool {
-        self.param(key).is_some_and(|v| matches!(v, "true" | "1" | "True"))
-    }
 }
 
 async fn core_path(State(shared): Shd, request: Request) -> Response {
@@ -479,13 +446,6 @@ async fn delete_options_grace(request: Request) -> Option<i64> {
     let bytes = axum::body::to_bytes(request.into_body(), BODY_LIMIT).await.ok()?;
     let options: Value = serde_json::from_slice(&bytes).ok()?;
     options.get("gracePeriodSeconds")?.as_i64()
-}
-
-pub fn names(object: &Value) -> (String, String) {
-    let get = |field: &str| {
-        object.pointer(&format!("/metadata/{field}")).and_then(Value::as_str).unwrap_or_default().to_owned()
-    };
-    (get("namespace"), get("name"))
 }
 
 fn list_json(resource: &ResourceType, items: Vec<Value>, revision: u64) -> Value {

@@ -37,9 +37,9 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, frame::coding::CloseCode};
 
 use super::Shared;
-use super::api::{Call, error_response};
+use super::call::{Call, error_response};
+use super::resource::ResourceKey;
 use super::status::ApiError;
-use super::store::ResourceKey;
 
 /// The subprotocols served, preferred first.
 pub const PROTOCOLS: [&str; 5] =

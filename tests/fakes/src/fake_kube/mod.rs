@@ -5,11 +5,13 @@
 //! websocket channel protocols ([`exec`]).
 //!
 //! ## Layout
-//! - [`store`]: resource types and objects (create/get/list/replace/status/merge patch/delete,
-//!   finalizers, ownerReferences cascade), the event history, [`store::Subscription`]s.
+//! - [`resource`]: resource types as discovery lists them, their keys, validation's field errors.
+//! - [`store`]: the objects (create/get/list/replace/status/merge patch/delete, finalizers,
+//!   ownerReferences cascade), the event history, [`store::Subscription`]s.
 //! - [`status`]: the apiserver's `Status` errors, worded as the real server words them.
 //! - [`selector`]: label and field selectors.
-//! - `api`: the HTTP routes (auth, request log, discovery, REST verbs, watch streams).
+//! - `api`: the HTTP routes (auth, request log, discovery, REST verbs, watch streams); `call`:
+//!   what a verb is handed and how it answers (JSON, `Status` errors).
 //! - [`pods`]: the one node's kubelet: a Docker container per Pod container, init containers,
 //!   `emptyDir` volumes as Docker volumes, the Pod's status; `log`.
 //! - [`exec`]: `pods/exec` over `v5.channel.k8s.io`, `v4.channel.k8s.io`, `channel.k8s.io`.
@@ -33,9 +35,11 @@
 
 pub mod agent_sandbox;
 mod api;
+mod call;
 pub mod exec;
 pub mod kubeconfig;
 pub mod pods;
+pub mod resource;
 pub mod selector;
 pub mod status;
 pub mod store;
@@ -48,8 +52,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 
+pub use resource::{ResourceKey, ResourceType};
 pub use status::ApiError;
-pub use store::{Event, EventType, ResourceKey, ResourceType, Store, Subscription};
+pub use store::{Event, EventType, Store, Subscription};
 
 /// Label on every container and volume a fake creates; the value is the fake's instance id.
 pub const CONTAINER_LABEL: &str = "dev.agentd.fake-kube";

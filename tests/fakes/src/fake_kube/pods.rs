@@ -33,10 +33,11 @@ use axum::response::{IntoResponse as _, Response};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 
-use super::api::Call;
+use super::call::{Call, names};
+use super::resource::{Cause, ResourceKey};
 use super::selector::Selector;
-use super::status::{ApiError, Cause};
-use super::store::{EventType, ResourceKey, now_rfc3339};
+use super::status::ApiError;
+use super::store::{EventType, now_rfc3339};
 use super::{CONTAINER_LABEL, NODE_NAME, Shared};
 use crate::containers::{docker, docker_making, text};
 
@@ -279,7 +280,7 @@ fn uid_of(pod: &Value) -> String {
 /// Starts a Pod the kubelet does not run yet; tears down one being deleted.
 fn consider(shared: &Arc<Shared>, pod: &Value) {
     let uid = uid_of(pod);
-    let (namespace, name) = super::api::names(pod);
+    let (namespace, name) = names(pod);
     let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
     let mut running = shared.kubelet.lock();
     match running.get_mut(&uid) {
@@ -550,7 +551,7 @@ fn run_args(
     volumes: &BTreeMap<String, String>,
     network: Option<&str>,
 ) -> Vec<String> {
-    let (namespace, name) = super::api::names(pod);
+    let (namespace, name) = names(pod);
     let spec = &container.spec;
     let mut args: Vec<String> = vec!["run".into(), "-d".into(), "--pull".into(), "never".into()];
     for label in [

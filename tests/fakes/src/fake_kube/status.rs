@@ -4,33 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::store::{ResourceKey, ResourceType};
-
-/// One field error of an `Invalid` answer (`details.causes[]`).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Cause {
-    /// `FieldValueInvalid`, `FieldValueRequired`, `FieldValueNotSupported`, …
-    pub reason: String,
-    /// `Invalid value: "X": why` / `Required value: why`.
-    pub message: String,
-    /// `metadata.name`, `spec.containers[0].image`.
-    pub field: String,
-}
-
-impl Cause {
-    pub fn invalid(field: &str, value: &str, why: &str) -> Self {
-        Self {
-            reason: "FieldValueInvalid".into(),
-            message: format!("Invalid value: {}: {why}", json!(value)),
-            field: field.into(),
-        }
-    }
-
-    pub fn required(field: &str, why: &str) -> Self {
-        let message = if why.is_empty() { "Required value".into() } else { format!("Required value: {why}") };
-        Self { reason: "FieldValueRequired".into(), message, field: field.into() }
-    }
-}
+use super::resource::{Cause, ResourceKey, ResourceType};
 
 /// An error answer; [`ApiError::body`] is its `Status`.
 #[derive(Clone, Debug, PartialEq)]

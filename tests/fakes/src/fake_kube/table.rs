@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use super::store::ResourceType;
+use super::resource::ResourceType;
 
 /// Whether the request's `Accept` asks for a `Table` first.
 pub fn wanted(accept: Option<&str>) -> bool {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use super::super::resource::ResourceType;
 use super::super::status::ApiError;
-use super::super::store::ResourceType;
 
 use super::{
     ANNOTATION_POD_NAME, ANNOTATION_PROPAGATED_LABELS, Action, CLUSTER_DOMAIN, Clock, EXTENSIONS_GROUP, Kind,
