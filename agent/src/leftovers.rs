@@ -34,7 +34,10 @@ fn other_agentds_pid(name: &str, own: u32) -> Option<Pid> {
         None => rest,
     };
     let pid: u32 = pid.parse().ok()?;
-    (pid != 0 && pid != own).then_some(crate::pid::from_wire(pid)?)
+    if pid == own {
+        return None;
+    }
+    crate::pid::from_wire(pid)
 }
 
 /// Runs `remove` on each `agentd-<pid>` directory in `parent` of an agentd that is gone (see the

@@ -9,9 +9,10 @@ pub fn to_wire(pid: Pid) -> u32 {
     u32::try_from(pid.as_raw()).unwrap_or(0)
 }
 
-/// A pid carried as `u32` (the protocol, `std::process`); `None` when no process can have it.
+/// A pid carried as `u32` (the protocol, `std::process`); `None` when no process can have it: 0
+/// (to `kill`, the caller's own group) and values past `i32`.
 pub fn from_wire(pid: u32) -> Option<Pid> {
-    i32::try_from(pid).ok().map(Pid::from_raw)
+    i32::try_from(pid).ok().filter(|&pid| pid > 0).map(Pid::from_raw)
 }
 
 #[cfg(test)]
@@ -24,5 +25,6 @@ mod tests {
         assert_eq!(to_wire(Pid::from_raw(-1)), 0);
         assert_eq!(from_wire(4242), Some(Pid::from_raw(4242)));
         assert_eq!(from_wire(u32::MAX), None);
+        assert_eq!(from_wire(0), None);
     }
 }

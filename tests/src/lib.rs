@@ -25,6 +25,8 @@
 //! - `sandboxes`: sandboxes for the derived path ([`ShellSandbox`], [`ExecOnly`]).
 //! - `scratch`: agentd's scratch directories ([`scratch_dir`], [`remove_scratch`]).
 //! - `skip`: skips made visible ([`Need`], [`skip`], [`as_root`]).
+//! - [`sources`]: the tree's Rust files read as text (their `mod` declarations), for the docs and
+//!   layers checks.
 //! - [`stats`]: medians and percentiles for the benchmarks.
 //! - `swapper`: a thread that exchanges two names in a loop ([`Swapper`]).
 //! - `websocket`: a raw websocket client ([`Ws`], [`raw_connect`], [`greeted`], [`ask`]).
@@ -50,6 +52,7 @@ mod profiles;
 mod sandboxes;
 mod scratch;
 mod skip;
+pub mod sources;
 pub mod stats;
 mod swapper;
 mod websocket;

@@ -12,25 +12,14 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use agentd_tests::sources::declared_modules;
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
 
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The names of the `mod NAME;` declarations (any visibility) of a Rust file; inline modules
-/// (`mod tests { … }`) are not files of the crate's map.
-fn declared_modules(source: &str) -> Vec<String> {
-    source
-        .lines()
-        .filter_map(|line| {
-            let line = line.trim();
-            let line = line.strip_prefix("pub ").or_else(|| line.strip_prefix("pub(crate) ")).unwrap_or(line);
-            line.strip_prefix("mod ")?.strip_suffix(';').map(str::to_owned)
-        })
-        .collect()
 }
 
 /// The crate roots: each library's and binary's root file, the ones whose `//!` doc is a map.
@@ -69,7 +58,7 @@ fn every_crate_map_names_each_of_its_modules() {
             .filter_map(|line| line.trim_start().strip_prefix("//!"))
             .collect::<Vec<_>>()
             .join("\n");
-        for module in declared_modules(&source) {
+        for module in declared_modules(&source, &path, true).into_iter().map(|d| d.name) {
             seen += 1;
             if !doc.contains(&format!("`{module}`")) {
                 missing.push(format!("{}: `{module}`", path.display()));

@@ -18,6 +18,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use agentd_tests::sources::{Declared, declared_modules};
+
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
 }
@@ -144,34 +146,6 @@ fn char_literal_len(rest: &str) -> Option<usize> {
     body[c.len_utf8()..].starts_with('\'').then_some(c.len_utf8() + 2)
 }
 
-/// The `mod NAME;` declarations of a file, with the file each names (a `#[path]` honoured).
-fn declared_modules(code: &str, raw: &str, file: &Path, mod_rs: bool) -> Vec<(String, PathBuf)> {
-    let dir = file.parent().unwrap();
-    let own_dir = if mod_rs { dir.to_owned() } else { dir.join(file.file_stem().unwrap()) };
-    let raw_lines: Vec<&str> = raw.lines().collect();
-    let mut found = Vec::new();
-    for (n, line) in code.lines().enumerate() {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        let Some(at) = words.iter().position(|w| *w == "mod") else { continue };
-        let Some(name) = words.get(at + 1).and_then(|w| w.strip_suffix(';')) else { continue };
-        if !words[..at].iter().all(|w| w.starts_with("pub")) {
-            continue;
-        }
-        // A `#[path = "…"]` on the line above, read from the raw text (the literal is blanked).
-        let path_attr = n.checked_sub(1).and_then(|p| raw_lines.get(p)).and_then(|above| {
-            let rest = above.trim().strip_prefix("#[path = \"")?;
-            Some(rest[..rest.find('"')?].to_owned())
-        });
-        let path = match path_attr {
-            Some(relative) => dir.join(relative),
-            None if own_dir.join(format!("{name}.rs")).exists() => own_dir.join(format!("{name}.rs")),
-            None => own_dir.join(name).join("mod.rs"),
-        };
-        found.push((name.to_owned(), path));
-    }
-    found
-}
-
 fn load_crate(name: &str, root: &Path) -> Crate {
     let mut modules = BTreeMap::new();
     let mut queue = vec![(ModPath::new(), root.to_owned(), true)];
@@ -179,7 +153,12 @@ fn load_crate(name: &str, root: &Path) -> Crate {
         let raw = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let code = without_test_modules(&strip(&raw));
         let mut children = Vec::new();
-        for (child, child_file) in declared_modules(&code, &raw, &file, mod_rs) {
+        let code_lines: Vec<&str> = code.lines().collect();
+        // Declarations the test-module blanking removed (`#[cfg(test)] mod tests;`) do not count.
+        let declared = declared_modules(&raw, &file, mod_rs)
+            .into_iter()
+            .filter(|d| code_lines.get(d.line).is_some_and(|line| line.contains("mod")));
+        for Declared { name: child, file: child_file, .. } in declared {
             let child_mod_rs = child_file.file_name().is_some_and(|f| f == "mod.rs")
                 || raw.contains(&format!("#[path = \"{}", child_file.file_name().unwrap().to_string_lossy()));
             let mut child_path = path.clone();
