@@ -254,7 +254,7 @@ fn use_tree(code: &str, mut at: usize) -> (Vec<Vec<String>>, usize) {
     let mut prefix = Vec::new();
     loop {
         let rest = &code[at..];
-        if let Some(inner) = rest.strip_prefix('{') {
+        if rest.starts_with('{') {
             let mut paths = Vec::new();
             let mut cursor = at + 1;
             loop {
@@ -288,7 +288,6 @@ fn use_tree(code: &str, mut at: usize) -> (Vec<Vec<String>>, usize) {
                 }
                 cursor = end;
             }
-            let _ = inner;
             return (paths, cursor);
         }
         let ident_len = rest.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(rest.len());
